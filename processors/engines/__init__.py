@@ -1,0 +1,1 @@
+"""Audit engines: each turns a batch of refusal events into an ``AuditResult``."""

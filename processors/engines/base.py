@@ -1,0 +1,49 @@
+"""The engine interface shared by the offline ``local`` engine and LLM engines."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from schemas.audit import AuditResult, EngineUsage
+from schemas.events import RefusalEvent
+from schemas.policy import PolicyBundle
+
+
+@dataclass(frozen=True)
+class EngineOutput:
+    """What an engine returns for one batch.
+
+    ``result`` is the engine's claimed result (the harness validates it and recomputes the
+    summary); ``false_positive_scores`` maps log_id to an over-refusal score in [0, 1] when
+    the engine has one; ``raw_output`` is the model's raw text (None for the local engine).
+    """
+
+    result: AuditResult
+    usage: EngineUsage = field(default_factory=EngineUsage)
+    false_positive_scores: dict[str, float] = field(default_factory=dict)
+    raw_output: str | None = None
+
+
+class EngineError(RuntimeError):
+    """Raised by an engine that cannot produce a result for a batch (the batch is dead-lettered)."""
+
+
+class AuditEngine(Protocol):
+    """An audit engine.
+
+    ``name`` is the engine kind (``local``, ``openai``), ``model`` the model or method id,
+    ``version`` the engine's code/config version and ``prompt_version`` the prompt template's
+    content hash (``"none"`` when no prompt is used). ``audit`` receives redacted refusal
+    events of one policy bundle and raises ``EngineError`` on failure.
+    """
+
+    name: str
+    model: str
+    version: str
+    prompt_version: str
+
+    async def audit(self, events: Sequence[RefusalEvent], bundle: PolicyBundle) -> EngineOutput:
+        """Audit one batch; see the class docstring."""
+        ...

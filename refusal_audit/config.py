@@ -1,0 +1,164 @@
+"""Configuration: one frozen pydantic-settings model.
+
+Sources, highest precedence first: keyword arguments, environment variables prefixed
+``REFUSAL_AUDIT_`` (nested values as JSON, e.g. ``REFUSAL_AUDIT_POLICY_BUNDLES``), the TOML
+config file (``--config FILE``, else ``$REFUSAL_AUDIT_CONFIG``, else ``./refusal-audit.toml``
+when it exists), then the defaults below. Secrets are ``SecretStr`` and never printed.
+"""
+
+from __future__ import annotations
+
+import os
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+DEFAULT_CONFIG_FILE = Path("refusal-audit.toml")
+_config_file: ContextVar[Path | None] = ContextVar("refusal_audit_config_file", default=None)
+
+RedactionKind = Literal["email", "phone", "card", "gov_id", "ip", "address"]
+ALL_REDACTION_KINDS: tuple[RedactionKind, ...] = ("email", "phone", "card", "gov_id", "ip", "address")
+
+
+class PolicyBundlePaths(BaseModel):
+    """Where one policy bundle's three Markdown documents live (paths relative to the CWD)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    allowed_use: Path
+    product_safety: Path
+    taxonomy: Path
+
+
+def _example_bundle() -> dict[str, PolicyBundlePaths]:
+    base = Path("examples/policies")
+    return {
+        "default": PolicyBundlePaths(
+            allowed_use=base / "allowed_use_policy.md",
+            product_safety=base / "product_safety_policy.md",
+            taxonomy=base / "refusal_taxonomy.md",
+        )
+    }
+
+
+class Settings(BaseSettings):
+    """All settings of refusal-audit. See the README's configuration reference."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="REFUSAL_AUDIT_", frozen=True, extra="forbid", env_nested_delimiter=None
+    )
+
+    # storage
+    data_dir: Path = Field(default=Path(".refusal-audit"),
+                           description="Local state directory (embedded warehouse).")
+    warehouse_dsn: str | None = Field(
+        default=None,
+        description="chdb:///abs/path (embedded) or http(s)://user@host:8123 (server). "
+        "Default: chdb:///<data_dir>/chdb.",
+    )
+    warehouse_database: str = "refusal_audit"
+    warehouse_password: SecretStr | None = Field(
+        default=None, description="Password for an http(s) warehouse, if not in the DSN."
+    )
+    warehouse_insert_retries: int = Field(default=5, ge=0)
+
+    # kafka
+    kafka_bootstrap_servers: str = "127.0.0.1:9092"
+    kafka_topic_prefix: str = "refusal-audit."
+
+    # policies
+    policy_bundles: dict[str, PolicyBundlePaths] = Field(default_factory=_example_bundle)
+
+    # engine
+    engine: Literal["local", "openai"] | None = Field(
+        default=None, description="Audit engine; default: openai if an endpoint/key is set, else local."
+    )
+    openai_base_url: str | None = None
+    openai_api_key: SecretStr | None = None
+    openai_model: str = "gpt-4o-mini"
+    local_false_positive_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+
+    # batching
+    batch_max_events: int = Field(default=25, ge=1)
+    batch_token_budget: int = Field(default=6000, ge=64,
+                                    description="Max o200k tokens of event text per batch.")
+
+    # input limits
+    max_record_bytes: int = Field(default=262_144, ge=1024)
+    max_text_chars: int = Field(default=32_000, ge=100)
+
+    # redaction and pre-filter
+    redaction_enabled: bool = True
+    redaction_kinds: tuple[RedactionKind, ...] = ALL_REDACTION_KINDS
+    prefilter_enabled: bool = True
+
+    # human review sampling
+    review_sample_rate: float = Field(default=0.2, ge=0.0, le=1.0)
+    review_seed: int = 0
+
+    @property
+    def resolved_warehouse_dsn(self) -> str:
+        """The warehouse DSN, defaulting to an embedded chDB store under ``data_dir``."""
+        if self.warehouse_dsn:
+            return self.warehouse_dsn
+        return f"chdb://{(self.data_dir / 'chdb').resolve()}"
+
+    @property
+    def resolved_engine(self) -> Literal["local", "openai"]:
+        """The engine to use: the explicit setting, else openai when configured, else local."""
+        if self.engine is not None:
+            return self.engine
+        return "openai" if (self.openai_base_url or self.openai_api_key) else "local"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = _config_file.get()
+        if path is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+        return (*sources, file_secret_settings)
+
+
+class ConfigError(ValueError):
+    """Raised for a missing or invalid configuration file or setting."""
+
+
+def load_settings(config_file: Path | None = None, **overrides: object) -> Settings:
+    """Load settings from ``config_file`` (or the env/default file), the environment and overrides.
+
+    Raises ``ConfigError`` when an explicitly named config file does not exist or a value is
+    invalid.
+    """
+    from pydantic import ValidationError
+
+    path = config_file
+    if path is None and os.environ.get("REFUSAL_AUDIT_CONFIG"):
+        path = Path(os.environ["REFUSAL_AUDIT_CONFIG"])
+        if not path.is_file():
+            raise ConfigError(f"REFUSAL_AUDIT_CONFIG names a missing file: {path}")
+    elif path is None and DEFAULT_CONFIG_FILE.is_file():
+        path = DEFAULT_CONFIG_FILE
+    elif path is not None and not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    token = _config_file.set(path)
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise ConfigError(f"invalid configuration: {exc}") from exc
+    finally:
+        _config_file.reset(token)

@@ -1,0 +1,79 @@
+"""The refusal event: one logged request and the model's (possible) refusal of it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
+
+EVENT_SCHEMA_VERSION = "1"
+
+NonEmptyId = Annotated[str, StringConstraints(min_length=1, max_length=256, strip_whitespace=True)]
+
+
+class ClassifierSignal(BaseModel):
+    """An upstream safety classifier's verdict on the exchange, when the platform logs one.
+
+    ``flagged`` is the classifier's binary decision; ``score`` its probability-like score in
+    [0, 1]; ``labels`` its harm labels. When ``is_refusal`` is set, the refusal pre-filter
+    trusts it instead of reading the text.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    flagged: bool | None = None
+    score: float | None = Field(default=None, ge=0.0, le=1.0)
+    labels: list[str] = Field(default_factory=list)
+    is_refusal: bool | None = Field(
+        default=None, description="Upstream refusal detector's verdict on the response, if any."
+    )
+
+
+class RefusalEvent(BaseModel):
+    """One logged model response to a user request, as platform teams send it.
+
+    Wire format: a JSON object; ``event_time`` is RFC 3339 with an offset (``Z`` or ``+hh:mm``);
+    naive timestamps are rejected. ``log_id`` must be unique per event: it is the
+    idempotency key of the whole pipeline (storage deduplicates on it).
+
+    Raises ``pydantic.ValidationError`` on missing or mistyped fields or unknown top-level keys.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
+
+    schema_version: Literal["1"] = EVENT_SCHEMA_VERSION
+    log_id: NonEmptyId = Field(description="Unique id of this logged exchange.")
+    event_time: AwareDatetime = Field(description="When the model responded (RFC 3339).")
+    request: str = Field(description="The user's request text (the last user turn).")
+    response: str = Field(description="The model's response text, usually a refusal.")
+    model: NonEmptyId = Field(description="Model id, e.g. 'gpt-4o-2024-08-06'.")
+    product: str = Field(default="unknown", min_length=1, max_length=256,
+                         description="Product or surface that served the exchange.")
+    policy_bundle: str = Field(default="default", min_length=1, max_length=128,
+                               description="Name of the policy bundle to audit against.")
+    conversation_id: str | None = Field(default=None, max_length=256)
+    classifier: ClassifierSignal | None = None
+    attributes: dict[str, str] = Field(
+        default_factory=dict, description="Free-form string attributes (labels, source, ...)."
+    )
+
+
+class StoredEvent(BaseModel):
+    """A refusal event as the warehouse keeps it: redacted, with the pre-filter's decision.
+
+    ``event`` holds the *redacted* texts. ``redactions`` counts placeholders per PII kind.
+    ``is_refusal`` / ``refusal_kind`` (``full``, ``partial`` or ``none``) / ``refusal_score``
+    (in [0, 1]) / ``refusal_cues`` come from the refusal pre-filter; non-refusals are stored
+    too, they are only not audited. ``source`` is the file path or topic it came from.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    event: RefusalEvent
+    redactions: dict[str, int] = Field(default_factory=dict)
+    is_refusal: bool
+    refusal_kind: Literal["full", "partial", "none"]
+    refusal_score: float = Field(ge=0.0, le=1.0)
+    refusal_cues: list[str] = Field(default_factory=list)
+    source: str
+    ingested_at: AwareDatetime
