@@ -25,7 +25,14 @@ DEFAULT_CONFIG_FILE = Path("refusal-audit.toml")
 _config_file: ContextVar[Path | None] = ContextVar("refusal_audit_config_file", default=None)
 
 RedactionKind = Literal["email", "phone", "card", "gov_id", "ip", "address"]
-ALL_REDACTION_KINDS: tuple[RedactionKind, ...] = ("email", "phone", "card", "gov_id", "ip", "address")
+ALL_REDACTION_KINDS: tuple[RedactionKind, ...] = (
+    "email",
+    "phone",
+    "card",
+    "gov_id",
+    "ip",
+    "address",
+)
 
 
 class PolicyBundlePaths(BaseModel):
@@ -57,8 +64,9 @@ class Settings(BaseSettings):
     )
 
     # storage
-    data_dir: Path = Field(default=Path(".refusal-audit"),
-                           description="Local state directory (embedded warehouse).")
+    data_dir: Path = Field(
+        default=Path(".refusal-audit"), description="Local state directory (embedded warehouse)."
+    )
     warehouse_dsn: str | None = Field(
         default=None,
         description="chdb:///abs/path (embedded) or http(s)://user@host:8123 (server). "
@@ -79,7 +87,8 @@ class Settings(BaseSettings):
 
     # engine
     engine: Literal["local", "openai"] | None = Field(
-        default=None, description="Audit engine; default: openai if an endpoint/key is set, else local."
+        default=None,
+        description="Audit engine; default: openai if an endpoint/key is set, else local.",
     )
     openai_base_url: str | None = None
     openai_api_key: SecretStr | None = None
@@ -88,8 +97,9 @@ class Settings(BaseSettings):
 
     # batching
     batch_max_events: int = Field(default=25, ge=1)
-    batch_token_budget: int = Field(default=6000, ge=64,
-                                    description="Max o200k tokens of event text per batch.")
+    batch_token_budget: int = Field(
+        default=6000, ge=64, description="Max o200k tokens of event text per batch."
+    )
 
     # input limits
     max_record_bytes: int = Field(default=262_144, ge=1024)

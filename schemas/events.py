@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
 
-EVENT_SCHEMA_VERSION = "1"
+EVENT_SCHEMA_VERSION: Literal["1"] = "1"
 
 NonEmptyId = Annotated[str, StringConstraints(min_length=1, max_length=256, strip_whitespace=True)]
 
@@ -47,10 +47,18 @@ class RefusalEvent(BaseModel):
     request: str = Field(description="The user's request text (the last user turn).")
     response: str = Field(description="The model's response text, usually a refusal.")
     model: NonEmptyId = Field(description="Model id, e.g. 'gpt-4o-2024-08-06'.")
-    product: str = Field(default="unknown", min_length=1, max_length=256,
-                         description="Product or surface that served the exchange.")
-    policy_bundle: str = Field(default="default", min_length=1, max_length=128,
-                               description="Name of the policy bundle to audit against.")
+    product: str = Field(
+        default="unknown",
+        min_length=1,
+        max_length=256,
+        description="Product or surface that served the exchange.",
+    )
+    policy_bundle: str = Field(
+        default="default",
+        min_length=1,
+        max_length=128,
+        description="Name of the policy bundle to audit against.",
+    )
     conversation_id: str | None = Field(default=None, max_length=256)
     classifier: ClassifierSignal | None = None
     attributes: dict[str, str] = Field(

@@ -1,0 +1,125 @@
+"""Audit one batch: engine call, harness validation, review sampling, warehouse rows.
+
+The only I/O is the engine's own (an LLM call for ``openai``); storing is the caller's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime
+
+import orjson
+
+from processors.batching import AuditBatch
+from processors.engines.base import AuditEngine
+from processors.intake import dead_letter_id
+from processors.sampling import review_reasons
+from processors.validation import validate_result
+from schemas.audit import AuditResult, BatchRecord, StoredAssessment
+from schemas.deadletter import DeadLetter
+from schemas.policy import PolicyBundle
+
+
+def batch_id_for(batch: AuditBatch, bundle: PolicyBundle, engine: AuditEngine) -> str:
+    """Deterministic batch id: BLAKE2b-128 over bundle, engine identity and sorted log ids.
+
+    Re-running the same batch with the same engine and policies yields the same id, so the
+    warehouse replaces the batch row instead of adding one.
+    """
+    key = [
+        bundle.name,
+        bundle.version,
+        engine.name,
+        engine.model,
+        engine.version,
+        engine.prompt_version,
+        *sorted(batch.log_ids),
+    ]
+    return hashlib.blake2b(orjson.dumps(key), digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True)
+class AuditedBatch:
+    """A validated batch: the recomputed result, its warehouse rows and the engine's raw text."""
+
+    result: AuditResult
+    record: BatchRecord
+    assessments: list[StoredAssessment]
+    raw_output: str | None
+
+
+async def audit_batch(
+    batch: AuditBatch,
+    bundle: PolicyBundle,
+    engine: AuditEngine,
+    *,
+    review_rate: float,
+    review_seed: int,
+    now: datetime,
+) -> AuditedBatch:
+    """Run ``engine`` on ``batch`` and turn a valid result into warehouse rows.
+
+    Raises ``EngineError`` (engine failure) or ``AuditValidationError`` (invalid result);
+    the caller dead-letters the batch with ``failed_batch_dead_letter``.
+    """
+    output = await engine.audit(batch.events, bundle)
+    result = validate_result(output.result, batch.log_ids, bundle)
+    reasons = review_reasons(result.individual_assessments, review_rate, review_seed)
+    batch_id = batch_id_for(batch, bundle, engine)
+    provenance = {
+        "batch_id": batch_id,
+        "policy_bundle": bundle.name,
+        "bundle_version": bundle.version,
+        "engine": engine.name,
+        "engine_model": engine.model,
+        "engine_version": engine.version,
+        "prompt_version": engine.prompt_version,
+        "audited_at": now,
+    }
+    events = {e.log_id: e for e in batch.events}
+    assessments = [
+        StoredAssessment(
+            **a.model_dump(),
+            **provenance,
+            event_time=events[a.log_id].event_time,
+            model=events[a.log_id].model,
+            product=events[a.log_id].product,
+            false_positive_score=output.false_positive_scores.get(a.log_id),
+            sampled_for_review=a.log_id in reasons,
+            review_reason=reasons.get(a.log_id, ""),
+        )
+        for a in result.individual_assessments
+    ]
+    record = BatchRecord(
+        **provenance, log_ids=batch.log_ids, summary=result.audit_summary, usage=output.usage
+    )
+    return AuditedBatch(result, record, assessments, output.raw_output)
+
+
+def failed_batch_dead_letter(
+    batch: AuditBatch, source: str, reason_code: str, reason: str, now: datetime
+) -> DeadLetter:
+    """A dead letter (stage ``audit``) holding the failed batch's redacted events as JSON.
+
+    ``raw`` is ``{"policy_bundle": ..., "events": [RefusalEvent JSON, ...]}`` so the batch can
+    be re-audited once the cause is fixed.
+    """
+    raw = orjson.dumps(
+        {
+            "policy_bundle": batch.policy_bundle,
+            "events": [e.model_dump(mode="json") for e in batch.events],
+        }
+    )
+    location = "batch " + ",".join(batch.log_ids)[:512]
+    return DeadLetter(
+        dead_letter_id=dead_letter_id(source, location, raw),
+        stage="audit",
+        reason_code=reason_code,
+        reason=reason,
+        source=source,
+        location=location,
+        raw=raw,
+        log_id=None,
+        created_at=now,
+    )

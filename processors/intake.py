@@ -1,0 +1,118 @@
+"""Intake: one source record in, a redacted, pre-filtered ``StoredEvent`` or a dead letter out.
+
+Pure (no I/O): the caller reads the record and stores the outcome. Batch mode and the
+streaming worker both call ``prepare``; the stages are decode -> policy-bundle check ->
+redaction -> refusal pre-filter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime
+
+from processors.adapters import (
+    DecodeFailure,
+    DecodeOptions,
+    InputFormat,
+    SourceRecord,
+    decode_record,
+)
+from processors.prefilter import RefusalDecision, detect_refusal
+from processors.redaction import Redactor, redact_event
+from schemas.deadletter import DeadLetter, DeadLetterStage
+from schemas.events import RefusalEvent, StoredEvent
+
+MAX_DEAD_LETTER_RAW_BYTES = 1_048_576
+
+
+def dead_letter_id(source: str, location: str, raw: bytes) -> str:
+    """Deterministic id of a dead letter: BLAKE2b-128 of source, location and raw bytes."""
+    h = hashlib.blake2b(digest_size=16)
+    for part in (source.encode(), location.encode(), raw):
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def make_dead_letter(
+    record: SourceRecord,
+    stage: DeadLetterStage,
+    reason_code: str,
+    reason: str,
+    now: datetime,
+    log_id: str | None = None,
+) -> DeadLetter:
+    """A dead letter for ``record`` keeping its raw bytes (truncated at 1 MiB) and its reason."""
+    return DeadLetter(
+        dead_letter_id=dead_letter_id(record.source, record.location, record.raw),
+        stage=stage,
+        reason_code=reason_code,
+        reason=reason,
+        source=record.source,
+        location=record.location,
+        raw=record.raw[:MAX_DEAD_LETTER_RAW_BYTES],
+        log_id=log_id,
+        created_at=now,
+    )
+
+
+@dataclass(frozen=True)
+class IntakeSettings:
+    """What intake needs besides the record.
+
+    ``known_bundles`` are the configured policy-bundle names (an event naming another is
+    dead-lettered as ``unknown_policy_bundle``); ``redactor`` None disables redaction;
+    ``prefilter`` False treats every event as a refusal.
+    """
+
+    decode: DecodeOptions
+    known_bundles: Collection[str]
+    redactor: Redactor | None
+    prefilter: bool = True
+
+
+def _decision(event: RefusalEvent, prefilter: bool) -> RefusalDecision:
+    if prefilter:
+        return detect_refusal(event)
+    return RefusalDecision(is_refusal=True, kind="full", score=1.0, cues=(), source="text")
+
+
+def prepare(
+    record: SourceRecord, fmt: InputFormat, settings: IntakeSettings, now: datetime
+) -> StoredEvent | DeadLetter:
+    """Decode, check, redact and pre-filter one record.
+
+    Returns the ``StoredEvent`` (redacted texts, pre-filter decision, ``ingested_at=now``) or
+    a ``DeadLetter`` (stage ``decode`` or ``validate``) naming the reason. Never raises for
+    bad input.
+    """
+    decoded = decode_record(record, fmt, settings.decode)
+    if isinstance(decoded, DecodeFailure):
+        return make_dead_letter(record, "decode", decoded.reason_code, decoded.reason, now)
+    if decoded.policy_bundle not in settings.known_bundles:
+        known = ", ".join(sorted(settings.known_bundles))
+        return make_dead_letter(
+            record,
+            "validate",
+            "unknown_policy_bundle",
+            f"policy bundle {decoded.policy_bundle!r} is not configured (known: {known})",
+            now,
+            decoded.log_id,
+        )
+    redactions: dict[str, int] = {}
+    event = decoded
+    if settings.redactor is not None:
+        event, redactions = redact_event(decoded, settings.redactor)
+    decision = _decision(event, settings.prefilter)
+    return StoredEvent(
+        event=event,
+        redactions=redactions,
+        is_refusal=decision.is_refusal,
+        refusal_kind=decision.kind,
+        refusal_score=decision.score,
+        refusal_cues=list(decision.cues),
+        source=record.source,
+        ingested_at=now,
+    )

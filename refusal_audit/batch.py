@@ -1,0 +1,153 @@
+"""Batch mode: audit log files end to end without Kafka (``refusal-audit audit``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import cast, get_args
+
+from rich.console import Console
+from rich.progress import Progress
+
+from processors.adapters import (
+    DecodeOptions,
+    FieldMapping,
+    InputFormat,
+    detect_format,
+)
+from processors.intake import IntakeSettings
+from processors.redaction import Redactor
+from refusal_audit.bundles import load_bundles
+from refusal_audit.config import ConfigError, Settings
+from refusal_audit.engines import make_engine
+from refusal_audit.pipeline import AuditPipeline, InputSource, RunReport, Sink
+from refusal_audit.readers import default_model_for, read_records
+from warehouse.client import connect
+from warehouse.migrate import migrate
+from warehouse.store import Warehouse
+
+FORMATS: tuple[str, ...] = get_args(InputFormat)
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """Per-run input options from the command line.
+
+    ``input_format`` None means detect per file; ``event_time`` None means each file's
+    modification time for records without a timestamp.
+    """
+
+    input_format: InputFormat | None
+    mapping: FieldMapping | None
+    event_time: datetime | None
+    model: str | None
+    product: str | None
+
+    @classmethod
+    def build(
+        cls,
+        input_format: str | None,
+        mapping: str | None,
+        event_time: datetime | None,
+        model: str | None,
+        product: str | None,
+    ) -> BatchOptions:
+        """Validate raw option values. Raises ``ValueError`` with a usage message."""
+        if input_format is not None and input_format not in FORMATS:
+            raise ValueError(f"unknown format {input_format!r}; choose one of {', '.join(FORMATS)}")
+        parsed = FieldMapping.parse(mapping) if mapping else None
+        if parsed is not None:
+            if input_format not in (None, "mapped-jsonl"):
+                raise ValueError("--map only applies to --format mapped-jsonl")
+            input_format = "mapped-jsonl"
+        if event_time is not None and event_time.tzinfo is None:
+            event_time = event_time.replace(tzinfo=UTC)
+        return cls(cast(InputFormat | None, input_format), parsed, event_time, model, product)
+
+
+def first_line(path: Path, limit: int = 65_536) -> bytes:
+    """The first non-blank line of ``path`` (at most ``limit`` bytes), for format detection."""
+    with path.open("rb") as handle:
+        for line in handle:
+            if line.strip():
+                return line[:limit]
+    return b""
+
+
+def file_source(path: Path, options: BatchOptions, cfg: Settings) -> InputSource:
+    """Build the input source for one file. Raises ``ConfigError`` when the format is unknown."""
+    fmt = options.input_format
+    if fmt is None:
+        try:
+            fmt = detect_format(first_line(path), path.name)
+        except ValueError as exc:
+            raise ConfigError(f"{path}: {exc}") from exc
+    decode = DecodeOptions(
+        max_record_bytes=cfg.max_record_bytes,
+        max_text_chars=cfg.max_text_chars,
+        default_event_time=options.event_time
+        or datetime.fromtimestamp(path.stat().st_mtime, tz=UTC),
+        default_model=options.model or default_model_for(path, fmt),
+        default_product=options.product,
+        mapping=options.mapping,
+    )
+    return InputSource(read_records(path, fmt, cfg.max_record_bytes), fmt, decode)
+
+
+def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) -> AuditPipeline:
+    """The pipeline configured from ``cfg``. Raises ``ConfigError`` for bad bundles/engine."""
+    bundles = load_bundles(cfg.policy_bundles)
+    redactor = Redactor(cfg.redaction_kinds) if cfg.redaction_enabled else None
+    intake = IntakeSettings(
+        decode=DecodeOptions(),
+        known_bundles=frozenset(bundles),
+        redactor=redactor,
+        prefilter=cfg.prefilter_enabled,
+    )
+    return AuditPipeline(
+        bundles=bundles,
+        engine=make_engine(cfg, engine_name),
+        sink=sink,
+        intake=intake,
+        max_events=cfg.batch_max_events,
+        token_budget=cfg.batch_token_budget,
+        review_rate=cfg.review_sample_rate,
+        review_seed=cfg.review_seed,
+    )
+
+
+def open_warehouse(cfg: Settings) -> Warehouse:
+    """Connect to the configured warehouse and apply pending migrations.
+
+    Raises ``warehouse.client.WarehouseError`` when the warehouse cannot be reached.
+    """
+    password = cfg.warehouse_password.get_secret_value() if cfg.warehouse_password else None
+    client = connect(cfg.resolved_warehouse_dsn, cfg.warehouse_database, password)
+    migrate(client, cfg.warehouse_database)
+    return Warehouse(client, cfg.warehouse_database, retries=cfg.warehouse_insert_retries)
+
+
+def run_batch(
+    cfg: Settings,
+    files: Sequence[Path],
+    options: BatchOptions,
+    *,
+    engine_name: str | None = None,
+    sink: Sink | None = None,
+    console: Console | None = None,
+    progress_factory: Callable[[], Progress] | None = None,
+) -> RunReport:
+    """Audit ``files`` into ``sink`` (default: the configured warehouse); return the report.
+
+    Raises ``ConfigError`` for configuration problems (bundles, engine, undetectable format).
+    """
+    sources = [file_source(path, options, cfg) for path in files]
+    pipeline = build_pipeline(cfg, sink if sink is not None else open_warehouse(cfg), engine_name)
+    if progress_factory is None:
+        return asyncio.run(pipeline.run(sources))
+    with progress_factory() as progress:
+        task = progress.add_task("auditing", total=None)
+        return asyncio.run(pipeline.run(sources, lambda: progress.advance(task)))

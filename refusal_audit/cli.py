@@ -1,0 +1,216 @@
+"""The ``refusal-audit`` command line (typer + rich).
+
+Exit codes: 0 success; 1 some records or batches failed (they are in the dead-letter table);
+2 usage or configuration error.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from pathlib import Path
+
+import orjson
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from refusal_audit.batch import BatchOptions, open_warehouse, run_batch
+from refusal_audit.config import ConfigError, Settings, load_settings
+from refusal_audit.output import OutputFormat, render
+
+app = typer.Typer(
+    help="Audit the refusals of production LLMs against your own policies.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err = Console(stderr=True)
+
+EXIT_FAILURES = 1
+EXIT_USAGE = 2
+
+
+class State:
+    """Per-invocation state: the config file named with ``--config``."""
+
+    config_file: Path | None = None
+
+
+def settings(**overrides: object) -> Settings:
+    """Load the settings, exiting with code 2 and a clear message when they are invalid."""
+    try:
+        return load_settings(State.config_file, **overrides)
+    except ConfigError as exc:
+        err.print(f"[red]configuration error:[/red] {exc}")
+        raise typer.Exit(EXIT_USAGE) from exc
+
+
+def fail_usage(message: str) -> typer.Exit:
+    """Print a usage error; return the Exit(2) to raise."""
+    err.print(f"[red]error:[/red] {message}")
+    return typer.Exit(EXIT_USAGE)
+
+
+@app.callback()
+def main(
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        "-c",
+        help="TOML config file (default: $REFUSAL_AUDIT_CONFIG or "
+        "./refusal-audit.toml when present).",
+    ),
+) -> None:
+    """Audit the refusals of production LLMs against your own policies."""
+    State.config_file = config
+
+
+@app.command()
+def audit(
+    files: list[Path] = typer.Argument(..., help="Refusal log files (JSONL, OpenAI logs, CSV)."),
+    input_format: str | None = typer.Option(
+        None,
+        "--format",
+        "-f",
+        help="jsonl | mapped-jsonl | openai | xstest-csv (default: detected per file).",
+    ),
+    mapping: str | None = typer.Option(
+        None,
+        "--map",
+        help="Field mapping for other JSONL layouts, e.g. "
+        "request=prompt,response=response,log_id=id (implies --format mapped-jsonl).",
+    ),
+    event_time: datetime | None = typer.Option(
+        None,
+        "--event-time",
+        formats=["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d"],
+        help="Event time for records without one (default: the file's modification time).",
+    ),
+    model: str | None = typer.Option(None, help="Model id for records without one."),
+    product: str | None = typer.Option(None, help="Product for records without one."),
+    engine: str | None = typer.Option(None, help="Audit engine: local | openai."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write the full result JSON here."),
+) -> None:
+    """Audit log files end to end without Kafka and store the results in the warehouse."""
+    cfg = settings()
+    for path in files:
+        if not path.is_file():
+            raise fail_usage(f"input file not found: {path}")
+    try:
+        options = BatchOptions.build(input_format, mapping, event_time, model, product)
+    except ValueError as exc:
+        raise fail_usage(str(exc)) from exc
+    try:
+        report = run_batch(
+            cfg, files, options, engine_name=engine, console=console, progress_factory=_progress
+        )
+    except ConfigError as exc:
+        raise fail_usage(str(exc)) from exc
+    from refusal_audit.reporting import print_report, report_json
+
+    print_report(report, console)
+    if out is not None:
+        out.write_bytes(report_json(report))
+        console.print(f"full result written to {out}")
+    if report.failed:
+        raise typer.Exit(EXIT_FAILURES)
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    )
+
+
+@app.command()
+def query(
+    name: str | None = typer.Argument(None, help="Named query; omit to list them."),
+    since: datetime | None = typer.Option(None, formats=["%Y-%m-%d"], help="First day."),
+    until: datetime | None = typer.Option(None, formats=["%Y-%m-%d"], help="Last day."),
+    model: str | None = typer.Option(None, help="Only this model."),
+    product: str | None = typer.Option(None, help="Only this product."),
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o"),
+) -> None:
+    """Run a named trend query over the warehouse (current assessments only)."""
+    from warehouse.queries import NAMED_QUERIES, UnknownQueryError, run_named
+
+    if name is None:
+        render(
+            ["name", "description"],
+            [(n, q.description) for n, q in NAMED_QUERIES.items()],
+            output,
+            console,
+        )
+        return
+    cfg = settings()
+    store = open_warehouse(cfg)
+    try:
+        result = run_named(
+            store.client,
+            cfg.warehouse_database,
+            name,
+            since=_day(since),
+            until=_day(until),
+            model=model,
+            product=product,
+        )
+    except UnknownQueryError as exc:
+        raise fail_usage(str(exc)) from exc
+    render(result.columns, result.rows, output, console, title=name)
+
+
+def _day(value: datetime | None) -> date | None:
+    return value.date() if value is not None else None
+
+
+@app.command()
+def sql(
+    statement: str = typer.Argument(..., help="A single read-only statement (SELECT, ...)."),
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o"),
+) -> None:
+    """Run an ad hoc read-only SQL query against the warehouse."""
+    from warehouse.queries import ReadOnlyViolation, run_readonly
+
+    cfg = settings()
+    store = open_warehouse(cfg)
+    try:
+        result = run_readonly(store.client, statement)
+    except ReadOnlyViolation as exc:
+        raise fail_usage(str(exc)) from exc
+    render(result.columns, result.rows, output, console)
+
+
+@app.command()
+def migrate() -> None:
+    """Create the warehouse database and apply pending DDL migrations."""
+    from warehouse.client import connect
+    from warehouse.migrate import migrate as apply
+
+    cfg = settings()
+    password = cfg.warehouse_password.get_secret_value() if cfg.warehouse_password else None
+    client = connect(cfg.resolved_warehouse_dsn, cfg.warehouse_database, password)
+    applied = apply(client, cfg.warehouse_database)
+    console.print(f"applied: {', '.join(applied) if applied else 'nothing (up to date)'}")
+
+
+config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("show")
+def config_show() -> None:
+    """Print the effective settings as JSON (secrets masked)."""
+    cfg = settings()
+    data = cfg.model_dump(mode="json")
+    data["resolved_warehouse_dsn"] = cfg.resolved_warehouse_dsn
+    data["resolved_engine"] = cfg.resolved_engine
+    console.out(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode(), highlight=False)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,237 @@
+"""The audit pipeline shared by batch mode and the streaming worker.
+
+read (caller) -> ``processors.intake.prepare`` (decode, check, redact, pre-filter) ->
+``processors.batching.Batcher`` -> ``processors.auditing.audit_batch`` (engine, validation,
+review sampling) -> sink (the warehouse). Storage order gives at-least-once: an event row is
+written before its batch is audited, and a batch's assessments before its batch row; every
+failure becomes a dead letter. Blocking sink calls run in a worker thread so the event loop
+(faust's, in the worker) is never blocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Protocol
+
+from pydantic import ValidationError
+
+from processors.adapters import DecodeOptions, InputFormat, SourceRecord
+from processors.auditing import audit_batch, failed_batch_dead_letter
+from processors.batching import AuditBatch, Batcher
+from processors.engines.base import AuditEngine, EngineError
+from processors.intake import IntakeSettings, make_dead_letter, prepare
+from processors.validation import AuditValidationError, recompute_summary
+from schemas.audit import AuditSummary, BatchRecord, StoredAssessment
+from schemas.deadletter import DeadLetter
+from schemas.events import StoredEvent
+from schemas.policy import PolicyBundle
+
+
+class Sink(Protocol):
+    """Where the pipeline stores its output (``warehouse.store.Warehouse`` in production)."""
+
+    def insert_events(self, events: Sequence[StoredEvent]) -> None: ...
+    def insert_assessments(self, items: Sequence[StoredAssessment]) -> None: ...
+    def insert_batch(self, batch: BatchRecord) -> None: ...
+    def insert_dead_letters(self, items: Sequence[DeadLetter]) -> None: ...
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A record or batch that failed, for the run report: where, and why."""
+
+    source: str
+    location: str
+    reason_code: str
+    reason: str
+
+
+@dataclass
+class RunReport:
+    """Counts and results of one pipeline run.
+
+    ``records`` read; ``events`` decoded and unique; of those ``refusals`` (audited) and
+    ``non_refusals`` (stored, not audited); ``duplicates`` (later copies of a log_id, kept
+    as dead letters, the first copy audited); ``rejected`` (records dead-lettered at decode
+    or validation); ``failures`` (records dead-lettered at decode
+    or validation, and batches whose audit failed); ``failed_events`` = events in failed
+    batches.
+    """
+
+    records: int = 0
+    events: int = 0
+    refusals: int = 0
+    non_refusals: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    batches: int = 0
+    failed_batches: int = 0
+    failed_events: int = 0
+    failures: list[Failure] = field(default_factory=list)
+    assessments: list[StoredAssessment] = field(default_factory=list)
+    batch_records: list[BatchRecord] = field(default_factory=list)
+
+    @property
+    def failed(self) -> int:
+        """Records not audited because of an error: bad records plus events of failed batches."""
+        return self.rejected + self.failed_events
+
+    def failure_counts(self) -> Counter[str]:
+        """Number of failures per reason code."""
+        return Counter(f.reason_code for f in self.failures)
+
+    def summary(self) -> AuditSummary:
+        """The audit summary over every assessment of the run, recomputed from them."""
+        flags = [f for b in self.batch_records for f in b.summary.policy_gap_flags]
+        return recompute_summary(self.assessments, flags, [])
+
+
+def utc_now() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class InputSource:
+    """One input to audit: its records, their format and the decode options for them."""
+
+    records: Iterable[SourceRecord]
+    fmt: InputFormat
+    options: DecodeOptions
+
+
+class AuditPipeline:
+    """Runs sources through intake, batching, audit and storage; see the module docstring.
+
+    ``bundles`` maps policy-bundle names to parsed bundles; ``flush_every`` bounds the number
+    of decoded events held before they are written (memory bound).
+    """
+
+    def __init__(
+        self,
+        *,
+        bundles: Mapping[str, PolicyBundle],
+        engine: AuditEngine,
+        sink: Sink,
+        intake: IntakeSettings,
+        max_events: int,
+        token_budget: int,
+        review_rate: float,
+        review_seed: int,
+        clock: Callable[[], datetime] = utc_now,
+        flush_every: int = 500,
+    ) -> None:
+        self.bundles = dict(bundles)
+        self.engine = engine
+        self.sink = sink
+        self.intake = intake
+        self.review_rate = review_rate
+        self.review_seed = review_seed
+        self.clock = clock
+        self.flush_every = flush_every
+        self._batcher = Batcher(max_events, token_budget)
+        self._pending_events: list[StoredEvent] = []
+        self._pending_dead: list[DeadLetter] = []
+
+    async def run(
+        self, sources: Iterable[InputSource], on_record: Callable[[], None] | None = None
+    ) -> RunReport:
+        """Audit every record of ``sources``; return the run's report.
+
+        Bad records and failed batches become dead letters; sink errors propagate (nothing
+        is acknowledged past them).
+        """
+        report = RunReport()
+        seen: set[str] = set()
+        for source in sources:
+            intake = replace(self.intake, decode=source.options)
+            for record in source.records:
+                report.records += 1
+                for batch in self._take(record, source.fmt, intake, seen, report):
+                    await self._audit(batch, report)
+                if len(self._pending_events) + len(self._pending_dead) >= self.flush_every:
+                    await self._flush()
+                if on_record is not None:
+                    on_record()
+        for batch in self._batcher.flush():
+            await self._audit(batch, report)
+        await self._flush()
+        return report
+
+    def _take(
+        self,
+        record: SourceRecord,
+        fmt: InputFormat,
+        intake: IntakeSettings,
+        seen: set[str],
+        report: RunReport,
+    ) -> list[AuditBatch]:
+        """Prepare one record; return the audit batches it closes."""
+        now = self.clock()
+        outcome = prepare(record, fmt, intake, now)
+        if isinstance(outcome, DeadLetter):
+            report.rejected += 1
+            self._dead(outcome, report)
+            return []
+        log_id = outcome.event.log_id
+        if log_id in seen:
+            report.duplicates += 1
+            reason = f"log_id {log_id!r} already seen in this input; the first copy is audited"
+            self._dead(
+                make_dead_letter(record, "validate", "duplicate_log_id", reason, now, log_id),
+                report,
+            )
+            return []
+        seen.add(log_id)
+        report.events += 1
+        self._pending_events.append(outcome)
+        if not outcome.is_refusal:
+            report.non_refusals += 1
+            return []
+        report.refusals += 1
+        return self._batcher.add(outcome.event)
+
+    def _dead(self, letter: DeadLetter, report: RunReport) -> None:
+        self._pending_dead.append(letter)
+        report.failures.append(
+            Failure(letter.source, letter.location, letter.reason_code, letter.reason)
+        )
+
+    async def _flush(self) -> None:
+        events, dead = self._pending_events, self._pending_dead
+        self._pending_events, self._pending_dead = [], []
+        if events:
+            await asyncio.to_thread(self.sink.insert_events, events)
+        if dead:
+            await asyncio.to_thread(self.sink.insert_dead_letters, dead)
+
+    async def _audit(self, batch: AuditBatch, report: RunReport) -> None:
+        await self._flush()  # events are stored before their assessments
+        report.batches += 1
+        bundle = self.bundles[batch.policy_bundle]
+        now = self.clock()
+        try:
+            audited = await audit_batch(
+                batch,
+                bundle,
+                self.engine,
+                review_rate=self.review_rate,
+                review_seed=self.review_seed,
+                now=now,
+            )
+        except (EngineError, AuditValidationError, ValidationError) as exc:
+            code = "invalid_result" if not isinstance(exc, EngineError) else "engine_error"
+            letter = failed_batch_dead_letter(batch, "batch", code, str(exc), now)
+            await asyncio.to_thread(self.sink.insert_dead_letters, [letter])
+            report.failed_batches += 1
+            report.failed_events += len(batch.events)
+            report.failures.append(Failure(letter.source, letter.location, code, str(exc)))
+            return
+        await asyncio.to_thread(self.sink.insert_assessments, audited.assessments)
+        await asyncio.to_thread(self.sink.insert_batch, audited.record)
+        report.assessments.extend(audited.assessments)
+        report.batch_records.append(audited.record)
