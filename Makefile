@@ -1,0 +1,44 @@
+# refusal-audit developer commands. `make demo` and `make test` work on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test lint typecheck unit bench schemas clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 needed"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Audit the synthetic example log end to end on embedded defaults (chDB, local engine).
+demo: install
+	mkdir -p out
+	$(BIN)/refusal-audit audit examples/refusal_log.jsonl --out out/demo-result.json
+	$(BIN)/refusal-audit query false_positive_rate
+	$(BIN)/refusal-audit query category_mix --since 2026-11-20
+
+## Lint, type-check and run the whole test suite.
+test: install lint typecheck unit
+
+lint: install
+	$(BIN)/ruff check .
+
+typecheck: install
+	$(BIN)/mypy
+
+unit: install
+	$(BIN)/pytest
+
+bench: install
+	$(BIN)/python benchmarks/local_engine.py
+
+schemas: install
+	$(BIN)/python -m schemas.export
+
+clean:
+	rm -rf .refusal-audit out .pytest_cache .mypy_cache .ruff_cache

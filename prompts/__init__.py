@@ -1,0 +1,1 @@
+"""Versioned prompt templates for LLM audit engines (the ``local`` engine uses none)."""
