@@ -1,0 +1,81 @@
+"""Settings: defaults, TOML file, environment precedence, secrets, errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from refusal_audit.config import ConfigError, load_settings
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("REFUSAL_AUDIT_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+
+
+def test_defaults_are_embedded_and_local(tmp_path: Path) -> None:
+    s = load_settings()
+    assert s.resolved_warehouse_dsn == f"chdb://{tmp_path.resolve()}/.refusal-audit/chdb"
+    assert s.resolved_engine == "local"
+    assert s.review_sample_rate == 0.2
+
+
+def test_toml_then_env_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "ra.toml"
+    cfg.write_text('batch_max_events = 7\nwarehouse_dsn = "http://ch:8123"\n', encoding="utf-8")
+    assert load_settings(cfg).batch_max_events == 7
+    assert load_settings(cfg).resolved_warehouse_dsn == "http://ch:8123"
+    monkeypatch.setenv("REFUSAL_AUDIT_BATCH_MAX_EVENTS", "9")
+    assert load_settings(cfg).batch_max_events == 9
+    monkeypatch.setenv("REFUSAL_AUDIT_CONFIG", str(cfg))
+    assert load_settings().resolved_warehouse_dsn == "http://ch:8123"
+
+
+def test_default_config_file_in_cwd(tmp_path: Path) -> None:
+    (tmp_path / "refusal-audit.toml").write_text("review_seed = 11\n", encoding="utf-8")
+    assert load_settings().review_seed == 11
+
+
+def test_secret_is_masked_and_enables_openai(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REFUSAL_AUDIT_OPENAI_API_KEY", "sk-secret-value")
+    s = load_settings()
+    assert "sk-secret-value" not in repr(s)
+    assert "sk-secret-value" not in s.model_dump_json()
+    assert s.resolved_engine == "openai"
+
+
+def test_settings_are_frozen() -> None:
+    s = load_settings()
+    with pytest.raises(Exception):  # noqa: B017 - pydantic raises ValidationError on frozen
+        s.batch_max_events = 3  # type: ignore[misc]
+
+
+def test_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_settings(tmp_path / "missing.toml")
+    monkeypatch.setenv("REFUSAL_AUDIT_REVIEW_SAMPLE_RATE", "2")
+    with pytest.raises(ConfigError, match="review_sample_rate"):
+        load_settings()
+    monkeypatch.delenv("REFUSAL_AUDIT_REVIEW_SAMPLE_RATE")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("no_such_setting = 1\n", encoding="utf-8")
+    with pytest.raises(ConfigError):
+        load_settings(bad)
+
+
+def test_policy_bundles_from_toml(tmp_path: Path) -> None:
+    cfg = tmp_path / "ra.toml"
+    cfg.write_text(
+        '[policy_bundles.support]\nallowed_use = "p/a.md"\nproduct_safety = "p/b.md"\n'
+        'taxonomy = "p/t.md"\n',
+        encoding="utf-8",
+    )
+    bundles = load_settings(cfg).policy_bundles
+    assert list(bundles) == ["support"]
+    assert bundles["support"].taxonomy == Path("p/t.md")
