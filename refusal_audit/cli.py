@@ -88,7 +88,7 @@ def audit(
     ),
     model: str | None = typer.Option(None, help="Model id for records without one."),
     product: str | None = typer.Option(None, help="Product for records without one."),
-    engine: str | None = typer.Option(None, help="Audit engine: local | openai."),
+    engine: str | None = typer.Option(None, help="Audit engine (default: setting engine)."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the full result JSON here."),
 ) -> None:
     """Audit log files end to end without Kafka and store the results in the warehouse."""
@@ -208,7 +208,6 @@ def config_show() -> None:
     cfg = settings()
     data = cfg.model_dump(mode="json")
     data["resolved_warehouse_dsn"] = cfg.resolved_warehouse_dsn
-    data["resolved_engine"] = cfg.resolved_engine
     console.out(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode(), highlight=False)
 
 

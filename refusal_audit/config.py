@@ -86,14 +86,13 @@ class Settings(BaseSettings):
     policy_bundles: dict[str, PolicyBundlePaths] = Field(default_factory=_example_bundle)
 
     # engine
-    engine: Literal["local", "openai"] | None = Field(
-        default=None,
-        description="Audit engine; default: openai if an endpoint/key is set, else local.",
+    engine: Literal["local"] = Field(
+        default="local", description="Audit engine (LLM engines arrive with the openai engine)."
     )
-    openai_base_url: str | None = None
-    openai_api_key: SecretStr | None = None
-    openai_model: str = "gpt-4o-mini"
-    local_false_positive_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+    local_false_positive_threshold: float = Field(
+        default=0.5, ge=0.0, le=1.0, description="Over-refusal score at or above which the "
+        "local engine estimates a false positive.",
+    )
 
     # batching
     batch_max_events: int = Field(default=25, ge=1)
@@ -120,13 +119,6 @@ class Settings(BaseSettings):
         if self.warehouse_dsn:
             return self.warehouse_dsn
         return f"chdb://{(self.data_dir / 'chdb').resolve()}"
-
-    @property
-    def resolved_engine(self) -> Literal["local", "openai"]:
-        """The engine to use: the explicit setting, else openai when configured, else local."""
-        if self.engine is not None:
-            return self.engine
-        return "openai" if (self.openai_base_url or self.openai_api_key) else "local"
 
     @classmethod
     def settings_customise_sources(

@@ -8,15 +8,11 @@ from refusal_audit.config import ConfigError, Settings
 
 
 def make_engine(settings: Settings, name: str | None = None) -> AuditEngine:
-    """Build the engine ``name`` (default: ``settings.resolved_engine``).
+    """Build the engine ``name`` (default: ``settings.engine``).
 
     Raises ``ConfigError`` for an engine that is unknown or not available in this version.
     """
-    chosen = name or settings.resolved_engine
+    chosen = name or settings.engine
     if chosen == "local":
         return LocalEngine(false_positive_threshold=settings.local_false_positive_threshold)
-    if chosen == "openai":
-        raise ConfigError(
-            "engine 'openai' is not available yet in this version; use --engine local"
-        )
-    raise ConfigError(f"unknown engine {chosen!r} (choose local or openai)")
+    raise ConfigError(f"unknown engine {chosen!r} (available: local)")

@@ -22,7 +22,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def test_defaults_are_embedded_and_local(tmp_path: Path) -> None:
     s = load_settings()
     assert s.resolved_warehouse_dsn == f"chdb://{tmp_path.resolve()}/.refusal-audit/chdb"
-    assert s.resolved_engine == "local"
+    assert s.engine == "local"
     assert s.review_sample_rate == 0.2
 
 
@@ -42,12 +42,13 @@ def test_default_config_file_in_cwd(tmp_path: Path) -> None:
     assert load_settings().review_seed == 11
 
 
-def test_secret_is_masked_and_enables_openai(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("REFUSAL_AUDIT_OPENAI_API_KEY", "sk-secret-value")
+def test_secret_is_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REFUSAL_AUDIT_WAREHOUSE_PASSWORD", "s3cret-value")
     s = load_settings()
-    assert "sk-secret-value" not in repr(s)
-    assert "sk-secret-value" not in s.model_dump_json()
-    assert s.resolved_engine == "openai"
+    assert "s3cret-value" not in repr(s)
+    assert "s3cret-value" not in s.model_dump_json()
+    assert s.warehouse_password is not None
+    assert s.warehouse_password.get_secret_value() == "s3cret-value"
 
 
 def test_settings_are_frozen() -> None:
