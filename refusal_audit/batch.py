@@ -25,8 +25,6 @@ from refusal_audit.config import ConfigError, Settings
 from refusal_audit.engines import make_engine
 from refusal_audit.pipeline import AuditPipeline, InputSource, RunReport, Sink
 from refusal_audit.readers import default_model_for, read_records
-from warehouse.client import connect
-from warehouse.migrate import migrate
 from warehouse.store import Warehouse
 
 FORMATS: tuple[str, ...] = get_args(InputFormat)
@@ -119,17 +117,6 @@ def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) ->
     )
 
 
-def open_warehouse(cfg: Settings) -> Warehouse:
-    """Connect to the configured warehouse and apply pending migrations.
-
-    Raises ``warehouse.client.WarehouseError`` when the warehouse cannot be reached.
-    """
-    password = cfg.warehouse_password.get_secret_value() if cfg.warehouse_password else None
-    client = connect(cfg.resolved_warehouse_dsn, cfg.warehouse_database, password)
-    migrate(client, cfg.warehouse_database)
-    return Warehouse(client, cfg.warehouse_database, retries=cfg.warehouse_insert_retries)
-
-
 def run_batch(
     cfg: Settings,
     files: Sequence[Path],
@@ -145,7 +132,7 @@ def run_batch(
     Raises ``ConfigError`` for configuration problems (bundles, engine, undetectable format).
     """
     sources = [file_source(path, options, cfg) for path in files]
-    pipeline = build_pipeline(cfg, sink if sink is not None else open_warehouse(cfg), engine_name)
+    pipeline = build_pipeline(cfg, sink if sink is not None else Warehouse.open(cfg), engine_name)
     if progress_factory is None:
         return asyncio.run(pipeline.run(sources))
     with progress_factory() as progress:

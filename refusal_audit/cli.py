@@ -14,9 +14,10 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from refusal_audit.batch import BatchOptions, open_warehouse, run_batch
+from refusal_audit.batch import BatchOptions, run_batch
 from refusal_audit.config import ConfigError, Settings, load_settings
 from refusal_audit.output import OutputFormat, render
+from warehouse.store import Warehouse
 
 app = typer.Typer(
     help="Audit the refusals of production LLMs against your own policies.",
@@ -148,7 +149,7 @@ def query(
         )
         return
     cfg = settings()
-    store = open_warehouse(cfg)
+    store = Warehouse.open(cfg)
     try:
         result = run_named(
             store.client,
@@ -177,7 +178,7 @@ def sql(
     from warehouse.queries import ReadOnlyViolation, run_readonly
 
     cfg = settings()
-    store = open_warehouse(cfg)
+    store = Warehouse.open(cfg)
     try:
         result = run_readonly(store.client, statement)
     except ReadOnlyViolation as exc:
@@ -208,7 +209,7 @@ def config_show() -> None:
     cfg = settings()
     data = cfg.model_dump(mode="json")
     data["resolved_warehouse_dsn"] = cfg.resolved_warehouse_dsn
-    console.out(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode(), highlight=False)
+    console.file.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
 if __name__ == "__main__":

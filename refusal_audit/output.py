@@ -50,7 +50,7 @@ def render(
     if fmt is OutputFormat.json:
         for row in rows:
             line = orjson.dumps({c: _plain(v) for c, v in zip(columns, row, strict=True)})
-            console.out(line.decode(), highlight=False, soft_wrap=True)
+            console.file.write(line.decode() + "\n")
         return
     if fmt is OutputFormat.csv:
         buffer = io.StringIO()
@@ -58,7 +58,7 @@ def render(
         writer.writerow(columns)
         for row in rows:
             writer.writerow([_cell(v) for v in row])
-        console.out(buffer.getvalue().rstrip("\n"), highlight=False, soft_wrap=True)
+        console.file.write(buffer.getvalue())
         return
     table = Table(title=title)
     for column in columns:

@@ -1,0 +1,86 @@
+"""The refusal-audit CLI: exit codes, outputs and the read-only SQL guard."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from refusal_audit.cli import app
+
+REPO = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+@pytest.fixture
+def env(chdb_dsn: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("REFUSAL_AUDIT_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(REPO)
+    return {
+        "REFUSAL_AUDIT_WAREHOUSE_DSN": chdb_dsn,
+        "REFUSAL_AUDIT_WAREHOUSE_DATABASE": f"cli_{uuid.uuid4().hex[:12]}",
+    }
+
+
+def test_audit_then_query(env: dict[str, str], tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    result = runner.invoke(app, ["audit", "examples/refusal_log.jsonl", "--out", str(out)], env=env)
+    assert result.exit_code == 0, result.output
+    assert "Audit summary" in result.output
+    doc = json.loads(out.read_text())
+    assert doc["counts"]["failed_batches"] == 0
+    assert doc["audit_summary"]["total_refusals"] == len(doc["individual_assessments"])
+    q = runner.invoke(app, ["query", "false_positive_rate", "-o", "json"], env=env)
+    assert q.exit_code == 0, q.output
+    rows = [json.loads(line) for line in q.output.splitlines() if line.strip()]
+    assert rows and sum(r["audited"] for r in rows) == len(doc["individual_assessments"])
+    listing = runner.invoke(app, ["query"], env=env)
+    assert "category_mix" in listing.output
+
+
+def test_audit_exit_code_one_when_records_fail(env: dict[str, str]) -> None:
+    result = runner.invoke(app, ["audit", "tests/fixtures/malformed.jsonl"], env=env)
+    assert result.exit_code == 1
+    assert "line 2" in result.output and "not_json" in result.output
+
+
+def test_usage_errors_exit_two(env: dict[str, str], tmp_path: Path) -> None:
+    assert runner.invoke(app, ["audit", "no/such/file.jsonl"], env=env).exit_code == 2
+    assert runner.invoke(app, ["audit", "examples/refusal_log.jsonl", "--format", "xml"],
+                         env=env).exit_code == 2
+    assert runner.invoke(app, ["query", "no_such_query"], env=env).exit_code == 2
+    bad_env = {**env, "REFUSAL_AUDIT_BATCH_MAX_EVENTS": "0"}
+    assert runner.invoke(app, ["audit", "examples/refusal_log.jsonl"], env=bad_env).exit_code == 2
+    assert runner.invoke(app, ["--config", str(tmp_path / "nope.toml"), "audit",
+                               "examples/refusal_log.jsonl"], env=env).exit_code == 2
+
+
+@pytest.mark.parametrize("statement", [
+    "DROP TABLE assessments",
+    "INSERT INTO assessments SELECT * FROM assessments",
+    "SELECT 1; DROP TABLE assessments",
+])
+def test_sql_rejects_writes(env: dict[str, str], statement: str) -> None:
+    result = runner.invoke(app, ["sql", statement], env=env)
+    assert result.exit_code == 2
+
+
+def test_sql_reads(env: dict[str, str]) -> None:
+    result = runner.invoke(app, ["sql", "SELECT 1 + 1 AS two", "-o", "csv"], env=env)
+    assert result.exit_code == 0, result.output
+    assert result.output.split() == ["two", "2"]
+
+
+def test_config_show_masks_secrets(env: dict[str, str]) -> None:
+    result = runner.invoke(app, ["config", "show"],
+                           env={**env, "REFUSAL_AUDIT_WAREHOUSE_PASSWORD": "hunter2"})
+    assert result.exit_code == 0
+    assert "hunter2" not in result.output
+    assert json.loads(result.output)["warehouse_dsn"] == env["REFUSAL_AUDIT_WAREHOUSE_DSN"]
