@@ -27,7 +27,14 @@ from typing import Any
 import orjson
 from sklearn.metrics import roc_auc_score
 
-from processors.adapters import DecodeFailure, DecodeOptions, FieldMapping, decode_record
+from processors.adapters import (
+    DecodeFailure,
+    DecodeOptions,
+    FieldMapping,
+    InputFormat,
+    SourceRecord,
+    decode_record,
+)
 from processors.batching import make_batches
 from processors.engines.local import LocalEngine
 from processors.intake import IntakeSettings, prepare
@@ -57,21 +64,20 @@ def rate(k: int, n: int) -> dict[str, float]:
     return {"value": k / n if n else 0.0, "low": low, "high": high, "k": k, "n": n}
 
 
-def load(path: Path, fmt: str, options: DecodeOptions) -> list[RefusalEvent]:
-    """Decode every record of a file; fail loudly on a record that does not decode."""
+def load(path: Path, fmt: InputFormat, options: DecodeOptions) -> list[RefusalEvent]:
+    """Decode every record of a file; records that do not decode are reported and skipped."""
     events: list[RefusalEvent] = []
-    for record in read_records(path, fmt, options.max_record_bytes):  # type: ignore[arg-type]
-        decoded = decode_record(record, fmt, options)  # type: ignore[arg-type]
+    for record in read_records(path, fmt, options.max_record_bytes):
+        decoded = decode_record(record, fmt, options)
         if isinstance(decoded, DecodeFailure):
-            raise SystemExit(f"{path} {record.location}: {decoded.reason}")
+            print(f"skipped {path.name} {record.location}: {decoded.reason}", file=sys.stderr)
+            continue
         events.append(decoded)
     return events
 
 
 def prepared(events: Sequence[RefusalEvent], intake: IntakeSettings) -> list[StoredEvent]:
     """Run intake (redaction + pre-filter) on already-decoded events."""
-    from processors.adapters import SourceRecord
-
     out: list[StoredEvent] = []
     for e in events:
         rec = SourceRecord("bench", e.log_id, e.model_dump_json().encode())
