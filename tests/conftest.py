@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from clickhouse_connect.driver.client import Client
+
+    from warehouse import Warehouse
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
@@ -16,3 +24,37 @@ def shared_data() -> Path:
     if not (SHARED_DATA / "xstest").is_dir():
         pytest.fail(f"shared data not found at {SHARED_DATA}; tests need ../shared/data")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def chdb_dsn(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """DSN of the one embedded chDB store of this test session (chDB allows one path per
+    process, so every test that needs a warehouse must use this one)."""
+    return f"chdb://{tmp_path_factory.mktemp('chdb').resolve()}"
+
+
+@pytest.fixture
+def warehouse_db(chdb_dsn: str) -> Iterator[tuple[Client, str]]:
+    """A client on a fresh, migrated database with a unique name: ``(client, database)``.
+
+    The database is dropped afterwards.
+    """
+    from warehouse import connect, migrate
+
+    database = f"t_{uuid.uuid4().hex[:16]}"
+    client = connect(chdb_dsn, database)
+    migrate(client, database)
+    try:
+        yield client, database
+    finally:
+        client.command(f"DROP DATABASE IF EXISTS `{database}`")
+        client.close()
+
+
+@pytest.fixture
+def warehouse(warehouse_db: tuple[Client, str]) -> Warehouse:
+    """A migrated ``warehouse.Warehouse`` on a fresh database (3 insert attempts, no backoff)."""
+    from warehouse import Warehouse
+
+    client, database = warehouse_db
+    return Warehouse(client, database, retries=3, retry_wait=0.0)

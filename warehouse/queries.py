@@ -1,0 +1,427 @@
+"""Named trend queries for analysts (``refusal-audit query NAME``) and guarded ad hoc SQL.
+
+Every named query reads current rows only (``FINAL``), binds all values server-side
+(``{name:Type}``), and takes the same optional filters: ``since``/``until`` (inclusive days,
+UTC) and, where the data has them, ``model`` and ``product``. Rates come with Wilson 95%
+intervals computed in Python (``processors.stats.wilson_interval``).
+
+Days are the day of the audited *event* (``event_time``) for assessment- and event-based
+queries, so a re-audit replaces figures instead of moving them; ``policy_gaps`` uses the
+batch's audit day and ``dead_letters`` the day the failure was recorded.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any
+
+from clickhouse_connect.driver.exceptions import ClickHouseError
+
+from processors.stats import wilson_interval
+from warehouse.client import Client, WarehouseError, split_sql, validate_identifier
+
+__all__ = [
+    "NAMED_QUERIES",
+    "READ_KEYWORDS",
+    "NamedQuery",
+    "QueryResult",
+    "ReadOnlyViolation",
+    "UnknownQueryError",
+    "UnsupportedFilterError",
+    "check_readonly",
+    "run_named",
+    "run_readonly",
+]
+
+_MIN_DATE = date(1970, 1, 1)
+_MAX_DATE = date(2149, 6, 6)  # ClickHouse Date range
+_READONLY_ERROR_CODE = 164  # READONLY
+
+#: Leading keywords accepted by ``run_readonly``.
+READ_KEYWORDS = ("SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXPLAIN")
+
+
+class UnknownQueryError(WarehouseError, KeyError):
+    """No named query has this name; ``valid_names`` lists the ones that exist."""
+
+    def __init__(self, name: str, valid_names: list[str]) -> None:
+        self.name = name
+        self.valid_names = valid_names
+        super().__init__(f"unknown query {name!r}; valid names: {', '.join(valid_names)}")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class UnsupportedFilterError(WarehouseError, ValueError):
+    """A filter (``model``/``product``) was given to a query whose data cannot honour it."""
+
+
+class ReadOnlyViolation(WarehouseError):
+    """Ad hoc SQL that is not a single read-only statement (or the server refused it as such)."""
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """A query's result: column names and rows (tuples in column order)."""
+
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+
+    def as_dicts(self) -> list[dict[str, Any]]:
+        """The rows as ``{column: value}`` dicts."""
+        return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
+
+
+@dataclass(frozen=True)
+class NamedQuery:
+    """A named trend query.
+
+    ``sql`` binds ``{db:Identifier}``, ``{since:Date}``, ``{until:Date}`` and, for each name in
+    ``filters``, ``{model:String}`` / ``{product:String}`` (``''`` meaning "all").
+    ``postprocess`` (optional) turns the SQL result into the final one. ``columns`` are the
+    final result's column names (also returned for an empty result).
+    """
+
+    name: str
+    description: str
+    sql: str
+    columns: tuple[str, ...]
+    filters: frozenset[str] = field(default_factory=frozenset)
+    postprocess: Callable[[QueryResult], QueryResult] | None = None
+
+
+def _with_proportions(
+    *specs: tuple[str, str, str, str, str],
+) -> Callable[[QueryResult], QueryResult]:
+    """Post-processing that adds a rate and its Wilson 95% interval per spec.
+
+    Each spec is ``(successes, trials, rate, low, high)`` column names; the three new columns
+    are inserted right after the ``successes`` column.
+    """
+
+    def post(result: QueryResult) -> QueryResult:
+        columns = list(result.columns)
+        for successes, _trials, rate, low, high in specs:
+            at = columns.index(successes) + 1
+            columns[at:at] = [rate, low, high]
+        rows: list[tuple[Any, ...]] = []
+        for row in result.rows:
+            values = dict(zip(result.columns, row, strict=True))
+            out: list[Any] = []
+            for name in result.columns:
+                out.append(values[name])
+                for successes, trials, _rate, _low, _high in specs:
+                    if name == successes:
+                        k, n = int(values[successes]), int(values[trials])
+                        lo, hi = wilson_interval(k, n)
+                        out.extend([k / n if n else 0.0, lo, hi])
+            rows.append(tuple(out))
+        return QueryResult(columns, rows)
+
+    return post
+
+
+_DAY_MODEL_PRODUCT = """
+    toDate(event_time) BETWEEN {since:Date} AND {until:Date}
+    AND ({model:String} = '' OR model = {model:String})
+    AND ({product:String} = '' OR product = {product:String})
+"""
+
+_MODEL_PRODUCT = frozenset({"model", "product"})
+
+NAMED_QUERIES: dict[str, NamedQuery] = {
+    q.name: q
+    for q in (
+        NamedQuery(
+            name="false_positive_rate",
+            description="Estimated over-refusal (false positive) rate per event day and model, "
+            "with Wilson 95% interval.",
+            sql=f"""
+SELECT toDate(event_time) AS day, model,
+       count() AS audited,
+       countIf(is_estimated_false_positive) AS estimated_false_positives
+FROM {{db:Identifier}}.assessments FINAL
+WHERE {_DAY_MODEL_PRODUCT}
+GROUP BY day, model
+ORDER BY day, model
+""",
+            columns=("day", "model", "audited", "estimated_false_positives", "rate", "wilson_low",
+                     "wilson_high"),
+            filters=_MODEL_PRODUCT,
+            postprocess=_with_proportions(
+                ("estimated_false_positives", "audited", "rate", "wilson_low", "wilson_high")
+            ),
+        ),
+        NamedQuery(
+            name="category_mix",
+            description="Refusal categories per event day: assessments and share of the day.",
+            sql=f"""
+SELECT day, category, assessments,
+       assessments / sum(assessments) OVER (PARTITION BY day) AS share
+FROM (
+    SELECT toDate(event_time) AS day, category, count() AS assessments
+    FROM {{db:Identifier}}.assessments FINAL
+    WHERE {_DAY_MODEL_PRODUCT}
+    GROUP BY day, category
+)
+ORDER BY day, assessments DESC, category
+""",
+            columns=("day", "category", "assessments", "share"),
+            filters=_MODEL_PRODUCT,
+        ),
+        NamedQuery(
+            name="policy_gaps",
+            description="Policy-gap flags per audit day: flags, batches with flags, batches "
+            "audited, example log ids and descriptions (up to 20 / 10, sorted). Only batches "
+            "that still hold a current assessment (matching model/product) count.",
+            sql="""
+SELECT toDate(audited_at) AS day,
+       sum(length(policy_gap_flags)) AS flags,
+       countIf(length(policy_gap_flags) > 0) AS batches_with_flags,
+       count() AS batches_audited,
+       arraySlice(arraySort(arrayDistinct(groupArrayArray(arrayFlatten(
+           arrayMap(f -> tupleElement(f, 'example_log_ids'), policy_gap_flags))))), 1, 20)
+           AS example_log_ids,
+       arraySlice(arraySort(arrayDistinct(groupArrayArray(
+           arrayMap(f -> tupleElement(f, 'description'), policy_gap_flags)))), 1, 10)
+           AS descriptions
+FROM {db:Identifier}.audit_batches FINAL
+WHERE toDate(audited_at) BETWEEN {since:Date} AND {until:Date}
+  AND batch_id IN (
+      SELECT batch_id FROM {db:Identifier}.assessments FINAL
+      WHERE ({model:String} = '' OR model = {model:String})
+        AND ({product:String} = '' OR product = {product:String})
+  )
+GROUP BY day
+ORDER BY day
+""",
+            columns=("day", "flags", "batches_with_flags", "batches_audited", "example_log_ids",
+                     "descriptions"),
+            filters=_MODEL_PRODUCT,
+        ),
+        NamedQuery(
+            name="top_clauses",
+            description="Most cited policy clauses: citations, share of the bundle's citations "
+            "and how many of them were estimated false positives.",
+            sql=f"""
+SELECT policy_bundle, clause, citations,
+       citations / sum(citations) OVER (PARTITION BY policy_bundle) AS share,
+       estimated_false_positives
+FROM (
+    SELECT policy_bundle, assumeNotNull(policy_clause_cited) AS clause,
+           count() AS citations,
+           countIf(is_estimated_false_positive) AS estimated_false_positives
+    FROM {{db:Identifier}}.assessments FINAL
+    WHERE policy_clause_cited IS NOT NULL AND {_DAY_MODEL_PRODUCT}
+    GROUP BY policy_bundle, clause
+)
+ORDER BY citations DESC, policy_bundle, clause
+""",
+            columns=("policy_bundle", "clause", "citations", "share", "estimated_false_positives"),
+            filters=_MODEL_PRODUCT,
+        ),
+        NamedQuery(
+            name="review_share",
+            description="Per event day: share of assessments flagged for human review and "
+            "share sampled for review, each with Wilson 95% interval.",
+            sql=f"""
+SELECT toDate(event_time) AS day,
+       count() AS assessed,
+       countIf(requires_human_review) AS flagged,
+       countIf(sampled_for_review) AS sampled
+FROM {{db:Identifier}}.assessments FINAL
+WHERE {_DAY_MODEL_PRODUCT}
+GROUP BY day
+ORDER BY day
+""",
+            columns=("day", "assessed", "flagged", "review_share", "review_low", "review_high",
+                     "sampled", "sampled_share", "sampled_low", "sampled_high"),
+            filters=_MODEL_PRODUCT,
+            postprocess=_with_proportions(
+                ("flagged", "assessed", "review_share", "review_low", "review_high"),
+                ("sampled", "assessed", "sampled_share", "sampled_low", "sampled_high"),
+            ),
+        ),
+        NamedQuery(
+            name="prefilter",
+            description="Stored events per event day: total, refusals and non-refusals "
+            "(the refusal pre-filter's decision).",
+            sql=f"""
+SELECT toDate(event_time) AS day,
+       count() AS events,
+       countIf(is_refusal) AS refusals,
+       countIf(NOT is_refusal) AS non_refusals
+FROM {{db:Identifier}}.refusal_events FINAL
+WHERE {_DAY_MODEL_PRODUCT}
+GROUP BY day
+ORDER BY day
+""",
+            columns=("day", "events", "refusals", "non_refusals"),
+            filters=_MODEL_PRODUCT,
+        ),
+        NamedQuery(
+            name="dead_letters",
+            description="Dead letters by stage and reason code (day of recording), with the "
+            "number of distinct sources.",
+            sql="""
+SELECT stage, reason_code, count() AS dead_letters, uniqExact(source) AS sources
+FROM {db:Identifier}.dead_letters FINAL
+WHERE toDate(created_at) BETWEEN {since:Date} AND {until:Date}
+GROUP BY stage, reason_code
+ORDER BY dead_letters DESC, stage, reason_code
+""",
+            columns=("stage", "reason_code", "dead_letters", "sources"),
+        ),
+    )
+}
+
+
+def _clamp(day: date | None, default: date) -> date:
+    if day is None:
+        return default
+    return min(max(day, _MIN_DATE), _MAX_DATE)
+
+
+def run_named(
+    client: Client,
+    database: str,
+    name: str,
+    *,
+    since: date | None = None,
+    until: date | None = None,
+    model: str | None = None,
+    product: str | None = None,
+) -> QueryResult:
+    """Run the named query ``name`` against ``database`` and return its result.
+
+    ``since``/``until`` are inclusive days (None: unbounded); ``model``/``product`` restrict to
+    one model / product (None: all). Shapes of each query: see ``NAMED_QUERIES[name]``.
+
+    Raises ``UnknownQueryError`` (a ``KeyError``) listing the valid names,
+    ``UnsupportedFilterError`` (a ``ValueError``) for a filter the query cannot apply, and
+    ``WarehouseError`` when the query fails.
+    """
+    query = NAMED_QUERIES.get(name)
+    if query is None:
+        raise UnknownQueryError(name, sorted(NAMED_QUERIES))
+    validate_identifier(database)
+    given = {k for k, v in (("model", model), ("product", product)) if v is not None}
+    unsupported = given - query.filters
+    if unsupported:
+        raise UnsupportedFilterError(
+            f"query {name!r} cannot filter by {', '.join(sorted(unsupported))}"
+        )
+    params: dict[str, Any] = {
+        "db": database,
+        "since": _clamp(since, _MIN_DATE),
+        "until": _clamp(until, _MAX_DATE),
+    }
+    if "model" in query.filters:
+        params["model"] = model or ""
+    if "product" in query.filters:
+        params["product"] = product or ""
+    try:
+        raw = client.query(query.sql, parameters=params)
+    except ClickHouseError as exc:
+        raise WarehouseError(f"query {name!r} failed: {exc}") from exc
+    if not raw.result_rows:
+        # chDB returns no column names for an empty result; the declared ones are the same
+        return QueryResult(list(query.columns), [])
+    result = QueryResult(list(raw.column_names), [tuple(r) for r in raw.result_rows])
+    if query.postprocess is not None:
+        result = query.postprocess(result)
+    if tuple(result.columns) != query.columns:
+        raise WarehouseError(
+            f"query {name!r} returned columns {result.columns}, declared {list(query.columns)}"
+        )
+    return result
+
+
+def check_readonly(sql: str) -> str:
+    """Check that ``sql`` is one read-only statement; return it as it should be sent.
+
+    Accepted: a single statement (an optional trailing ``;``) whose first keyword, after
+    comments and opening parentheses, is one of ``READ_KEYWORDS``, and that contains no
+    ``INTO OUTFILE`` (it writes files) and no ``INSERT INTO``. The returned text has the
+    comments removed, so the server runs exactly what was checked.
+
+    Raises ``ReadOnlyViolation`` with the reason otherwise.
+    """
+    try:
+        statements = split_sql(sql)
+    except ValueError as exc:
+        raise ReadOnlyViolation(f"cannot parse the query: {exc}") from exc
+    if not statements:
+        raise ReadOnlyViolation("the query is empty")
+    if len(statements) > 1:
+        raise ReadOnlyViolation(
+            f"only a single statement is allowed, found {len(statements)} separated by ';'"
+        )
+    statement = statements[0]
+    match = re.match(r"[\s(]*([A-Za-z_]+)", statement.skeleton)
+    keyword = match.group(1).upper() if match else ""
+    if keyword not in READ_KEYWORDS:
+        shown = keyword or statement.text[:20]
+        raise ReadOnlyViolation(
+            f"only read-only statements are allowed ({', '.join(READ_KEYWORDS)}); "
+            f"got {shown!r}"
+        )
+    if re.search(r"\bINTO\s+OUTFILE\b", statement.skeleton, re.IGNORECASE):
+        raise ReadOnlyViolation("INTO OUTFILE writes a file and is not allowed")
+    if re.search(r"\bINSERT\s+INTO\b", statement.skeleton, re.IGNORECASE):
+        raise ReadOnlyViolation("INSERT is not allowed")
+    return statement.text
+
+
+def _run_guarded(client: Client, statement: str) -> QueryResult:
+    """Run ``statement`` with the ClickHouse setting ``readonly=1`` (the server-side guard).
+
+    Only ever called with statements ``check_readonly`` accepted: on chDB, a *write* refused
+    here can leave the client's session in readonly mode (the driver applies some settings
+    with ``SET``, which cannot be undone once ``readonly=1``); reads leave it unchanged.
+
+    Raises ``ReadOnlyViolation`` when the server refuses it as a write, ``WarehouseError``
+    for any other failure.
+    """
+    try:
+        raw = client.query(statement, settings={"readonly": 1})
+    except ClickHouseError as exc:
+        if getattr(exc, "code", None) == _READONLY_ERROR_CODE:
+            raise ReadOnlyViolation(
+                f"the warehouse refused a write in readonly mode: {exc}"
+            ) from exc
+        raise WarehouseError(f"query failed: {exc}") from exc
+    columns = list(raw.column_names)
+    if not columns and not raw.result_rows:
+        columns = _probe_columns(client, statement)
+    return QueryResult(columns, [tuple(r) for r in raw.result_rows])
+
+
+def _probe_columns(client: Client, statement: str) -> list[str]:
+    """Column names of an empty SELECT/WITH result (chDB sends none); [] when unknown."""
+    match = re.match(r"[\s(]*([A-Za-z_]+)", statement)
+    if match is None or match.group(1).upper() not in ("SELECT", "WITH"):
+        return []
+    try:
+        probe = client.query(f"SELECT * FROM ({statement}) LIMIT 0", settings={"readonly": 1})
+    except ClickHouseError:
+        return []
+    return list(probe.column_names)
+
+
+def run_readonly(client: Client, sql: str) -> QueryResult:
+    """Run ad hoc read-only SQL and return its result.
+
+    Two guards: ``check_readonly`` (one statement starting with SELECT/WITH/SHOW/DESCRIBE/
+    DESC/EXPLAIN, no INTO OUTFILE) and the ClickHouse setting ``readonly=1`` on the query,
+    which both chDB and a server enforce (writes, DDL, SET and table functions such as
+    ``file()`` are refused). Unqualified table names resolve in the client's database.
+
+    Raises ``ReadOnlyViolation`` for anything but a read, ``WarehouseError`` when the query
+    fails (syntax error, unknown table, ...).
+    """
+    return _run_guarded(client, check_readonly(sql))

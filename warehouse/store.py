@@ -1,0 +1,480 @@
+"""The warehouse's write side and the few reads the pipeline, CLI and tests need.
+
+Writes are idempotent twice over: every insert carries an ``insert_deduplication_token``
+derived from a hash of its rows (an identical retry or re-delivery is dropped at insert time),
+and every table is a ``ReplacingMergeTree`` keyed on the natural id, read with ``FINAL`` (a
+re-delivery with other provenance, e.g. a later ``ingested_at``, replaces the row).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from clickhouse_connect.driver.exceptions import ClickHouseError, DatabaseError, OperationalError
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from refusal_audit.config import Settings
+from schemas import BatchRecord, DeadLetter, StoredAssessment, StoredEvent
+from warehouse.client import Client, WarehouseError, connect, validate_identifier
+
+__all__ = ["ALERT_COLUMNS", "Warehouse", "dedup_token", "is_transient", "to_utc"]
+
+logger = logging.getLogger(__name__)
+
+# ClickHouse error codes worth retrying: the server is busy or a network hop failed.
+_TRANSIENT_CODES = frozenset(
+    {
+        159,  # TIMEOUT_EXCEEDED
+        209,  # SOCKET_TIMEOUT
+        210,  # NETWORK_ERROR
+        202,  # TOO_MANY_SIMULTANEOUS_QUERIES
+        252,  # TOO_MANY_PARTS
+        279,  # ALL_CONNECTION_TRIES_FAILED
+        999,  # KEEPER_EXCEPTION
+    }
+)
+
+EVENT_COLUMNS = (
+    "log_id", "event_time", "schema_version", "request", "response", "model", "product",
+    "policy_bundle", "conversation_id", "has_classifier", "classifier_flagged",
+    "classifier_score", "classifier_labels", "classifier_is_refusal", "attributes",
+    "redactions", "is_refusal", "refusal_kind", "refusal_score", "refusal_cues", "source",
+    "ingested_at",
+)  # fmt: skip
+
+ASSESSMENT_COLUMNS = (
+    "log_id", "category", "is_estimated_false_positive", "policy_clause_cited",
+    "assessment_rationale", "requires_human_review", "batch_id", "policy_bundle",
+    "bundle_version", "engine", "engine_model", "engine_version", "prompt_version",
+    "audited_at", "event_time", "model", "product", "false_positive_score",
+    "sampled_for_review", "review_reason",
+)  # fmt: skip
+
+BATCH_COLUMNS = (
+    "batch_id", "policy_bundle", "bundle_version", "engine", "engine_model", "engine_version",
+    "prompt_version", "audited_at", "log_ids", "total_refusals", "estimated_false_positives",
+    "categorization", "policy_gap_flags", "trends", "prompt_tokens", "cached_tokens",
+    "completion_tokens", "latency_ms",
+)  # fmt: skip
+
+DEAD_LETTER_COLUMNS = (
+    "dead_letter_id", "stage", "reason_code", "reason", "source", "location", "raw", "log_id",
+    "created_at",
+)  # fmt: skip
+
+#: Columns of the ``alerts`` table: name -> default for an optional key (``...``: required).
+ALERT_COLUMNS: Mapping[str, Any] = {
+    "alert_id": ...,
+    "kind": ...,
+    "severity": ...,
+    "created_at": ...,
+    "policy_bundle": "",
+    "model": "",
+    "product": "",
+    "window_start": None,
+    "window_end": None,
+    "message": "",
+    "payload": "{}",
+}
+
+
+def to_utc(value: datetime) -> datetime:
+    """``value`` as an aware UTC datetime; a naive value is taken to be UTC already."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether an insert failing with ``exc`` is worth retrying.
+
+    True for connection-level failures (``OperationalError``, ``ConnectionError``,
+    ``TimeoutError``) and for server errors whose code means "busy" or "network"
+    (timeouts, too many parts/queries, Keeper); False for everything else (bad data, bad SQL,
+    missing table), which would fail the same way again.
+    """
+    if isinstance(exc, OperationalError | ConnectionError | TimeoutError):
+        return True
+    return isinstance(exc, DatabaseError) and getattr(exc, "code", None) in _TRANSIENT_CODES
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, datetime):
+        return to_utc(value).isoformat()
+    if isinstance(value, bytes | bytearray):
+        return value.hex()
+    if isinstance(value, tuple | set | frozenset):
+        return list(value)
+    return str(value)
+
+
+def dedup_token(table: str, rows: Sequence[Sequence[Any]]) -> str:
+    """A deterministic insert deduplication token for ``rows`` going into ``table``."""
+    payload = json.dumps([table, rows], default=_json_default, sort_keys=True, ensure_ascii=False)
+    return f"{table}:{hashlib.sha256(payload.encode('utf-8')).hexdigest()}"
+
+
+def _event_row(item: StoredEvent) -> list[Any]:
+    event = item.event
+    signal = event.classifier
+    return [
+        event.log_id,
+        to_utc(event.event_time),
+        event.schema_version,
+        event.request,
+        event.response,
+        event.model,
+        event.product,
+        event.policy_bundle,
+        event.conversation_id,
+        signal is not None,
+        signal.flagged if signal is not None else None,
+        signal.score if signal is not None else None,
+        list(signal.labels) if signal is not None else [],
+        signal.is_refusal if signal is not None else None,
+        dict(event.attributes),
+        dict(item.redactions),
+        item.is_refusal,
+        item.refusal_kind,
+        item.refusal_score,
+        list(item.refusal_cues),
+        item.source,
+        to_utc(item.ingested_at),
+    ]
+
+
+def _assessment_row(item: StoredAssessment) -> list[Any]:
+    return [
+        item.log_id,
+        item.category,
+        item.is_estimated_false_positive,
+        item.policy_clause_cited,
+        item.assessment_rationale,
+        item.requires_human_review,
+        item.batch_id,
+        item.policy_bundle,
+        item.bundle_version,
+        item.engine,
+        item.engine_model,
+        item.engine_version,
+        item.prompt_version,
+        to_utc(item.audited_at),
+        to_utc(item.event_time),
+        item.model,
+        item.product,
+        item.false_positive_score,
+        item.sampled_for_review,
+        item.review_reason,
+    ]
+
+
+def _batch_row(batch: BatchRecord) -> list[Any]:
+    summary = batch.summary
+    return [
+        batch.batch_id,
+        batch.policy_bundle,
+        batch.bundle_version,
+        batch.engine,
+        batch.engine_model,
+        batch.engine_version,
+        batch.prompt_version,
+        to_utc(batch.audited_at),
+        list(batch.log_ids),
+        summary.total_refusals,
+        summary.estimated_false_positives,
+        dict(summary.categorization),
+        [(flag.description, list(flag.example_log_ids)) for flag in summary.policy_gap_flags],
+        list(summary.trends_identified),
+        batch.usage.prompt_tokens,
+        batch.usage.cached_tokens,
+        batch.usage.completion_tokens,
+        batch.usage.latency_ms,
+    ]
+
+
+def _dead_letter_row(item: DeadLetter) -> list[Any]:
+    return [
+        item.dead_letter_id,
+        item.stage,
+        item.reason_code,
+        item.reason,
+        item.source,
+        item.location,
+        bytes(item.raw),
+        item.log_id,
+        to_utc(item.created_at),
+    ]
+
+
+def _alert_row(alert: Mapping[str, Any]) -> list[Any]:
+    unknown = set(alert) - set(ALERT_COLUMNS)
+    if unknown:
+        raise ValueError(f"unknown alert field(s) {sorted(unknown)}; known: {list(ALERT_COLUMNS)}")
+    row: list[Any] = []
+    for name, default in ALERT_COLUMNS.items():
+        if name not in alert and default is ...:
+            raise ValueError(f"alert is missing required field {name!r}")
+        value = alert.get(name, default)
+        if name == "payload" and not isinstance(value, str):
+            value = json.dumps(value, default=_json_default, sort_keys=True, ensure_ascii=False)
+        elif isinstance(value, datetime):
+            value = to_utc(value)
+        elif name in ("alert_id", "kind", "severity") and not (isinstance(value, str) and value):
+            raise ValueError(f"alert field {name!r} must be a non-empty string, got {value!r}")
+        row.append(value)
+    return row
+
+
+class Warehouse:
+    """The refusal-audit warehouse: a connected client plus the database holding its tables.
+
+    ``client`` must already be migrated (see ``warehouse.migrate.migrate``, or use
+    ``Warehouse.open``). ``retries`` is the total number of attempts per insert
+    (``Settings.warehouse_insert_retries``; values below 1 mean a single attempt). Retries
+    only happen on transient errors (``is_transient``), with exponential backoff starting at
+    ``retry_wait`` seconds and capped at ``retry_wait_max``.
+
+    All methods block; call them from a worker thread in async code. A ``Warehouse`` may be
+    shared across threads (the driver serialises calls per client).
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        database: str,
+        *,
+        retries: int = 5,
+        retry_wait: float = 0.5,
+        retry_wait_max: float = 10.0,
+    ) -> None:
+        self.client = client
+        self.database = validate_identifier(database)
+        self.insert_attempts = max(1, retries)
+        self._retry_wait = retry_wait
+        self._retry_wait_max = retry_wait_max
+
+    @classmethod
+    def open(cls, settings: Settings, *, run_migrations: bool = True) -> Warehouse:
+        """Connect with ``settings`` (DSN, database, password, retries) and migrate.
+
+        Raises ``WarehouseError`` (``MigrationError`` for a migration problem).
+        """
+        from warehouse.migrate import migrate
+
+        password = settings.warehouse_password
+        client = connect(
+            settings.resolved_warehouse_dsn,
+            settings.warehouse_database,
+            password.get_secret_value() if password is not None else None,
+        )
+        try:
+            if run_migrations:
+                migrate(client, settings.warehouse_database)
+        except BaseException:
+            client.close()
+            raise
+        return cls(client, settings.warehouse_database, retries=settings.warehouse_insert_retries)
+
+    def close(self) -> None:
+        """Close the underlying client."""
+        self.client.close()
+
+    # ---- writes ---------------------------------------------------------------------
+
+    def _insert(self, table: str, columns: Sequence[str], rows: list[list[Any]]) -> None:
+        """Insert ``rows`` with a content-derived dedup token, retrying transient failures."""
+        if not rows:
+            return
+        token = dedup_token(table, rows)
+
+        def attempt() -> None:
+            self.client.insert(
+                table,
+                rows,
+                column_names=list(columns),
+                database=self.database,
+                settings={"insert_deduplication_token": token},
+            )
+
+        retrying = Retrying(
+            stop=stop_after_attempt(self.insert_attempts),
+            wait=wait_exponential(multiplier=self._retry_wait, max=self._retry_wait_max),
+            retry=retry_if_exception(is_transient),
+            before_sleep=self._log_retry(table),
+            reraise=False,
+        )
+        try:
+            retrying(attempt)
+        except RetryError as exc:
+            cause = exc.last_attempt.exception()
+            raise WarehouseError(
+                f"insert of {len(rows)} row(s) into {self.database}.{table} failed after "
+                f"{self.insert_attempts} attempt(s): {cause}"
+            ) from cause
+        except (ClickHouseError, OSError, ValueError, TypeError) as exc:
+            raise WarehouseError(
+                f"insert of {len(rows)} row(s) into {self.database}.{table} failed: {exc}"
+            ) from exc
+
+    @staticmethod
+    def _log_retry(table: str) -> Callable[[Any], None]:
+        def log(state: Any) -> None:
+            outcome = state.outcome
+            logger.warning(
+                "insert into %s failed (attempt %d), retrying: %s",
+                table,
+                state.attempt_number,
+                outcome.exception() if outcome is not None else "?",
+            )
+
+        return log
+
+    def insert_events(self, events: Sequence[StoredEvent]) -> None:
+        """Store redacted events (an empty sequence is a no-op).
+
+        Re-delivering an event (same ``log_id``) replaces it. Raises ``WarehouseError``.
+        """
+        self._insert("refusal_events", EVENT_COLUMNS, [_event_row(e) for e in events])
+
+    def insert_assessments(self, items: Sequence[StoredAssessment]) -> None:
+        """Store assessments; per (policy_bundle, log_id) the newest ``audited_at`` is current.
+
+        An empty sequence is a no-op. Raises ``WarehouseError``.
+        """
+        self._insert(
+            "assessments", ASSESSMENT_COLUMNS, [_assessment_row(a) for a in items]
+        )
+
+    def insert_batch(self, batch: BatchRecord) -> None:
+        """Store one audited batch (re-running the same ``batch_id`` replaces it).
+
+        Raises ``WarehouseError``.
+        """
+        self._insert("audit_batches", BATCH_COLUMNS, [_batch_row(batch)])
+
+    def insert_dead_letters(self, items: Sequence[DeadLetter]) -> None:
+        """Store dead letters (one row per ``dead_letter_id``; empty sequence: no-op).
+
+        Raises ``WarehouseError``.
+        """
+        self._insert(
+            "dead_letters", DEAD_LETTER_COLUMNS, [_dead_letter_row(d) for d in items]
+        )
+
+    def insert_alerts(self, alerts: Sequence[Mapping[str, Any]]) -> None:
+        """Store generic alert rows (an empty sequence is a no-op).
+
+        Each mapping needs ``alert_id``, ``kind``, ``severity`` (non-empty strings) and
+        ``created_at`` (datetime); optional: ``policy_bundle``, ``model``, ``product``
+        (default ``""``), ``window_start``/``window_end`` (datetime or None), ``message`` and
+        ``payload`` (a JSON string, or any JSON-serialisable value, stored as sorted-key JSON).
+        One row per ``alert_id`` (newest ``created_at`` wins).
+
+        Raises ``ValueError`` for a missing/unknown field, ``WarehouseError`` on failure.
+        """
+        self._insert("alerts", list(ALERT_COLUMNS), [_alert_row(a) for a in alerts])
+
+    # ---- reads ----------------------------------------------------------------------
+
+    def _select(
+        self,
+        sql: str,
+        parameters: dict[str, Any] | None = None,
+        column_formats: dict[str, str | dict[str, str]] | None = None,
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        params = {"db": self.database, **(parameters or {})}
+        try:
+            result = self.client.query(sql, parameters=params, column_formats=column_formats)
+        except ClickHouseError as exc:
+            raise WarehouseError(f"query on {self.database} failed: {exc}") from exc
+        return list(result.column_names), [tuple(row) for row in result.result_rows]
+
+    def _dicts(
+        self,
+        sql: str,
+        parameters: dict[str, Any] | None = None,
+        column_formats: dict[str, str | dict[str, str]] | None = None,
+    ) -> list[dict[str, Any]]:
+        columns, rows = self._select(sql, parameters, column_formats)
+        return [dict(zip(columns, row, strict=True)) for row in rows]
+
+    def count_events(self) -> int:
+        """Number of distinct stored events (current rows). Raises ``WarehouseError``."""
+        _, rows = self._select("SELECT count() FROM {db:Identifier}.refusal_events FINAL")
+        return int(rows[0][0])
+
+    def count_assessments(self) -> int:
+        """Number of current assessments. Raises ``WarehouseError``."""
+        _, rows = self._select("SELECT count() FROM {db:Identifier}.assessments FINAL")
+        return int(rows[0][0])
+
+    def count_batches(self) -> int:
+        """Number of distinct audited batches. Raises ``WarehouseError``."""
+        _, rows = self._select("SELECT count() FROM {db:Identifier}.audit_batches FINAL")
+        return int(rows[0][0])
+
+    def current_assessments(self, log_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """The current assessments (of ``log_ids`` only, when given), one dict per row.
+
+        Keys are the ``assessments`` columns, i.e. the ``StoredAssessment`` field names;
+        datetimes are aware UTC. Ordered by (policy_bundle, log_id). Raises ``WarehouseError``.
+        """
+        if log_ids is not None and not log_ids:
+            return []
+        where = "" if log_ids is None else "WHERE log_id IN {ids:Array(String)}"
+        return self._dicts(
+            f"SELECT * FROM {{db:Identifier}}.assessments FINAL {where} "
+            "ORDER BY policy_bundle, log_id",
+            {"ids": list(log_ids)} if log_ids is not None else None,
+        )
+
+    def assessment_counts_per_log_id(self) -> dict[str, int]:
+        """Map log_id -> number of current assessments (1 each when every log_id is audited
+        against one bundle). Raises ``WarehouseError``.
+        """
+        _, rows = self._select(
+            "SELECT log_id, count() FROM {db:Identifier}.assessments FINAL GROUP BY log_id"
+        )
+        return {str(log_id): int(n) for log_id, n in rows}
+
+    def batches(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest ``limit`` batches (by audited_at), one dict per row; ``policy_gap_flags``
+        is a list of ``{"description", "example_log_ids"}`` dicts. Raises ``WarehouseError``.
+        """
+        return self._dicts(
+            "SELECT * FROM {db:Identifier}.audit_batches FINAL "
+            "ORDER BY audited_at DESC, batch_id LIMIT {limit:UInt32}",
+            {"limit": limit},
+        )
+
+    def dead_letters(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest ``limit`` dead letters, one dict per row (``DeadLetter`` field names;
+        ``raw`` as bytes). Raises ``WarehouseError``.
+        """
+        return self._dicts(
+            "SELECT * FROM {db:Identifier}.dead_letters FINAL "
+            "ORDER BY created_at DESC, dead_letter_id LIMIT {limit:UInt32}",
+            {"limit": limit},
+            column_formats={"raw": "bytes"},
+        )
+
+    def alerts(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest ``limit`` alerts, one dict per row (``ALERT_COLUMNS``; ``payload`` is the
+        JSON text). Raises ``WarehouseError``.
+        """
+        return self._dicts(
+            "SELECT * FROM {db:Identifier}.alerts FINAL "
+            "ORDER BY created_at DESC, alert_id LIMIT {limit:UInt32}",
+            {"limit": limit},
+        )
