@@ -184,7 +184,8 @@ def _fmt(r: dict[str, float]) -> str:
 
 def print_text(f: dict[str, Any]) -> None:
     """Print the figures for people."""
-    rd, od, cc = f["refusal_detection"], f["over_refusal_detection"], f["coconot_category_agreement"]
+    rd, od = f["refusal_detection"], f["over_refusal_detection"]
+    cc = f["coconot_category_agreement"]
     print(f"engine: {f['engine']}")
     print("XSTest refusal detection (pre-filter vs human labels, 900 completions):")
     print(f"  precision {_fmt(rd['precision'])}\n  recall    {_fmt(rd['recall'])}\n"

@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import cast, get_args
 
-from rich.console import Console
 from rich.progress import Progress
 
 from processors.adapters import (
@@ -124,7 +123,6 @@ def run_batch(
     *,
     engine_name: str | None = None,
     sink: Sink | None = None,
-    console: Console | None = None,
     progress_factory: Callable[[], Progress] | None = None,
 ) -> RunReport:
     """Audit ``files`` into ``sink`` (default: the configured warehouse); return the report.

@@ -17,6 +17,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from refusal_audit.batch import BatchOptions, run_batch
 from refusal_audit.config import ConfigError, Settings, load_settings
 from refusal_audit.output import OutputFormat, render
+from refusal_audit.reporting import print_report, report_json
+from warehouse.client import WarehouseError
 from warehouse.store import Warehouse
 
 app = typer.Typer(
@@ -44,6 +46,14 @@ def settings(**overrides: object) -> Settings:
     except ConfigError as exc:
         err.print(f"[red]configuration error:[/red] {exc}")
         raise typer.Exit(EXIT_USAGE) from exc
+
+
+def open_store(cfg: Settings) -> Warehouse:
+    """Open the configured warehouse; exit 2 with the reason when it cannot be opened."""
+    try:
+        return Warehouse.open(cfg)
+    except WarehouseError as exc:
+        raise fail_usage(f"cannot open the warehouse: {exc}") from exc
 
 
 def fail_usage(message: str) -> typer.Exit:
@@ -102,13 +112,15 @@ def audit(
     except ValueError as exc:
         raise fail_usage(str(exc)) from exc
     try:
+        sink = open_store(cfg)
         report = run_batch(
-            cfg, files, options, engine_name=engine, console=console, progress_factory=_progress
+            cfg, files, options, engine_name=engine, sink=sink, progress_factory=_progress
         )
     except ConfigError as exc:
         raise fail_usage(str(exc)) from exc
-    from refusal_audit.reporting import print_report, report_json
-
+    except WarehouseError as exc:
+        err.print(f"[red]storage failed, run stopped:[/red] {exc}")
+        raise typer.Exit(EXIT_FAILURES) from exc
     print_report(report, console)
     if out is not None:
         out.write_bytes(report_json(report))
@@ -138,7 +150,7 @@ def query(
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o"),
 ) -> None:
     """Run a named trend query over the warehouse (current assessments only)."""
-    from warehouse.queries import NAMED_QUERIES, UnknownQueryError, run_named
+    from warehouse.queries import NAMED_QUERIES, UnsupportedFilterError, run_named
 
     if name is None:
         render(
@@ -149,7 +161,7 @@ def query(
         )
         return
     cfg = settings()
-    store = Warehouse.open(cfg)
+    store = open_store(cfg)
     try:
         result = run_named(
             store.client,
@@ -160,7 +172,7 @@ def query(
             model=model,
             product=product,
         )
-    except UnknownQueryError as exc:
+    except (KeyError, UnsupportedFilterError) as exc:
         raise fail_usage(str(exc)) from exc
     render(result.columns, result.rows, output, console, title=name)
 
@@ -178,7 +190,7 @@ def sql(
     from warehouse.queries import ReadOnlyViolation, run_readonly
 
     cfg = settings()
-    store = Warehouse.open(cfg)
+    store = open_store(cfg)
     try:
         result = run_readonly(store.client, statement)
     except ReadOnlyViolation as exc:
