@@ -20,7 +20,7 @@ demo: install
 	mkdir -p out
 	$(BIN)/refusal-audit audit examples/refusal_log.jsonl --out out/demo-result.json
 	$(BIN)/refusal-audit query false_positive_rate
-	$(BIN)/refusal-audit query category_mix --since 2026-11-20
+	$(BIN)/refusal-audit query category_mix --since 2025-06-05
 
 ## Lint, type-check and run the whole test suite.
 test: install lint typecheck unit

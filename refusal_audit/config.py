@@ -69,49 +69,80 @@ class Settings(BaseSettings):
     )
     warehouse_dsn: str | None = Field(
         default=None,
-        description="chdb:///abs/path (embedded) or http(s)://user@host:8123 (server). "
-        "Default: chdb:///<data_dir>/chdb.",
+        description="chdb:///abs/path (embedded) or http(s)://user@host:8123 (server); "
+        "unset means chdb://<data_dir>/chdb.",
     )
-    warehouse_database: str = "refusal_audit"
+    warehouse_database: str = Field(
+        default="refusal_audit", description="ClickHouse database holding the tables."
+    )
     warehouse_password: SecretStr | None = Field(
         default=None, description="Password for an http(s) warehouse, if not in the DSN."
     )
-    warehouse_insert_retries: int = Field(default=5, ge=0)
+    warehouse_insert_retries: int = Field(
+        default=5, ge=0, description="Attempts per insert on transient errors (backoff)."
+    )
 
-    # kafka
-    kafka_bootstrap_servers: str = "127.0.0.1:9092"
-    kafka_topic_prefix: str = "refusal-audit."
+    # kafka (the streaming worker and its tools)
+    kafka_bootstrap_servers: str = Field(
+        default="127.0.0.1:9092", description="Kafka bootstrap servers for the streaming side."
+    )
+    kafka_topic_prefix: str = Field(
+        default="refusal-audit.", description="Prefix of every topic name."
+    )
 
     # policies
-    policy_bundles: dict[str, PolicyBundlePaths] = Field(default_factory=_example_bundle)
+    policy_bundles: dict[str, PolicyBundlePaths] = Field(
+        default_factory=_example_bundle,
+        description="Bundle name -> {allowed_use, product_safety, taxonomy} Markdown paths; "
+        "default: the example bundle under examples/policies/.",
+    )
 
     # engine
     engine: Literal["local"] = Field(
-        default="local", description="Audit engine (LLM engines arrive with the openai engine)."
+        default="local", description="Audit engine (`local`: offline, deterministic)."
     )
     local_false_positive_threshold: float = Field(
-        default=0.5, ge=0.0, le=1.0, description="Over-refusal score at or above which the "
-        "local engine estimates a false positive.",
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="Over-refusal score at or above which the local engine estimates a "
+        "false positive.",
     )
 
     # batching
-    batch_max_events: int = Field(default=25, ge=1)
+    batch_max_events: int = Field(default=25, ge=1, description="Max events per audit batch.")
     batch_token_budget: int = Field(
-        default=6000, ge=64, description="Max o200k tokens of event text per batch."
+        default=6000, ge=64, description="Max o200k_base tokens of events per audit batch."
     )
 
     # input limits
-    max_record_bytes: int = Field(default=262_144, ge=1024)
-    max_text_chars: int = Field(default=32_000, ge=100)
+    max_record_bytes: int = Field(
+        default=262_144, ge=1024, description="Larger records are dead-lettered (oversized)."
+    )
+    max_text_chars: int = Field(
+        default=32_000, ge=100, description="Longer request/response texts are dead-lettered."
+    )
 
     # redaction and pre-filter
-    redaction_enabled: bool = True
-    redaction_kinds: tuple[RedactionKind, ...] = ALL_REDACTION_KINDS
-    prefilter_enabled: bool = True
+    redaction_enabled: bool = Field(
+        default=True, description="Redact PII before anything is stored or sent to a model."
+    )
+    redaction_kinds: tuple[RedactionKind, ...] = Field(
+        default=ALL_REDACTION_KINDS,
+        description="PII kinds to redact: email, phone, card, gov_id, ip, address.",
+    )
+    prefilter_enabled: bool = Field(
+        default=True, description="Skip the audit of responses that are not refusals."
+    )
 
     # human review sampling
-    review_sample_rate: float = Field(default=0.2, ge=0.0, le=1.0)
-    review_seed: int = 0
+    review_sample_rate: float = Field(
+        default=0.2,
+        ge=0.0,
+        le=1.0,
+        description="Share of unflagged assessments sampled for review.",
+    )
+    review_seed: int = Field(default=0, description="Seed of the review sampling.")
 
     @property
     def resolved_warehouse_dsn(self) -> str:

@@ -80,3 +80,15 @@ def test_policy_bundles_from_toml(tmp_path: Path) -> None:
     bundles = load_settings(cfg).policy_bundles
     assert list(bundles) == ["support"]
     assert bundles["support"].taxonomy == Path("p/t.md")
+
+
+def test_every_setting_is_documented_in_the_readme() -> None:
+    from refusal_audit.config import Settings
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    missing = [
+        name
+        for name in Settings.model_fields
+        if f"`REFUSAL_AUDIT_{name.upper()}`" not in readme
+    ]
+    assert not missing, f"README configuration reference lacks: {missing}"
