@@ -71,36 +71,13 @@ class EngineUsage(BaseModel):
     latency_ms: float = Field(default=0.0, ge=0.0)
 
 
-class StoredAssessment(IndividualAssessment):
-    """An assessment as the warehouse keeps it: the judgement plus provenance and context.
+class AuditProvenance(BaseModel):
+    """Who judged a batch, with which policies and prompt, and when.
 
-    ``false_positive_score`` is the engine's over-refusal score in [0, 1] when it has one
-    (the local engine does; an LLM may not). ``sampled_for_review`` is the harness's review
-    sampling decision (every flagged item plus a seeded random share of the rest);
-    ``review_reason`` says why (``flagged`` or ``random_sample`` or ``""``).
-    """
-
-    batch_id: str
-    policy_bundle: str
-    bundle_version: str
-    engine: str
-    engine_model: str
-    engine_version: str
-    prompt_version: str
-    audited_at: datetime
-    event_time: datetime
-    model: str
-    product: str
-    false_positive_score: float | None = Field(default=None, ge=0.0, le=1.0)
-    sampled_for_review: bool = False
-    review_reason: str = ""
-
-
-class BatchRecord(BaseModel):
-    """One audited batch: its validated (recomputed) summary, provenance, usage and latency.
-
-    ``batch_id`` is deterministic: a hash of the bundle version, engine, engine version,
-    prompt version and the sorted log ids, so re-running the same batch replaces the row.
+    ``batch_id`` is deterministic (see ``BatchRecord``); ``bundle_version`` the policy
+    bundle's content hash; ``engine``/``engine_model``/``engine_version`` the engine's
+    identity; ``prompt_version`` the prompt template's content hash (``"none"`` for the
+    local engine); ``audited_at`` the audit time (UTC).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -113,6 +90,32 @@ class BatchRecord(BaseModel):
     engine_version: str
     prompt_version: str
     audited_at: datetime
+
+
+class StoredAssessment(AuditProvenance, IndividualAssessment):
+    """An assessment as the warehouse keeps it: the judgement plus provenance and context.
+
+    ``false_positive_score`` is the engine's over-refusal score in [0, 1] when it has one
+    (the local engine does; an LLM may not). ``sampled_for_review`` is the harness's review
+    sampling decision (every flagged item plus a seeded random share of the rest);
+    ``review_reason`` says why (``flagged`` or ``random_sample`` or ``""``).
+    """
+
+    event_time: datetime
+    model: str
+    product: str
+    false_positive_score: float | None = Field(default=None, ge=0.0, le=1.0)
+    sampled_for_review: bool = False
+    review_reason: str = ""
+
+
+class BatchRecord(AuditProvenance):
+    """One audited batch: its validated (recomputed) summary, provenance, usage and latency.
+
+    ``batch_id`` is deterministic: a hash of the bundle version, engine, engine version,
+    prompt version and the sorted log ids, so re-running the same batch replaces the row.
+    """
+
     log_ids: list[str]
     summary: AuditSummary
     usage: EngineUsage

@@ -12,6 +12,7 @@ import pytest
 if TYPE_CHECKING:
     from clickhouse_connect.driver.client import Client
 
+    from schemas.policy import PolicyBundle
     from warehouse import Warehouse
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -24,6 +25,21 @@ def shared_data() -> Path:
     if not (SHARED_DATA / "xstest").is_dir():
         pytest.fail(f"shared data not found at {SHARED_DATA}; tests need ../shared/data")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def example_bundle() -> PolicyBundle:
+    """The example policy bundle under examples/policies/, parsed (name ``wren``)."""
+    from processors.policy import parse_bundle
+
+    policies = REPO_ROOT / "examples" / "policies"
+    return parse_bundle(
+        "wren",
+        *(
+            (policies / name).read_text(encoding="utf-8")
+            for name in ("allowed_use_policy.md", "product_safety_policy.md", "refusal_taxonomy.md")
+        ),
+    )
 
 
 @pytest.fixture(scope="session")

@@ -29,13 +29,8 @@ def _read(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def bundle() -> PolicyBundle:
-    return parse_bundle(
-        "wren",
-        _read("allowed_use_policy.md"),
-        _read("product_safety_policy.md"),
-        _read("refusal_taxonomy.md"),
-    )
+def bundle(example_bundle: PolicyBundle) -> PolicyBundle:
+    return example_bundle
 
 
 def event(log_id: str, request: str, response: str) -> RefusalEvent:
