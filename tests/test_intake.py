@@ -1,0 +1,85 @@
+"""Intake: decode, bundle check, redaction and pre-filter of one record, pure."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import orjson
+
+from processors.adapters import DecodeOptions, SourceRecord
+from processors.intake import IntakeSettings, dead_letter_id, prepare
+from processors.redaction import Redactor
+from schemas.deadletter import DeadLetter
+from schemas.events import StoredEvent
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def record(**fields: object) -> SourceRecord:
+    base: dict[str, object] = {
+        "log_id": "l1",
+        "event_time": "2026-11-01T10:00:00Z",
+        "request": "Email me at jane.doe@example.com about the refund",
+        "response": "I'm sorry, but I can't help with that request.",
+        "model": "m",
+    }
+    return SourceRecord("file.jsonl", "line 3", orjson.dumps({**base, **fields}))
+
+
+def settings(**kw: object) -> IntakeSettings:
+    values: dict[str, object] = {
+        "decode": DecodeOptions(),
+        "known_bundles": {"default"},
+        "redactor": Redactor(),
+        "prefilter": True,
+    }
+    values.update(kw)
+    return IntakeSettings(**values)  # type: ignore[arg-type]
+
+
+def test_redacts_and_prefilters() -> None:
+    out = prepare(record(), "jsonl", settings(), NOW)
+    assert isinstance(out, StoredEvent)
+    assert "jane.doe@example.com" not in out.event.request
+    assert "<EMAIL>" in out.event.request
+    assert out.redactions == {"email": 1}
+    assert out.is_refusal and out.refusal_kind in ("full", "partial")
+    assert out.refusal_cues
+    assert out.source == "file.jsonl" and out.ingested_at == NOW
+
+
+def test_non_refusal_is_kept_and_marked() -> None:
+    answer = "Sure! Step 1: open the settings page. Step 2: choose Refunds and submit the form."
+    out = prepare(record(response=answer), "jsonl", settings(), NOW)
+    assert isinstance(out, StoredEvent)
+    assert not out.is_refusal and out.refusal_kind == "none"
+
+
+def test_prefilter_and_redaction_can_be_disabled() -> None:
+    answer = "Sure! Here is how."
+    out = prepare(record(response=answer), "jsonl", settings(prefilter=False, redactor=None), NOW)
+    assert isinstance(out, StoredEvent)
+    assert out.is_refusal
+    assert "jane.doe@example.com" in out.event.request and out.redactions == {}
+
+
+def test_unknown_bundle_is_dead_lettered() -> None:
+    rec = record(policy_bundle="other")
+    out = prepare(rec, "jsonl", settings(), NOW)
+    assert isinstance(out, DeadLetter)
+    assert (out.stage, out.reason_code, out.log_id) == ("validate", "unknown_policy_bundle", "l1")
+    assert "'other'" in out.reason and out.raw == rec.raw
+    assert out.dead_letter_id == dead_letter_id("file.jsonl", "line 3", rec.raw)
+
+
+def test_decode_failure_is_dead_lettered_with_location() -> None:
+    rec = SourceRecord("file.jsonl", "line 9", b"{not json")
+    out = prepare(rec, "jsonl", settings(), NOW)
+    assert isinstance(out, DeadLetter)
+    assert (out.stage, out.reason_code, out.location) == ("decode", "not_json", "line 9")
+
+
+def test_dead_letter_id_depends_on_all_parts() -> None:
+    ids = {dead_letter_id("a", "b", b"c"), dead_letter_id("a", "bc", b""),
+           dead_letter_id("ab", "", b"c"), dead_letter_id("a", "b", b"d")}
+    assert len(ids) == 4
