@@ -6,6 +6,7 @@ The only I/O is the engine's own (an LLM call for ``openai``); storing is the ca
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -60,10 +61,13 @@ async def audit_batch(
 ) -> AuditedBatch:
     """Run ``engine`` on ``batch`` and turn a valid result into warehouse rows.
 
+    The batch's ``usage.latency_ms`` is the engine call's wall time measured here.
     Raises ``EngineError`` (engine failure) or ``AuditValidationError`` (invalid result);
     the caller dead-letters the batch with ``failed_batch_dead_letter``.
     """
+    started = time.perf_counter()
     output = await engine.audit(batch.events, bundle)
+    latency_ms = (time.perf_counter() - started) * 1000.0
     result = validate_result(output.result, batch.log_ids, bundle)
     reasons = review_reasons(result.individual_assessments, review_rate, review_seed)
     batch_id = batch_id_for(batch, bundle, engine)
@@ -92,7 +96,10 @@ async def audit_batch(
         for a in result.individual_assessments
     ]
     record = BatchRecord(
-        **provenance, log_ids=batch.log_ids, summary=result.audit_summary, usage=output.usage
+        **provenance,
+        log_ids=batch.log_ids,
+        summary=result.audit_summary,
+        usage=output.usage.model_copy(update={"latency_ms": latency_ms}),
     )
     return AuditedBatch(result, record, assessments, output.raw_output)
 

@@ -211,6 +211,124 @@ def migrate() -> None:
     console.print(f"applied: {', '.join(applied) if applied else 'nothing (up to date)'}")
 
 
+topics_app = typer.Typer(help="Provision and list the Kafka topics.", no_args_is_help=True)
+app.add_typer(topics_app, name="topics")
+
+
+@topics_app.command("create")
+def topics_create() -> None:
+    """Create the missing topics (idempotent: existing topics are left as they are)."""
+    from streams.topics import TopicError, admin_client, create_topics, topic_specs
+
+    cfg = settings()
+    specs = topic_specs(
+        cfg.kafka_topic_prefix, cfg.kafka_topic_partitions, cfg.kafka_replication_factor
+    )
+    try:
+        status = create_topics(admin_client(cfg.kafka_bootstrap_servers), specs)
+    except TopicError as exc:
+        raise fail_usage(str(exc)) from exc
+    render(
+        ["topic", "role", "status", "partitions", "config"],
+        [(s.name, s.role, status[s.name], s.partitions, dict(s.config)) for s in specs],
+        OutputFormat.table,
+        console,
+    )
+
+
+@app.command()
+def worker(
+    loglevel: str = typer.Option("info", help="Log level (logs are JSON lines on stderr)."),
+) -> None:
+    """Run the streaming worker: consume refusal events, audit them, store and publish."""
+    from streams.topics import TopicError
+    from streams.worker import run_worker
+
+    cfg = settings()
+    try:
+        run_worker(cfg, loglevel)
+    except (TopicError, WarehouseError, ConfigError) as exc:
+        raise fail_usage(f"worker not started: {exc}") from exc
+
+
+@app.command()
+def produce(
+    files: list[Path] = typer.Argument(..., help="Refusal log files to replay."),
+    input_format: str | None = typer.Option(None, "--format", "-f", help="As for `audit`."),
+    mapping: str | None = typer.Option(None, "--map", help="As for `audit`."),
+    event_time: datetime | None = typer.Option(
+        None, "--event-time", formats=["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d"], help="As for `audit`."
+    ),
+    model: str | None = typer.Option(None, help="Model id for records without one."),
+    product: str | None = typer.Option(None, help="Product for records without one."),
+    raw: bool = typer.Option(False, help="Send JSON Lines records byte for byte, unvalidated."),
+) -> None:
+    """Replay log files into the input topic (key: conversation id, else log id)."""
+    from refusal_audit.batch import file_source
+    from streams.producer import TopicWriter, make_producer
+    from streams.replay import replay
+    from streams.topics import Topics
+
+    cfg = settings()
+    for path in files:
+        if not path.is_file():
+            raise fail_usage(f"input file not found: {path}")
+    try:
+        options = BatchOptions.build(input_format, mapping, event_time, model, product)
+        sources = [file_source(path, options, cfg) for path in files]
+    except (ValueError, ConfigError) as exc:
+        raise fail_usage(str(exc)) from exc
+    topic = Topics.from_prefix(cfg.kafka_topic_prefix).input
+    writer = TopicWriter(make_producer(cfg.kafka_bootstrap_servers))
+    with _progress() as progress:
+        task = progress.add_task(f"producing to {topic}", total=None)
+        report = replay(sources, writer, topic, raw=raw, on_record=lambda: progress.advance(task))
+    console.print(
+        f"sent {report.sent}, delivered {report.delivered}, undelivered {report.undelivered}, "
+        f"rejected {len(report.rejected)}"
+    )
+    for failure in report.rejected[:20]:
+        console.print(
+            f"  {failure.source} {failure.location}: {failure.reason_code}: {failure.reason}"
+        )
+    for error in report.delivery_errors:
+        err.print(f"[red]delivery failed:[/red] {error}")
+    if report.rejected or report.undelivered:
+        raise typer.Exit(EXIT_FAILURES)
+
+
+alerts_app = typer.Typer(help="Read alerts.", no_args_is_help=True)
+app.add_typer(alerts_app, name="alerts")
+
+
+@alerts_app.command("tail")
+def alerts_tail(
+    kind: list[str] = typer.Option(
+        ["drift", "policy-gap"], "--kind", "-k", help="Alert kind(s): drift, policy-gap."
+    ),
+    from_beginning: bool = typer.Option(False, help="Start at the oldest retained alert."),
+    max_messages: int | None = typer.Option(None, "--max", help="Stop after N alerts."),
+    idle_timeout: float | None = typer.Option(
+        None, help="Stop after this many seconds without an alert."
+    ),
+) -> None:
+    """Print alerts from the alert topics as JSON lines (for piping into a pager)."""
+    import orjson as _orjson
+
+    from streams.tail import alert_consumer, tail
+    from streams.topics import Topics
+
+    cfg = settings()
+    try:
+        topic_names = Topics.from_prefix(cfg.kafka_topic_prefix).alert_topics(tuple(kind))
+    except ValueError as exc:
+        raise fail_usage(str(exc)) from exc
+    consumer = alert_consumer(cfg.kafka_bootstrap_servers, topic_names, from_beginning)
+    for item in tail(consumer, max_messages, idle_timeout):
+        console.file.write(_orjson.dumps(item).decode() + "\n")
+        console.file.flush()
+
+
 config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 

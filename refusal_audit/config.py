@@ -89,6 +89,32 @@ class Settings(BaseSettings):
     kafka_topic_prefix: str = Field(
         default="refusal-audit.", description="Prefix of every topic name."
     )
+    kafka_consumer_group: str = Field(
+        default="refusal-audit-worker", description="Consumer group (faust app id) of the worker."
+    )
+    kafka_topic_partitions: int = Field(
+        default=3, ge=1, description="Partitions of the topics `topics create` makes."
+    )
+    kafka_replication_factor: int = Field(
+        default=1, ge=1, description="Replication factor of the topics `topics create` makes."
+    )
+
+    # worker
+    worker_take_max: int = Field(
+        default=200, ge=1, description="Max events the worker takes from the stream per window."
+    )
+    worker_take_within_seconds: float = Field(
+        default=2.0,
+        gt=0.0,
+        description="Tumbling time bound of a window: a partly filled "
+        "window is audited after this many seconds.",
+    )
+    worker_web_host: str = Field(
+        default="127.0.0.1", description="Bind address of the worker's /metrics and /health."
+    )
+    worker_web_port: int = Field(
+        default=6066, ge=0, le=65535, description="Port of the worker's /metrics and /health."
+    )
 
     # policies
     policy_bundles: dict[str, PolicyBundlePaths] = Field(

@@ -243,7 +243,8 @@ class Warehouse:
     ``Warehouse.open``). ``retries`` is the total number of attempts per insert
     (``Settings.warehouse_insert_retries``; values below 1 mean a single attempt). Retries
     only happen on transient errors (``is_transient``), with exponential backoff starting at
-    ``retry_wait`` seconds and capped at ``retry_wait_max``.
+    ``retry_wait`` seconds and capped at ``retry_wait_max``; ``on_retry(table)`` is called
+    before each retry (for metrics).
 
     All methods block; call them from a worker thread in async code. A ``Warehouse`` may be
     shared across threads (the driver serialises calls per client).
@@ -257,8 +258,10 @@ class Warehouse:
         retries: int = 5,
         retry_wait: float = 0.5,
         retry_wait_max: float = 10.0,
+        on_retry: Callable[[str], None] | None = None,
     ) -> None:
         self.client = client
+        self.on_retry = on_retry
         self.database = validate_identifier(database)
         self.insert_attempts = max(1, retries)
         self._retry_wait = retry_wait
@@ -311,7 +314,7 @@ class Warehouse:
             stop=stop_after_attempt(self.insert_attempts),
             wait=wait_exponential(multiplier=self._retry_wait, max=self._retry_wait_max),
             retry=retry_if_exception(is_transient),
-            before_sleep=self._log_retry(table),
+            before_sleep=self._before_retry(table),
             reraise=False,
         )
         try:
@@ -327,8 +330,7 @@ class Warehouse:
                 f"insert of {len(rows)} row(s) into {self.database}.{table} failed: {exc}"
             ) from exc
 
-    @staticmethod
-    def _log_retry(table: str) -> Callable[[Any], None]:
+    def _before_retry(self, table: str) -> Callable[[Any], None]:
         def log(state: Any) -> None:
             outcome = state.outcome
             logger.warning(
@@ -337,6 +339,8 @@ class Warehouse:
                 state.attempt_number,
                 outcome.exception() if outcome is not None else "?",
             )
+            if self.on_retry is not None:
+                self.on_retry(table)
 
         return log
 

@@ -1,0 +1,71 @@
+"""Prometheus metrics of the streaming worker (served on ``/metrics``)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class WorkerMetrics:
+    """The worker's metrics, in their own registry (so tests can make fresh ones).
+
+    Units: seconds for latencies; counts otherwise. Batch size buckets follow the default
+    ``batch_max_events`` range.
+    """
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.events_consumed = Counter(
+            "refusal_audit_events_consumed_total",
+            "Records consumed from the input topic.",
+            registry=r,
+        )
+        self.refusals_audited = Counter(
+            "refusal_audit_refusals_audited_total", "Refusals with a stored assessment.", registry=r
+        )
+        self.non_refusals = Counter(
+            "refusal_audit_non_refusals_total",
+            "Events the pre-filter judged not refusals.",
+            registry=r,
+        )
+        self.batches = Counter(
+            "refusal_audit_batches_total", "Audit batches by outcome.", ["outcome"], registry=r
+        )
+        self.batch_size = Histogram(
+            "refusal_audit_batch_size_events",
+            "Events per audit batch.",
+            buckets=(1, 2, 5, 10, 25, 50, 100, 200),
+            registry=r,
+        )
+        self.engine_latency = Histogram(
+            "refusal_audit_engine_latency_seconds", "Engine call latency per batch.", registry=r
+        )
+        self.window_seconds = Histogram(
+            "refusal_audit_window_seconds",
+            "Time to process one consumed window (audit, store, confirm outputs).",
+            registry=r,
+        )
+        self.warehouse_write_seconds = Histogram(
+            "refusal_audit_warehouse_write_seconds",
+            "ClickHouse insert latency.",
+            ["table"],
+            registry=r,
+        )
+        self.warehouse_retries = Counter(
+            "refusal_audit_warehouse_retries_total",
+            "ClickHouse insert retries.",
+            ["table"],
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "refusal_audit_dead_letters_total",
+            "Dead letters by reason code.",
+            ["reason_code"],
+            registry=r,
+        )
+        self.consumer_lag = Gauge(
+            "refusal_audit_consumer_lag_events",
+            "High watermark minus the next offset to process, per partition.",
+            ["partition"],
+            registry=r,
+        )

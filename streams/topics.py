@@ -1,0 +1,148 @@
+"""Topic names and specifications, and idempotent provisioning with confluent-kafka's AdminClient.
+
+Every name is ``<kafka_topic_prefix><role>``. The specs follow the role: the input and
+output streams are time-retained (``cleanup.policy=delete``); alerts are retained longer;
+the dead-letter topic keeps failures for 30 days so they can be replayed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+DAY_MS = 24 * 3600 * 1000
+
+
+class TopicError(RuntimeError):
+    """A topic could not be created or is missing (the message says which and why)."""
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One topic: its role, full name, partitions and topic-level configs."""
+
+    role: str
+    name: str
+    partitions: int
+    replication_factor: int
+    config: Mapping[str, str] = field(default_factory=dict)
+
+
+ROLES: dict[str, tuple[str, dict[str, str]]] = {
+    # role: (suffix, topic configs)
+    "input": ("refusal-events", {"cleanup.policy": "delete", "retention.ms": str(7 * DAY_MS)}),
+    "assessments": ("assessments", {"cleanup.policy": "delete", "retention.ms": str(7 * DAY_MS)}),
+    "drift_alerts": (
+        "alerts.drift",
+        {"cleanup.policy": "delete", "retention.ms": str(30 * DAY_MS)},
+    ),
+    "policy_gap_alerts": (
+        "alerts.policy-gap",
+        {"cleanup.policy": "delete", "retention.ms": str(30 * DAY_MS)},
+    ),
+    "review_queue": (
+        "review-queue",
+        {"cleanup.policy": "delete", "retention.ms": str(14 * DAY_MS)},
+    ),
+    "dead_letters": (
+        "dead-letters",
+        {"cleanup.policy": "delete", "retention.ms": str(30 * DAY_MS)},
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Topics:
+    """The project's topic names for one prefix (``Topics.from_prefix``)."""
+
+    input: str
+    assessments: str
+    drift_alerts: str
+    policy_gap_alerts: str
+    review_queue: str
+    dead_letters: str
+
+    @classmethod
+    def from_prefix(cls, prefix: str) -> Topics:
+        """Names for ``prefix`` (e.g. ``refusal-audit.`` gives ``refusal-audit.refusal-events``)."""
+        return cls(**{role: prefix + suffix for role, (suffix, _) in ROLES.items()})
+
+    def alert_topics(self, kinds: tuple[str, ...] = ("drift", "policy-gap")) -> list[str]:
+        """The alert topic names for the alert ``kinds`` (``drift``, ``policy-gap``)."""
+        by_kind = {"drift": self.drift_alerts, "policy-gap": self.policy_gap_alerts}
+        unknown = set(kinds) - set(by_kind)
+        if unknown:
+            raise ValueError(f"unknown alert kind(s) {sorted(unknown)}; use drift or policy-gap")
+        return [by_kind[k] for k in kinds]
+
+
+def topic_specs(prefix: str, partitions: int, replication_factor: int) -> list[TopicSpec]:
+    """The specs of every topic for ``prefix``; ``partitions`` applies to the input and outputs."""
+    return [
+        TopicSpec(role, prefix + suffix, partitions, replication_factor, config)
+        for role, (suffix, config) in ROLES.items()
+    ]
+
+
+def admin_client(bootstrap_servers: str, **extra: Any) -> AdminClient:
+    """A confluent-kafka AdminClient for ``bootstrap_servers``."""
+    return AdminClient({"bootstrap.servers": bootstrap_servers, **extra})
+
+
+def existing_topics(admin: AdminClient, timeout: float = 10.0) -> set[str]:
+    """Names of the topics the cluster has. Raises ``TopicError`` when the broker is unreachable."""
+    try:
+        return set(admin.list_topics(timeout=timeout).topics)
+    except KafkaException as exc:
+        raise TopicError(f"cannot reach the Kafka broker: {exc}") from exc
+
+
+def create_topics(
+    admin: AdminClient, specs: list[TopicSpec], timeout: float = 30.0
+) -> dict[str, str]:
+    """Create the missing topics of ``specs``; return ``{name: "created" | "exists"}``.
+
+    Idempotent: a topic that already exists is left as it is (its config is not altered).
+    Raises ``TopicError`` naming every topic that could not be created and why.
+    """
+    have = existing_topics(admin)
+    status = {s.name: "exists" for s in specs if s.name in have}
+    new = [
+        NewTopic(
+            s.name,
+            num_partitions=s.partitions,
+            replication_factor=s.replication_factor,
+            config=dict(s.config),
+        )
+        for s in specs
+        if s.name not in have
+    ]
+    if not new:
+        return status
+    failures: list[str] = []
+    for name, future in admin.create_topics(new, operation_timeout=timeout).items():
+        try:
+            future.result()
+            status[name] = "created"
+        except KafkaException as exc:
+            error = exc.args[0]
+            if getattr(error, "name", lambda: "")() == "TOPIC_ALREADY_EXISTS":
+                status[name] = "exists"
+            else:
+                failures.append(f"{name}: {error}")
+    if failures:
+        raise TopicError("could not create topics: " + "; ".join(failures))
+    return status
+
+
+def require_topic(admin: AdminClient, name: str) -> None:
+    """Raise ``TopicError`` with a how-to-fix message when topic ``name`` does not exist."""
+    if name not in existing_topics(admin):
+        raise TopicError(
+            f"input topic {name!r} does not exist; create the topics with "
+            "`refusal-audit topics create` (or check kafka_topic_prefix)"
+        )

@@ -1,0 +1,277 @@
+"""The streaming worker: a faust-streaming app on the aiokafka transport (``kafka://``).
+
+One agent (concurrency 1) consumes the input topic with ``noack_take(worker_take_max,
+within=worker_take_within_seconds)``: a window closes when it holds ``worker_take_max``
+records or after ``within`` seconds, whichever comes first; the shared pipeline then splits
+it into audit batches per policy bundle by count and token budget. Each window is decoded,
+redacted, pre-filtered, audited and stored by ``refusal_audit.pipeline.AuditPipeline`` (the
+batch-mode code path) into a ``StreamSink`` (ClickHouse, then the output topics).
+
+At-least-once: ``noack_take`` leaves acking to us, and we ack a window's events only after
+the pipeline stored everything and ``TopicWriter.confirm`` saw every output acknowledged by
+the broker, so faust commits no offset past an unstored event. If a window can be neither
+stored nor dead-lettered (ClickHouse down after retries, broker refusing outputs), the
+worker exits at once with status 70 without acking: a supervisor restarts it and the
+window is redelivered; dedup on write makes the redelivery harmless. One window is in
+flight at a time, and faust pauses fetching when its stream buffer is full (backpressure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from processors.adapters import DecodeOptions, SourceRecord
+from refusal_audit.batch import build_pipeline
+from refusal_audit.config import Settings
+from refusal_audit.pipeline import AuditPipeline, InputSource, RunReport, Sink
+from streams.metrics import WorkerMetrics
+from streams.producer import TopicWriter, make_producer
+from streams.sink import StreamSink, kafka_location
+from streams.topics import Topics, admin_client, require_topic
+from warehouse.store import Warehouse
+
+log = logging.getLogger("refusal_audit.worker")
+
+EXIT_CRASH = 70
+
+
+@dataclass
+class WorkerContext:
+    """Everything the agent needs, built once at start-up by ``build_context``."""
+
+    settings: Settings
+    topics: Topics
+    pipeline: AuditPipeline
+    writer: TopicWriter
+    warehouse: Warehouse
+    metrics: WorkerMetrics
+    decode: DecodeOptions
+    next_offsets: dict[int, int]
+
+
+def build_context(cfg: Settings, wrap_sink: Callable[[Sink], Sink] | None = None) -> WorkerContext:
+    """Check the input topic, open the warehouse and build the pipeline.
+
+    ``wrap_sink`` wraps the warehouse (tests use it to inject storage faults). Raises
+    ``streams.topics.TopicError`` (no broker / no input topic), ``WarehouseError`` and
+    ``ConfigError``.
+    """
+    topics = Topics.from_prefix(cfg.kafka_topic_prefix)
+    require_topic(admin_client(cfg.kafka_bootstrap_servers), topics.input)
+    metrics = WorkerMetrics()
+    store = Warehouse.open(cfg)
+    store.on_retry = lambda table: metrics.warehouse_retries.labels(table).inc()
+    writer = TopicWriter(make_producer(cfg.kafka_bootstrap_servers))
+    inner: Sink = wrap_sink(store) if wrap_sink is not None else store
+    pipeline = build_pipeline(cfg, StreamSink(inner, writer, topics))
+    decode = DecodeOptions(max_record_bytes=cfg.max_record_bytes, max_text_chars=cfg.max_text_chars)
+    return WorkerContext(cfg, topics, pipeline, writer, store, metrics, decode, {})
+
+
+def window_records(events: Sequence[Any]) -> list[SourceRecord]:
+    """faust events to source records (topic, ``partition P offset O``, raw value bytes)."""
+    return [
+        SourceRecord(
+            e.message.topic,
+            kafka_location(e.message.partition, e.message.offset),
+            e.message.value if e.message.value is not None else b"",
+        )
+        for e in events
+    ]
+
+
+def crash(reason: str, exc: BaseException) -> None:
+    """Log and exit at once (status 70) without acking: the window will be redelivered."""
+    log.critical("stopping without acking the window: %s: %s", reason, exc, exc_info=exc)
+    logging.shutdown()
+    sys.stderr.flush()
+    os._exit(EXIT_CRASH)
+
+
+async def process_window(ctx: WorkerContext, events: Sequence[Any]) -> RunReport:
+    """Audit and store one window; return its report. Crashes the process when it cannot."""
+    records = window_records(events)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        report = await ctx.pipeline.run([InputSource(records, "jsonl", ctx.decode)])
+        await asyncio.to_thread(ctx.writer.confirm)
+    except Exception as exc:  # any failure here must stop the worker unacked
+        crash("window could not be stored or dead-lettered", exc)
+        raise  # unreachable; keeps type checkers honest
+    ctx.metrics.window_seconds.observe(loop.time() - started)
+    record_metrics(ctx.metrics, report)
+    for e in events:
+        ctx.next_offsets[e.message.partition] = e.message.offset + 1
+    first, last = events[0].message, events[-1].message
+    log.info(
+        "window stored",
+        extra={
+            "topic": first.topic,
+            "partition": first.partition,
+            "offset": first.offset,
+            "last_offset": last.offset,
+            "records": report.records,
+            "refusals": report.refusals,
+            "dead_letters": len(report.failures),
+            "batches": report.batches,
+        },
+    )
+    for failure in report.failures:
+        log.warning(
+            "dead letter: %s",
+            failure.reason,
+            extra={
+                "topic": failure.source,
+                "location": failure.location,
+                "reason_code": failure.reason_code,
+            },
+        )
+    return report
+
+
+def record_metrics(metrics: WorkerMetrics, report: RunReport) -> None:
+    """Update the counters and histograms from one window's report."""
+    metrics.events_consumed.inc(report.records)
+    metrics.refusals_audited.inc(len(report.assessments))
+    metrics.non_refusals.inc(report.non_refusals)
+    metrics.batches.labels("stored").inc(report.batches - report.failed_batches)
+    metrics.batches.labels("dead_lettered").inc(report.failed_batches)
+    for batch in report.batch_records:
+        metrics.batch_size.observe(len(batch.log_ids))
+        metrics.engine_latency.observe(batch.usage.latency_ms / 1000.0)
+    for code, n in report.failure_counts().items():
+        metrics.dead_letters.labels(code).inc(n)
+
+
+def create_app(ctx: WorkerContext) -> faust.App:
+    """The faust app: the audit agent, ``/health``, ``/metrics`` and a consumer-lag timer."""
+    cfg = ctx.settings
+    app = faust.App(
+        cfg.kafka_consumer_group,
+        broker=f"kafka://{cfg.kafka_bootstrap_servers}",
+        store="memory://",
+        key_serializer="raw",
+        value_serializer="raw",
+        topic_allow_declare=False,
+        topic_disable_leader=True,
+        consumer_auto_offset_reset="earliest",
+        broker_commit_interval=1.0,
+        web_enabled=True,
+        web_bind=cfg.worker_web_host,
+        web_port=cfg.worker_web_port,
+        autodiscover=False,
+    )
+    topic = app.topic(
+        ctx.topics.input,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+    )
+
+    @app.agent(topic, concurrency=1)
+    async def audit_refusals(stream: Any) -> None:
+        async for events in stream.noack_take(
+            cfg.worker_take_max, within=cfg.worker_take_within_seconds
+        ):
+            await process_window(ctx, events)
+            for event in events:
+                await stream.ack(event)
+
+    @app.page("/metrics")
+    async def metrics_view(web: Any, request: Any) -> Any:
+        body = generate_latest(ctx.metrics.registry)
+        return web.bytes(body, content_type=CONTENT_TYPE_LATEST.split(";")[0])
+
+    @app.page("/health")
+    async def health_view(web: Any, request: Any) -> Any:
+        status = await asyncio.to_thread(check_health, ctx)
+        return web.json(status, status=200 if status["ok"] else 503)
+
+    @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
+    async def update_lag() -> None:
+        consumer = app.consumer
+        for tp in consumer.assignment():
+            highwater = consumer.highwater(tp)
+            if highwater is None:
+                continue
+            position = ctx.next_offsets.get(tp.partition)
+            if position is None:  # nothing processed yet here: the fetch position
+                position = await consumer.position(tp) or 0
+            ctx.metrics.consumer_lag.labels(str(tp.partition)).set(max(0, highwater - position))
+
+    return app
+
+
+def check_health(ctx: WorkerContext) -> dict[str, Any]:
+    """Broker and warehouse reachability (blocking; run off the loop)."""
+    status: dict[str, Any] = {}
+    try:
+        topics = admin_client(ctx.settings.kafka_bootstrap_servers).list_topics(timeout=3)
+        status["broker"] = {"ok": ctx.topics.input in topics.topics}
+    except Exception as exc:  # reported, not raised
+        status["broker"] = {"ok": False, "error": str(exc)}
+    try:
+        ctx.warehouse.client.query("SELECT 1")
+        status["warehouse"] = {"ok": True}
+    except Exception as exc:  # reported, not raised
+        status["warehouse"] = {"ok": False, "error": str(exc)}
+    status["ok"] = all(v["ok"] for v in status.values() if isinstance(v, dict))
+    return status
+
+
+def json_logging_config(level: str) -> dict[str, Any]:
+    """dictConfig for one JSON line per log record (python-json-logger), on stderr."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {
+            "json": {
+                "()": "pythonjsonlogger.json.JsonFormatter",
+                "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+                "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+            }
+        },
+        "handlers": {
+            "stderr": {
+                "class": "logging.StreamHandler",
+                "formatter": "json",
+                "stream": "ext://sys.stderr",
+            }
+        },
+        "root": {"level": level.upper(), "handlers": ["stderr"]},
+    }
+
+
+def run_worker(
+    cfg: Settings, loglevel: str = "info", wrap_sink: Callable[[Sink], Sink] | None = None
+) -> None:
+    """Build the context and run the worker until it is stopped (blocks; does not return)."""
+    ctx = build_context(cfg, wrap_sink)
+    app = create_app(ctx)
+    log.info(
+        "worker starting",
+        extra={
+            "topic": ctx.topics.input,
+            "group": cfg.kafka_consumer_group,
+            "engine": ctx.pipeline.engine.name,
+        },
+    )
+    worker = faust.Worker(
+        app,
+        loglevel=loglevel,
+        logging_config=json_logging_config(loglevel),
+        redirect_stdouts=False,
+        override_logging=False,
+    )
+    worker.execute_from_commandline()
