@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import logging.config
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -257,6 +258,7 @@ def run_worker(
     cfg: Settings, loglevel: str = "info", wrap_sink: Callable[[Sink], Sink] | None = None
 ) -> None:
     """Build the context and run the worker until it is stopped (blocks; does not return)."""
+    logging.config.dictConfig(json_logging_config(loglevel))
     ctx = build_context(cfg, wrap_sink)
     app = create_app(ctx)
     log.info(
@@ -270,7 +272,7 @@ def run_worker(
     worker = faust.Worker(
         app,
         loglevel=loglevel,
-        logging_config=json_logging_config(loglevel),
+        quiet=True,
         redirect_stdouts=False,
         override_logging=False,
     )

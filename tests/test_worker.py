@@ -1,0 +1,243 @@
+"""The streaming worker against a real Kafka broker (no mocks): delivery, bad input, crashes."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+from streaming import Deployment, read_topic, stop, wait_for_web
+
+from processors.adapters import DecodeFailure, DecodeOptions, decode_record
+from refusal_audit.readers import read_records
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE_LOG = REPO / "examples" / "refusal_log.jsonl"
+MALFORMED = REPO / "tests" / "fixtures" / "malformed.jsonl"
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture
+def dep(kafka_bootstrap: str, unique_topic_prefix: str, tmp_path: Path) -> Deployment:
+    deployment = Deployment(kafka_bootstrap, unique_topic_prefix, tmp_path)
+    deployment.cli("topics", "create")
+    return deployment
+
+
+def assert_one_current_assessment_per_refusal(dep: Deployment) -> set[str]:
+    """Every event stored once; every refusal exactly one current assessment; return ids."""
+    dupes = dep.sql(
+        "SELECT log_id, count() AS n FROM refusal_events FINAL GROUP BY log_id HAVING n > 1"
+    )
+    assert dupes == []
+    per_log = dep.sql("SELECT log_id, count() AS n FROM assessments FINAL GROUP BY log_id")
+    assert all(row["n"] == 1 for row in per_log), [r for r in per_log if r["n"] != 1][:5]
+    refusals = dep.sql("SELECT log_id FROM refusal_events FINAL WHERE is_refusal")
+    assessed = {row["log_id"] for row in per_log}
+    assert assessed == {row["log_id"] for row in refusals}
+    return assessed
+
+
+def many_events(path: Path, copies: int) -> Path:
+    """The example log repeated ``copies`` times with fresh log ids, as a new JSONL file."""
+    out = path / "many.jsonl"
+    lines = [orjson.loads(line) for line in EXAMPLE_LOG.read_bytes().splitlines() if line.strip()]
+    with out.open("wb") as f:
+        for copy in range(copies):
+            for event in lines:
+                f.write(orjson.dumps({**event, "log_id": f"{event['log_id']}-{copy}"}) + b"\n")
+    return out
+
+
+def test_topics_are_idempotent_and_worker_needs_the_input_topic(
+    kafka_bootstrap: str, unique_topic_prefix: str, tmp_path: Path
+) -> None:
+    dep = Deployment(kafka_bootstrap, unique_topic_prefix, tmp_path)
+    missing = dep.cli("worker", check=False, timeout=120)
+    assert missing.returncode == 2
+    assert "does not exist" in missing.stderr and "topics create" in missing.stderr
+    first = dep.cli("topics", "create").stdout
+    assert first.count("created") == 6
+    again = dep.cli("topics", "create").stdout
+    assert "created" not in again and again.count("exists") == 6
+
+
+def test_xstest_end_to_end(dep: Deployment, shared_data: Path) -> None:
+    files = sorted(str(p) for p in (shared_data / "xstest").glob("xstest_v2_completions_*.csv"))
+    produced = dep.cli("produce", *files, "--event-time", "2026-01-05")
+    assert "delivered 900" in produced.stdout
+    worker = dep.start_worker()
+    try:
+        wait_for_web(dep, worker)
+        dep.wait_drained(worker)
+        status, health = dep.health()
+        assert status == 200 and health["broker"]["ok"] and health["warehouse"]["ok"]
+        metrics = dep.metrics()
+        assert "refusal_audit_events_consumed_total 900.0" in metrics
+    finally:
+        stop(worker)
+    assert worker.returncode == 0, dep.worker_logs()
+    assert dep.sql("SELECT count() AS n FROM refusal_events FINAL") == [{"n": 900}]
+    assessed = assert_one_current_assessment_per_refusal(dep)
+    labelled = dep.sql(
+        "SELECT countIf(attributes['final_label'] != '1_full_compliance' "
+        "AND is_refusal) AS kept, countIf(attributes['final_label'] != "
+        "'1_full_compliance') AS refusals FROM refusal_events FINAL"
+    )[0]
+    assert labelled["refusals"] == 569 and labelled["kept"] >= 0.95 * 569
+    on_topic = Counter(
+        m.key().decode() for m in read_topic(dep.bootstrap, dep.topic("assessments"))
+    )
+    assert set(on_topic) == assessed
+    review = {m.key().decode() for m in read_topic(dep.bootstrap, dep.topic("review-queue"))}
+    sampled = dep.sql("SELECT log_id FROM assessments FINAL WHERE sampled_for_review")
+    assert review == {row["log_id"] for row in sampled}
+
+
+def test_bad_input_goes_to_the_dead_letter_topic(dep: Deployment, tmp_path: Path) -> None:
+    bad_bundle = tmp_path / "bundle.jsonl"
+    bad_bundle.write_bytes(
+        orjson.dumps(
+            {
+                "log_id": "bb-1",
+                "event_time": "2026-01-01T00:00:00Z",
+                "request": "q",
+                "response": "I can't help with that.",
+                "model": "m",
+                "policy_bundle": "nope",
+            }
+        )
+        + b"\n"
+    )
+    dep.cli("produce", "--raw", str(MALFORMED), str(bad_bundle), "-f", "jsonl")
+    worker = dep.start_worker()
+    try:
+        dep.wait_drained(worker)
+    finally:
+        stop(worker)
+    letters = list(read_topic(dep.bootstrap, dep.topic("dead-letters")))
+    reasons = Counter(dict(m.headers() or [])["x-reason-code"].decode() for m in letters)
+    assert len({r for r in reasons if r != "duplicate_log_id"}) >= 10, reasons
+    assert reasons["unknown_policy_bundle"] == 1
+    for m in letters:
+        headers = dict(m.headers() or [])
+        assert headers["x-source-topic"].decode() == dep.input_topic
+        assert int(headers["x-source-offset"]) >= 0 and headers["x-reason"]
+    # Expected outcome per record, from the same decoder the worker uses.
+    records = list(read_records(MALFORMED, "jsonl", 262_144))
+    decoded = [decode_record(r, "jsonl", DecodeOptions()) for r in records]
+    bad = sum(isinstance(d, DecodeFailure) for d in decoded) + 1  # + the unknown bundle
+    good = {d.log_id for d in decoded if not isinstance(d, DecodeFailure)}
+    assert sum(n for r, n in reasons.items() if r != "duplicate_log_id") == bad
+    assert dep.sql("SELECT count() AS n FROM dead_letters FINAL")[0]["n"] == len(letters)
+    stored = dep.sql("SELECT log_id FROM refusal_events FINAL")
+    assert {row["log_id"] for row in stored} == good
+    assert_one_current_assessment_per_refusal(dep)
+
+
+def test_sigkill_three_times_loses_nothing(dep: Deployment, tmp_path: Path) -> None:
+    source = many_events(tmp_path, copies=10)  # 4,000 events
+    total = sum(1 for _ in source.open("rb"))
+    dep.cli("produce", str(source))
+    rng = random.Random(20261129)
+    for _ in range(3):
+        worker = dep.start_worker()
+        time.sleep(rng.uniform(4.0, 9.0))
+        assert worker.poll() is None, dep.worker_logs()
+        worker.kill()
+        worker.wait()
+    assert dep.committed_lag() > 0, "the kills came too late to test anything"
+    worker = dep.start_worker()
+    try:
+        dep.wait_drained(worker, timeout=600)
+    finally:
+        stop(worker)
+    assert dep.sql("SELECT count() AS n FROM refusal_events FINAL") == [{"n": total}]
+    assert_one_current_assessment_per_refusal(dep)
+
+
+def test_warehouse_failures_crash_unacked_then_recover(dep: Deployment) -> None:
+    dep.cli("produce", str(EXAMPLE_LOG))
+    total = sum(1 for line in EXAMPLE_LOG.read_bytes().splitlines() if line.strip())
+    failing = dep.start_worker(fault="fatal:1")
+    assert failing.wait(timeout=120) == 70, dep.worker_logs()
+    assert dep.committed_lag() > 0
+    worker = dep.start_worker(fault="transient:3")  # absorbed by retries with backoff
+    try:
+        dep.wait_drained(worker)
+        assert "refusal_audit_warehouse_retries_total" in dep.metrics()
+        retries = [
+            line
+            for line in dep.metrics().splitlines()
+            if line.startswith("refusal_audit_warehouse_retries_total{")
+        ]
+        assert sum(float(line.rsplit(" ", 1)[1]) for line in retries) == 3
+    finally:
+        stop(worker)
+    assert dep.sql("SELECT count() AS n FROM refusal_events FINAL") == [{"n": total}]
+    assert_one_current_assessment_per_refusal(dep)
+
+
+def test_kcat_interop(dep: Deployment) -> None:
+    kcat = shutil.which("kcat")
+    assert kcat, "kcat is required (Debian package kcat; .ci/run installs it)"
+    lines = [line for line in EXAMPLE_LOG.read_bytes().splitlines() if line.strip()][:60]
+    subprocess.run(
+        [kcat, "-P", "-b", dep.bootstrap, "-t", dep.input_topic],
+        input=b"\n".join(lines) + b"\n",
+        check=True,
+        timeout=60,
+    )
+    worker = dep.start_worker()
+    try:
+        dep.wait_drained(worker)
+    finally:
+        stop(worker)
+    assessed = assert_one_current_assessment_per_refusal(dep)
+    out = subprocess.run(
+        [
+            kcat,
+            "-C",
+            "-b",
+            dep.bootstrap,
+            "-t",
+            dep.topic("assessments"),
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "-f",
+            "%k\\n",
+        ],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    assert set(out.stdout.decode().split()) == assessed
+    gaps = subprocess.run(
+        [
+            kcat,
+            "-C",
+            "-b",
+            dep.bootstrap,
+            "-t",
+            dep.topic("alerts.policy-gap"),
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+        ],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    flags = [orjson.loads(line) for line in gaps.stdout.splitlines() if line.strip()]
+    stored = dep.sql("SELECT sum(length(policy_gap_flags)) AS n FROM audit_batches FINAL")
+    assert len(flags) == stored[0]["n"]
+    assert all(f["kind"] == "policy_gap_flag" and f["example_log_ids"] for f in flags)
