@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck unit bench schemas clean
+.PHONY: install demo test lint typecheck unit bench schemas clean kafka-up kafka-down
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 needed"'
@@ -39,6 +39,14 @@ bench: install
 
 schemas: install
 	$(BIN)/python -m schemas.export
+
+## Start the dev Kafka broker (KRaft, 127.0.0.1:9092; jars from Maven Central into deploy/kafka/lib).
+kafka-up:
+	deploy/kafka/kafka-up.sh
+
+## Stop it; data stays in deploy/kafka/data (deploy/kafka/kafka-down.sh --wipe deletes it).
+kafka-down:
+	deploy/kafka/kafka-down.sh
 
 clean:
 	rm -rf .refusal-audit out .pytest_cache .mypy_cache .ruff_cache

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+pytest_plugins = ["kafka_fixture"]
+
 if TYPE_CHECKING:
     from clickhouse_connect.driver.client import Client
 
