@@ -20,7 +20,7 @@ from processors.adapters import (
     decode_record,
 )
 from processors.prefilter import RefusalDecision, detect_refusal
-from processors.redaction import Redactor, redact_event
+from processors.redaction import Redactor, redact_bytes, redact_event
 from schemas.deadletter import DeadLetter, DeadLetterStage
 from schemas.events import RefusalEvent, StoredEvent
 
@@ -43,8 +43,17 @@ def make_dead_letter(
     reason: str,
     now: datetime,
     log_id: str | None = None,
+    redactor: Redactor | None = None,
 ) -> DeadLetter:
-    """A dead letter for ``record`` keeping its raw bytes (truncated at 1 MiB) and its reason."""
+    """A dead letter for ``record`` keeping its raw bytes (truncated at 1 MiB) and its reason.
+
+    With a ``redactor``, PII in the raw bytes and the reason is replaced by placeholders
+    (the id is still derived from the original bytes, so it stays stable).
+    """
+    raw = record.raw[:MAX_DEAD_LETTER_RAW_BYTES]
+    if redactor is not None:
+        raw = redact_bytes(raw, redactor)
+        reason = redactor.redact(reason).text
     return DeadLetter(
         dead_letter_id=dead_letter_id(record.source, record.location, record.raw),
         stage=stage,
@@ -52,7 +61,7 @@ def make_dead_letter(
         reason=reason,
         source=record.source,
         location=record.location,
-        raw=record.raw[:MAX_DEAD_LETTER_RAW_BYTES],
+        raw=raw,
         log_id=log_id,
         created_at=now,
     )
@@ -90,7 +99,14 @@ def prepare(
     """
     decoded = decode_record(record, fmt, settings.decode)
     if isinstance(decoded, DecodeFailure):
-        return make_dead_letter(record, "decode", decoded.reason_code, decoded.reason, now)
+        return make_dead_letter(
+            record,
+            "decode",
+            decoded.reason_code,
+            decoded.reason,
+            now,
+            redactor=settings.redactor,
+        )
     if decoded.policy_bundle not in settings.known_bundles:
         known = ", ".join(sorted(settings.known_bundles))
         return make_dead_letter(
@@ -100,6 +116,7 @@ def prepare(
             f"policy bundle {decoded.policy_bundle!r} is not configured (known: {known})",
             now,
             decoded.log_id,
+            settings.redactor,
         )
     redactions: dict[str, int] = {}
     event = decoded

@@ -485,3 +485,13 @@ def redact_event(event: RefusalEvent, redactor: Redactor) -> tuple[RefusalEvent,
         "attributes": {key: run(value) for key, value in event.attributes.items()},
     }
     return event.model_copy(update=update), dict(totals)
+
+
+def redact_bytes(raw: bytes, redactor: Redactor) -> bytes:
+    """Redact PII in raw record bytes, keeping every byte that is not part of a match.
+
+    Invalid UTF-8 survives unchanged (decoded with ``surrogateescape`` and encoded back), so
+    a dead letter keeps its original defect but not the personal data in it.
+    """
+    text = raw.decode("utf-8", errors="surrogateescape")
+    return redactor.redact(text).text.encode("utf-8", errors="surrogateescape")

@@ -6,6 +6,7 @@ Exit codes: 0 success; 1 some records or batches failed (they are in the dead-le
 
 from __future__ import annotations
 
+import sys
 from datetime import date, datetime
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from refusal_audit.batch import BatchOptions, run_batch
 from refusal_audit.config import ConfigError, Settings, load_settings
 from refusal_audit.output import OutputFormat, render
 from refusal_audit.reporting import print_report, report_json
-from warehouse.client import WarehouseError
+from warehouse.client import WarehouseError, redact_dsn
 from warehouse.store import Warehouse
 
 app = typer.Typer(
@@ -26,8 +27,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err = Console(stderr=True)
+# Outside a terminal (CI logs, pipes) rich would wrap at 80 columns and cut table cells.
+console = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, soft_wrap=True)
 
 EXIT_FAILURES = 1
 EXIT_USAGE = 2
@@ -100,7 +102,9 @@ def audit(
     model: str | None = typer.Option(None, help="Model id for records without one."),
     product: str | None = typer.Option(None, help="Product for records without one."),
     engine: str | None = typer.Option(None, help="Audit engine (default: setting engine)."),
-    out: Path | None = typer.Option(None, "--out", "-o", help="Write the full result JSON here."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Write the full run result as JSON here (see README)."
+    ),
 ) -> None:
     """Audit log files end to end without Kafka and store the results in the warehouse."""
     cfg = settings()
@@ -172,7 +176,7 @@ def query(
             model=model,
             product=product,
         )
-    except (KeyError, UnsupportedFilterError) as exc:
+    except (KeyError, UnsupportedFilterError, WarehouseError) as exc:
         raise fail_usage(str(exc)) from exc
     render(result.columns, result.rows, output, console, title=name)
 
@@ -193,7 +197,7 @@ def sql(
     store = open_store(cfg)
     try:
         result = run_readonly(store.client, statement)
-    except ReadOnlyViolation as exc:
+    except (ReadOnlyViolation, WarehouseError) as exc:
         raise fail_usage(str(exc)) from exc
     render(result.columns, result.rows, output, console)
 
@@ -267,7 +271,7 @@ def produce(
     from refusal_audit.batch import file_source
     from streams.producer import TopicWriter, make_producer
     from streams.replay import replay
-    from streams.topics import Topics
+    from streams.topics import TopicError, Topics, admin_client, require_topic
 
     cfg = settings()
     for path in files:
@@ -279,6 +283,10 @@ def produce(
     except (ValueError, ConfigError) as exc:
         raise fail_usage(str(exc)) from exc
     topic = Topics.from_prefix(cfg.kafka_topic_prefix).input
+    try:
+        require_topic(admin_client(cfg.kafka_bootstrap_servers), topic)
+    except TopicError as exc:
+        raise fail_usage(str(exc)) from exc
     writer = TopicWriter(make_producer(cfg.kafka_bootstrap_servers))
     with _progress() as progress:
         task = progress.add_task(f"producing to {topic}", total=None)
@@ -338,8 +346,17 @@ def config_show() -> None:
     """Print the effective settings as JSON (secrets masked)."""
     cfg = settings()
     data = cfg.model_dump(mode="json")
-    data["resolved_warehouse_dsn"] = cfg.resolved_warehouse_dsn
+    data["warehouse_dsn"] = redact_dsn(cfg.warehouse_dsn) if cfg.warehouse_dsn else None
+    data["resolved_warehouse_dsn"] = redact_dsn(cfg.resolved_warehouse_dsn)
     console.file.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+@config_app.command("reference")
+def config_reference() -> None:
+    """Print the configuration reference as a Markdown table (the README's)."""
+    from refusal_audit.config import settings_reference
+
+    console.file.write(settings_reference() + "\n")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ when it exists), then the defaults below. Secrets are ``SecretStr`` and never pr
 from __future__ import annotations
 
 import os
+import tomllib
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Literal
@@ -18,6 +19,7 @@ from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
@@ -219,5 +221,30 @@ def load_settings(config_file: Path | None = None, **overrides: object) -> Setti
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         raise ConfigError(f"invalid configuration: {exc}") from exc
+    except SettingsError as exc:  # a value that is not valid JSON for a list/map setting
+        raise ConfigError(f"invalid configuration: {exc} (lists and maps are JSON)") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
     finally:
         _config_file.reset(token)
+
+
+def settings_reference() -> str:
+    """The README's configuration table (Markdown rows), generated from ``Settings``."""
+    rows = [
+        "| setting | environment variable | default | meaning |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name, field in Settings.model_fields.items():
+        if field.default_factory is not None:
+            default = "example bundle"
+        elif field.default is None:
+            default = "unset"
+        elif isinstance(field.default, tuple):
+            default = ",".join(field.default)
+        else:
+            default = str(field.default)
+        rows.append(
+            f"| `{name}` | `REFUSAL_AUDIT_{name.upper()}` | `{default}` | {field.description} |"
+        )
+    return "\n".join(rows)

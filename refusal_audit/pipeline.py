@@ -182,7 +182,9 @@ class AuditPipeline:
             report.duplicates += 1
             reason = f"log_id {log_id!r} already seen in this input; the first copy is audited"
             self._dead(
-                make_dead_letter(record, "validate", "duplicate_log_id", reason, now, log_id),
+                make_dead_letter(
+                    record, "validate", "duplicate_log_id", reason, now, log_id, intake.redactor
+                ),
                 report,
             )
             return []

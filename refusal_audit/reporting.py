@@ -55,11 +55,15 @@ def print_report(report: RunReport, console: Console) -> None:
         f"flagged for human review: {_rate(review, total)}; sampled for review: {sampled}"
     )
     if summary.policy_gap_flags:
-        gaps = Table(title=f"Policy gap flags ({len(summary.policy_gap_flags)})")
+        grouped: dict[str, list[str]] = {}
+        for flag in summary.policy_gap_flags:  # the same gap flagged by several batches
+            grouped.setdefault(flag.description, []).extend(flag.example_log_ids)
+        gaps = Table(title=f"Policy gap flags ({len(grouped)} distinct)")
         gaps.add_column("description")
+        gaps.add_column("refusals", justify="right")
         gaps.add_column("examples")
-        for flag in summary.policy_gap_flags[:10]:
-            gaps.add_row(flag.description, ", ".join(flag.example_log_ids[:3]))
+        for description, ids in list(grouped.items())[:10]:
+            gaps.add_row(description, str(len(ids)), ", ".join(ids[:3]))
         console.print(gaps)
     if report.failures:
         failures = Table(title=f"Failures ({len(report.failures)}, all kept as dead letters)")

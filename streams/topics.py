@@ -143,6 +143,6 @@ def require_topic(admin: AdminClient, name: str) -> None:
     """Raise ``TopicError`` with a how-to-fix message when topic ``name`` does not exist."""
     if name not in existing_topics(admin):
         raise TopicError(
-            f"input topic {name!r} does not exist; create the topics with "
+            f"topic {name!r} does not exist; create the topics with "
             "`refusal-audit topics create` (or check kafka_topic_prefix)"
         )

@@ -53,20 +53,33 @@ def test_audit_exit_code_one_when_records_fail(env: dict[str, str]) -> None:
 
 def test_usage_errors_exit_two(env: dict[str, str], tmp_path: Path) -> None:
     assert runner.invoke(app, ["audit", "no/such/file.jsonl"], env=env).exit_code == 2
-    assert runner.invoke(app, ["audit", "examples/refusal_log.jsonl", "--format", "xml"],
-                         env=env).exit_code == 2
+    assert (
+        runner.invoke(
+            app, ["audit", "examples/refusal_log.jsonl", "--format", "xml"], env=env
+        ).exit_code
+        == 2
+    )
     assert runner.invoke(app, ["query", "no_such_query"], env=env).exit_code == 2
     bad_env = {**env, "REFUSAL_AUDIT_BATCH_MAX_EVENTS": "0"}
     assert runner.invoke(app, ["audit", "examples/refusal_log.jsonl"], env=bad_env).exit_code == 2
-    assert runner.invoke(app, ["--config", str(tmp_path / "nope.toml"), "audit",
-                               "examples/refusal_log.jsonl"], env=env).exit_code == 2
+    assert (
+        runner.invoke(
+            app,
+            ["--config", str(tmp_path / "nope.toml"), "audit", "examples/refusal_log.jsonl"],
+            env=env,
+        ).exit_code
+        == 2
+    )
 
 
-@pytest.mark.parametrize("statement", [
-    "DROP TABLE assessments",
-    "INSERT INTO assessments SELECT * FROM assessments",
-    "SELECT 1; DROP TABLE assessments",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "DROP TABLE assessments",
+        "INSERT INTO assessments SELECT * FROM assessments",
+        "SELECT 1; DROP TABLE assessments",
+    ],
+)
 def test_sql_rejects_writes(env: dict[str, str], statement: str) -> None:
     result = runner.invoke(app, ["sql", statement], env=env)
     assert result.exit_code == 2
@@ -79,8 +92,43 @@ def test_sql_reads(env: dict[str, str]) -> None:
 
 
 def test_config_show_masks_secrets(env: dict[str, str]) -> None:
-    result = runner.invoke(app, ["config", "show"],
-                           env={**env, "REFUSAL_AUDIT_WAREHOUSE_PASSWORD": "hunter2"})
+    result = runner.invoke(
+        app, ["config", "show"], env={**env, "REFUSAL_AUDIT_WAREHOUSE_PASSWORD": "hunter2"}
+    )
     assert result.exit_code == 0
     assert "hunter2" not in result.output
     assert json.loads(result.output)["warehouse_dsn"] == env["REFUSAL_AUDIT_WAREHOUSE_DSN"]
+
+
+def test_sql_error_is_a_clean_usage_error(env: dict[str, str]) -> None:
+    result = runner.invoke(app, ["sql", "SELECT no_such_column FROM assessments"], env=env)
+    assert result.exit_code == 2
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_config_show_masks_a_password_inside_the_dsn(env: dict[str, str]) -> None:
+    result = runner.invoke(
+        app,
+        ["config", "show"],
+        env={**env, "REFUSAL_AUDIT_WAREHOUSE_DSN": "http://alice:s3cr3t@h:8123"},
+    )
+    assert result.exit_code == 0
+    assert "s3cr3t" not in result.output and "alice:***@h:8123" in result.output
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("REFUSAL_AUDIT_REDACTION_KINDS", "email,ip"), ("REFUSAL_AUDIT_BATCH_MAX_EVENTS", "many")],
+)
+def test_bad_environment_values_exit_two(env: dict[str, str], variable: str, value: str) -> None:
+    result = runner.invoke(app, ["config", "show"], env={**env, variable: value})
+    assert result.exit_code == 2
+    assert "configuration error" in result.output
+
+
+def test_bad_toml_exits_two(env: dict[str, str], tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("batch_max_events = \n", encoding="utf-8")
+    result = runner.invoke(app, ["--config", str(cfg), "config", "show"], env=env)
+    assert result.exit_code == 2
+    assert "not valid TOML" in result.output

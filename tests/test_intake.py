@@ -68,7 +68,10 @@ def test_unknown_bundle_is_dead_lettered() -> None:
     out = prepare(rec, "jsonl", settings(), NOW)
     assert isinstance(out, DeadLetter)
     assert (out.stage, out.reason_code, out.log_id) == ("validate", "unknown_policy_bundle", "l1")
-    assert "'other'" in out.reason and out.raw == rec.raw
+    assert "'other'" in out.reason
+    # the dead letter keeps the record's bytes, with its PII redacted
+    assert b"jane.doe@example.com" not in out.raw and b"<EMAIL>" in out.raw
+    assert orjson.loads(out.raw)["policy_bundle"] == "other"
     assert out.dead_letter_id == dead_letter_id("file.jsonl", "line 3", rec.raw)
 
 
@@ -83,3 +86,13 @@ def test_dead_letter_id_depends_on_all_parts() -> None:
     ids = {dead_letter_id("a", "b", b"c"), dead_letter_id("a", "bc", b""),
            dead_letter_id("ab", "", b"c"), dead_letter_id("a", "b", b"d")}
     assert len(ids) == 4
+
+
+def test_dead_letter_raw_keeps_invalid_bytes_but_not_pii() -> None:
+    raw = b'{"log_id": "x", "request": "call 555-867-5309 \xff\xfe", "oops": 1}'
+    out = prepare(SourceRecord("f", "line 1", raw), "jsonl", settings(), NOW)
+    assert isinstance(out, DeadLetter)
+    assert b"\xff\xfe" in out.raw and b"867-5309" not in out.raw
+    unredacted = prepare(SourceRecord("f", "line 1", raw), "jsonl", settings(redactor=None), NOW)
+    assert isinstance(unredacted, DeadLetter) and unredacted.raw == raw
+    assert unredacted.dead_letter_id == out.dead_letter_id

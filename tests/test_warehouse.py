@@ -408,7 +408,8 @@ def test_round_trip_of_all_record_kinds(warehouse: Warehouse) -> None:
         assert row["classifier_labels"] == (signal.labels if signal else [])
         assert row["is_refusal"] is stored.is_refusal
         assert (row["refusal_kind"], row["refusal_score"]) == (
-            stored.refusal_kind, stored.refusal_score
+            stored.refusal_kind,
+            stored.refusal_score,
         )
         assert row["refusal_cues"] == stored.refusal_cues
         assert row["ingested_at"] == stored.ingested_at
@@ -459,8 +460,11 @@ def test_redelivery_and_rerun_change_no_result(warehouse: Warehouse) -> None:
     # identical retry: dropped at insert time by the dedup token
     load(warehouse)
     assert {t: raw_count(warehouse, t) for t in TABLES} == raw
-    assert (warehouse.count_events(), warehouse.count_assessments(), warehouse.count_batches()) \
-        == counts
+    assert (
+        warehouse.count_events(),
+        warehouse.count_assessments(),
+        warehouse.count_batches(),
+    ) == counts
     assert all_results(warehouse) == results
 
     # re-delivery with new provenance (later ingest, events in another order): a new physical
@@ -470,8 +474,11 @@ def test_redelivery_and_rerun_change_no_result(warehouse: Warehouse) -> None:
     assert raw_count(warehouse, "refusal_events") == 2 * len(EVENTS)
     for batch in BATCHES:  # re-running a batch stores the same record again
         warehouse.insert_batch(batch)
-    assert (warehouse.count_events(), warehouse.count_assessments(), warehouse.count_batches()) \
-        == counts
+    assert (
+        warehouse.count_events(),
+        warehouse.count_assessments(),
+        warehouse.count_batches(),
+    ) == counts
     assert all_results(warehouse) == results
     assert set(warehouse.assessment_counts_per_log_id().values()) == {1}
 
@@ -599,14 +606,16 @@ def test_policy_gaps(warehouse: Warehouse) -> None:
         rows = []
         for day, ids in sorted(by_day.items()):
             flags = [f for b in ids for f in GAPS[b]]
-            rows.append((
-                day,
-                len(flags),
-                sum(1 for b in ids if GAPS[b]),
-                len(ids),
-                sorted({x for f in flags for x in f.example_log_ids})[:20],
-                sorted({f.description for f in flags})[:10],
-            ))
+            rows.append(
+                (
+                    day,
+                    len(flags),
+                    sum(1 for b in ids if GAPS[b]),
+                    len(ids),
+                    sorted({x for f in flags for x in f.example_log_ids})[:20],
+                    sorted({f.description for f in flags})[:10],
+                )
+            )
         return rows
 
     result = run_named(warehouse.client, warehouse.database, "policy_gaps")
@@ -923,3 +932,32 @@ def test_retry_count_comes_from_the_constructor(
     assert flaky.calls == 5
     single = Warehouse(client, database, retries=0, retry_wait=0.0)
     assert single.insert_attempts == 1
+
+
+def test_https_dsn_speaks_tls_before_sending_credentials() -> None:
+    import socket
+    import threading
+
+    from warehouse.client import WarehouseError, connect
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(15)
+    first: list[bytes] = []
+
+    def accept() -> None:
+        conn, _ = server.accept()
+        first.append(conn.recv(64))
+        conn.close()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    port = server.getsockname()[1]
+    with pytest.raises(WarehouseError) as info:
+        connect(f"https://alice:s3cr3t@127.0.0.1:{port}", "x")
+    thread.join(5)
+    server.close()
+    assert "s3cr3t" not in str(info.value)
+    assert first and first[0][:1] == b"\x16"  # a TLS handshake record, not "POST ..."
+    assert b"Authorization" not in first[0]

@@ -8,6 +8,7 @@ import subprocess
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -62,6 +63,8 @@ def test_topics_are_idempotent_and_worker_needs_the_input_topic(
     missing = dep.cli("worker", check=False, timeout=120)
     assert missing.returncode == 2
     assert "does not exist" in missing.stderr and "topics create" in missing.stderr
+    no_topic = dep.cli("produce", str(EXAMPLE_LOG), check=False)
+    assert no_topic.returncode == 2 and "does not exist" in no_topic.stderr
     first = dep.cli("topics", "create").stdout
     assert first.count("created") == 6
     again = dep.cli("topics", "create").stdout
@@ -241,3 +244,32 @@ def test_kcat_interop(dep: Deployment) -> None:
     stored = dep.sql("SELECT sum(length(policy_gap_flags)) AS n FROM audit_batches FINAL")
     assert len(flags) == stored[0]["n"]
     assert all(f["kind"] == "policy_gap_flag" and f["example_log_ids"] for f in flags)
+    assert flags, "the example log should raise at least one policy-gap flag"
+    tailed = dep.cli(
+        "alerts",
+        "tail",
+        "--kind",
+        "policy-gap",
+        "--from-beginning",
+        "--max",
+        str(len(flags)),
+        "--idle-timeout",
+        "20",
+    ).stdout
+    alerts = [orjson.loads(line)["alert"] for line in tailed.splitlines() if line.strip()]
+    assert sorted(a["description"] for a in alerts) == sorted(f["description"] for f in flags)
+
+
+def test_worker_survives_a_broker_restart(dep: Deployment, broker_control: Any) -> None:
+    dep.cli("produce", str(EXAMPLE_LOG))
+    total = sum(1 for line in EXAMPLE_LOG.read_bytes().splitlines() if line.strip())
+    worker = dep.start_worker()
+    try:
+        time.sleep(3.0)
+        broker_control.restart()
+        dep.cli("produce", str(many_events(dep.data_dir, copies=1)))
+        dep.wait_drained(worker)
+    finally:
+        stop(worker)
+    assert dep.sql("SELECT count() AS n FROM refusal_events FINAL") == [{"n": 2 * total}]
+    assert_one_current_assessment_per_refusal(dep)

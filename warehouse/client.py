@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import clickhouse_connect
@@ -104,11 +105,16 @@ def connect(dsn: str, database: str, password: str | None = None) -> Client:
     """
     validate_identifier(database)
     is_chdb = _check_dsn(dsn)
+    kwargs: dict[str, Any] = {"dsn": dsn, "tz_mode": "aware"}
+    if not is_chdb:
+        # clickhouse-connect does not derive TLS from an https:// DSN: ask for it explicitly,
+        # so credentials never travel in clear text to a server the user meant to be secure.
+        secure = dsn.lower().startswith("https:")
+        kwargs.update(interface="https" if secure else "http", secure=secure)
+        if password is not None:
+            kwargs["password"] = password
     try:
-        if password is not None and not is_chdb:
-            client = clickhouse_connect.get_client(dsn=dsn, password=password, tz_mode="aware")
-        else:
-            client = clickhouse_connect.get_client(dsn=dsn, tz_mode="aware")
+        client = clickhouse_connect.get_client(**kwargs)
     except (ClickHouseError, ImportError, OSError, ValueError) as exc:
         hint = ""
         if "already initialized" in str(exc):
