@@ -2,10 +2,11 @@
 
 read (caller) -> ``processors.intake.prepare`` (decode, check, redact, pre-filter) ->
 ``processors.batching.Batcher`` -> ``processors.auditing.audit_batch`` (engine, validation,
-review sampling) -> sink (the warehouse). Storage order gives at-least-once: an event row is
-written before its batch is audited, and a batch's assessments before its batch row; every
-failure becomes a dead letter. Blocking sink calls run in a worker thread so the event loop
-(faust's, in the worker) is never blocked.
+review sampling) -> sink (the warehouse). Results are buffered and written one insert per
+table (every ``flush_every`` rows and at the end of ``run``) in the order events, dead
+letters, assessments, batch rows; a caller acknowledges input only after ``run`` returns,
+which gives at-least-once. Every failure becomes a dead letter. Blocking sink calls run in
+a worker thread so the event loop (faust's, in the worker) is never blocked.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class Sink(Protocol):
 
     def insert_events(self, events: Sequence[StoredEvent]) -> None: ...
     def insert_assessments(self, items: Sequence[StoredAssessment]) -> None: ...
-    def insert_batch(self, batch: BatchRecord) -> None: ...
+    def insert_batches(self, batches: Sequence[BatchRecord]) -> None: ...
     def insert_dead_letters(self, items: Sequence[DeadLetter]) -> None: ...
 
 
@@ -136,6 +137,8 @@ class AuditPipeline:
         self._batcher = Batcher(max_events, token_budget)
         self._pending_events: list[StoredEvent] = []
         self._pending_dead: list[DeadLetter] = []
+        self._pending_assessments: list[StoredAssessment] = []
+        self._pending_batches: list[BatchRecord] = []
 
     async def run(
         self, sources: Iterable[InputSource], on_record: Callable[[], None] | None = None
@@ -153,7 +156,7 @@ class AuditPipeline:
                 report.records += 1
                 for batch in self._take(record, source.fmt, intake, seen, report):
                     await self._audit(batch, report)
-                if len(self._pending_events) + len(self._pending_dead) >= self.flush_every:
+                if self._pending() >= self.flush_every:
                     await self._flush()
                 if on_record is not None:
                     on_record()
@@ -203,16 +206,26 @@ class AuditPipeline:
             Failure(letter.source, letter.location, letter.reason_code, letter.reason)
         )
 
+    def _pending(self) -> int:
+        return len(self._pending_events) + len(self._pending_dead) + len(self._pending_assessments)
+
     async def _flush(self) -> None:
+        """Write what is pending, one insert per table, in an order that keeps
+        at-least-once: events, dead letters, then assessments, then their batch rows."""
         events, dead = self._pending_events, self._pending_dead
+        assessments, batches = self._pending_assessments, self._pending_batches
         self._pending_events, self._pending_dead = [], []
+        self._pending_assessments, self._pending_batches = [], []
         if events:
             await asyncio.to_thread(self.sink.insert_events, events)
         if dead:
             await asyncio.to_thread(self.sink.insert_dead_letters, dead)
+        if assessments:
+            await asyncio.to_thread(self.sink.insert_assessments, assessments)
+        if batches:
+            await asyncio.to_thread(self.sink.insert_batches, batches)
 
     async def _audit(self, batch: AuditBatch, report: RunReport) -> None:
-        await self._flush()  # events are stored before their assessments
         report.batches += 1
         bundle = self.bundles[batch.policy_bundle]
         now = self.clock()
@@ -228,12 +241,12 @@ class AuditPipeline:
         except (EngineError, AuditValidationError, ValidationError) as exc:
             code = "invalid_result" if not isinstance(exc, EngineError) else "engine_error"
             letter = failed_batch_dead_letter(batch, "batch", code, str(exc), now)
-            await asyncio.to_thread(self.sink.insert_dead_letters, [letter])
+            self._pending_dead.append(letter)
             report.failed_batches += 1
             report.failed_events += len(batch.events)
             report.failures.append(Failure(letter.source, letter.location, code, str(exc)))
             return
-        await asyncio.to_thread(self.sink.insert_assessments, audited.assessments)
-        await asyncio.to_thread(self.sink.insert_batch, audited.record)
+        self._pending_assessments.extend(audited.assessments)
+        self._pending_batches.append(audited.record)
         report.assessments.extend(audited.assessments)
         report.batch_records.append(audited.record)

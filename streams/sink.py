@@ -9,7 +9,9 @@ becomes committable only once its assessment is stored and its outputs are on th
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import orjson
 
@@ -70,20 +72,39 @@ def gap_flag_messages(batch: BatchRecord) -> list[bytes]:
 
 
 class StreamSink:
-    """Warehouse + topics; see the module docstring. Methods block (call them off the loop)."""
+    """Warehouse + topics; see the module docstring. Methods block (call them off the loop).
 
-    def __init__(self, warehouse: Sink, writer: TopicWriter, topics: Topics) -> None:
+    ``observe_write(table, seconds)`` receives the duration of each warehouse insert.
+    """
+
+    def __init__(
+        self,
+        warehouse: Sink,
+        writer: TopicWriter,
+        topics: Topics,
+        observe_write: Callable[[str, float], None] | None = None,
+    ) -> None:
         self.warehouse = warehouse
         self.writer = writer
         self.topics = topics
+        self.observe_write = observe_write
+
+    @contextmanager
+    def _timed(self, table: str) -> Iterator[None]:
+        started = time.perf_counter()
+        yield
+        if self.observe_write is not None:
+            self.observe_write(table, time.perf_counter() - started)
 
     def insert_events(self, events: Sequence[StoredEvent]) -> None:
         """Store the redacted events."""
-        self.warehouse.insert_events(events)
+        with self._timed("refusal_events"):
+            self.warehouse.insert_events(events)
 
     def insert_assessments(self, items: Sequence[StoredAssessment]) -> None:
         """Store assessments; publish each one, and sampled ones to the review queue too."""
-        self.warehouse.insert_assessments(items)
+        with self._timed("assessments"):
+            self.warehouse.insert_assessments(items)
         for item in items:
             value = item.model_dump_json().encode()
             key = item.log_id.encode()
@@ -91,15 +112,20 @@ class StreamSink:
             if item.sampled_for_review:
                 self.writer.send(self.topics.review_queue, value, key)
 
-    def insert_batch(self, batch: BatchRecord) -> None:
-        """Store the batch row; publish its policy-gap flags to the policy-gap topic."""
-        self.warehouse.insert_batch(batch)
-        for message in gap_flag_messages(batch):
-            self.writer.send(self.topics.policy_gap_alerts, message, batch.policy_bundle.encode())
+    def insert_batches(self, batches: Sequence[BatchRecord]) -> None:
+        """Store the batch rows; publish their policy-gap flags to the policy-gap topic."""
+        with self._timed("audit_batches"):
+            self.warehouse.insert_batches(batches)
+        for batch in batches:
+            for message in gap_flag_messages(batch):
+                self.writer.send(
+                    self.topics.policy_gap_alerts, message, batch.policy_bundle.encode()
+                )
 
     def insert_dead_letters(self, items: Sequence[DeadLetter]) -> None:
         """Store dead letters; publish their original bytes with the reason in headers."""
-        self.warehouse.insert_dead_letters(items)
+        with self._timed("dead_letters"):
+            self.warehouse.insert_dead_letters(items)
         for letter in items:
             key = letter.log_id.encode() if letter.log_id else None
             self.writer.send(self.topics.dead_letters, letter.raw, key, dead_letter_headers(letter))

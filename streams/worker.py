@@ -73,7 +73,13 @@ def build_context(cfg: Settings, wrap_sink: Callable[[Sink], Sink] | None = None
     store.on_retry = lambda table: metrics.warehouse_retries.labels(table).inc()
     writer = TopicWriter(make_producer(cfg.kafka_bootstrap_servers))
     inner: Sink = wrap_sink(store) if wrap_sink is not None else store
-    pipeline = build_pipeline(cfg, StreamSink(inner, writer, topics))
+    sink = StreamSink(
+        inner,
+        writer,
+        topics,
+        lambda table, seconds: metrics.warehouse_write_seconds.labels(table).observe(seconds),
+    )
+    pipeline = build_pipeline(cfg, sink)
     decode = DecodeOptions(max_record_bytes=cfg.max_record_bytes, max_text_chars=cfg.max_text_chars)
     return WorkerContext(cfg, topics, pipeline, writer, store, metrics, decode, {})
 

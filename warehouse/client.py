@@ -227,8 +227,10 @@ def split_sql(sql: str) -> list[SqlStatement]:
             i = _block_comment_end(sql, i)
             text.append(" ")
             skel.append(" ")
-        elif ch == "$" and (i == 0 or sql[i - 1] not in _WORD_CHARS) and (
-            heredoc := _HEREDOC_RE.match(sql, i)
+        elif (
+            ch == "$"
+            and (i == 0 or sql[i - 1] not in _WORD_CHARS)
+            and (heredoc := _HEREDOC_RE.match(sql, i))
         ):
             tag = heredoc.group(0)
             close = sql.find(tag, heredoc.end())

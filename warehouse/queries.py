@@ -149,8 +149,15 @@ WHERE {_DAY_MODEL_PRODUCT}
 GROUP BY day, model
 ORDER BY day, model
 """,
-            columns=("day", "model", "audited", "estimated_false_positives", "rate", "wilson_low",
-                     "wilson_high"),
+            columns=(
+                "day",
+                "model",
+                "audited",
+                "estimated_false_positives",
+                "rate",
+                "wilson_low",
+                "wilson_high",
+            ),
             filters=_MODEL_PRODUCT,
             postprocess=_with_proportions(
                 ("estimated_false_positives", "audited", "rate", "wilson_low", "wilson_high")
@@ -199,8 +206,14 @@ WHERE toDate(audited_at) BETWEEN {since:Date} AND {until:Date}
 GROUP BY day
 ORDER BY day
 """,
-            columns=("day", "flags", "batches_with_flags", "batches_audited", "example_log_ids",
-                     "descriptions"),
+            columns=(
+                "day",
+                "flags",
+                "batches_with_flags",
+                "batches_audited",
+                "example_log_ids",
+                "descriptions",
+            ),
             filters=_MODEL_PRODUCT,
         ),
         NamedQuery(
@@ -238,8 +251,18 @@ WHERE {_DAY_MODEL_PRODUCT}
 GROUP BY day
 ORDER BY day
 """,
-            columns=("day", "assessed", "flagged", "review_share", "review_low", "review_high",
-                     "sampled", "sampled_share", "sampled_low", "sampled_high"),
+            columns=(
+                "day",
+                "assessed",
+                "flagged",
+                "review_share",
+                "review_low",
+                "review_high",
+                "sampled",
+                "sampled_share",
+                "sampled_low",
+                "sampled_high",
+            ),
             filters=_MODEL_PRODUCT,
             postprocess=_with_proportions(
                 ("flagged", "assessed", "review_share", "review_low", "review_high"),
@@ -367,8 +390,7 @@ def check_readonly(sql: str) -> str:
     if keyword not in READ_KEYWORDS:
         shown = keyword or statement.text[:20]
         raise ReadOnlyViolation(
-            f"only read-only statements are allowed ({', '.join(READ_KEYWORDS)}); "
-            f"got {shown!r}"
+            f"only read-only statements are allowed ({', '.join(READ_KEYWORDS)}); got {shown!r}"
         )
     if re.search(r"\bINTO\s+OUTFILE\b", statement.skeleton, re.IGNORECASE):
         raise ReadOnlyViolation("INTO OUTFILE writes a file and is not allowed")

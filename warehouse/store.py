@@ -356,25 +356,28 @@ class Warehouse:
 
         An empty sequence is a no-op. Raises ``WarehouseError``.
         """
-        self._insert(
-            "assessments", ASSESSMENT_COLUMNS, [_assessment_row(a) for a in items]
-        )
+        self._insert("assessments", ASSESSMENT_COLUMNS, [_assessment_row(a) for a in items])
 
     def insert_batch(self, batch: BatchRecord) -> None:
         """Store one audited batch (re-running the same ``batch_id`` replaces it).
 
         Raises ``WarehouseError``.
         """
-        self._insert("audit_batches", BATCH_COLUMNS, [_batch_row(batch)])
+        self.insert_batches([batch])
+
+    def insert_batches(self, batches: Sequence[BatchRecord]) -> None:
+        """Store audited batches in one insert (empty sequence: no-op).
+
+        Raises ``WarehouseError``.
+        """
+        self._insert("audit_batches", BATCH_COLUMNS, [_batch_row(b) for b in batches])
 
     def insert_dead_letters(self, items: Sequence[DeadLetter]) -> None:
         """Store dead letters (one row per ``dead_letter_id``; empty sequence: no-op).
 
         Raises ``WarehouseError``.
         """
-        self._insert(
-            "dead_letters", DEAD_LETTER_COLUMNS, [_dead_letter_row(d) for d in items]
-        )
+        self._insert("dead_letters", DEAD_LETTER_COLUMNS, [_dead_letter_row(d) for d in items])
 
     def insert_alerts(self, alerts: Sequence[Mapping[str, Any]]) -> None:
         """Store generic alert rows (an empty sequence is a no-op).
