@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck unit bench schemas clean kafka-up kafka-down
+.PHONY: install demo test lint typecheck unit bench bench-worker schemas clean kafka-up kafka-down
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 needed"'
@@ -36,6 +36,10 @@ unit: install
 
 bench: install
 	$(BIN)/python benchmarks/local_engine.py
+
+## Streaming throughput, memory and latency (needs the broker: make kafka-up).
+bench-worker: install
+	$(BIN)/python benchmarks/worker_throughput.py
 
 schemas: install
 	$(BIN)/python -m schemas.export
