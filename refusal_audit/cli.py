@@ -64,6 +64,24 @@ def fail_usage(message: str) -> typer.Exit:
     return typer.Exit(EXIT_USAGE)
 
 
+def input_options(
+    files: list[Path],
+    input_format: str | None,
+    mapping: str | None,
+    event_time: datetime | None,
+    model: str | None,
+    product: str | None,
+) -> BatchOptions:
+    """Check the input files exist and the input options are valid; exit 2 otherwise."""
+    for path in files:
+        if not path.is_file():
+            raise fail_usage(f"input file not found (or not a file): {path}")
+    try:
+        return BatchOptions.build(input_format, mapping, event_time, model, product)
+    except ValueError as exc:
+        raise fail_usage(str(exc)) from exc
+
+
 @app.callback()
 def main(
     config: Path | None = typer.Option(
@@ -108,13 +126,7 @@ def audit(
 ) -> None:
     """Audit log files end to end without Kafka and store the results in the warehouse."""
     cfg = settings()
-    for path in files:
-        if not path.is_file():
-            raise fail_usage(f"input file not found: {path}")
-    try:
-        options = BatchOptions.build(input_format, mapping, event_time, model, product)
-    except ValueError as exc:
-        raise fail_usage(str(exc)) from exc
+    options = input_options(files, input_format, mapping, event_time, model, product)
     try:
         sink = open_store(cfg)
         report = run_batch(
@@ -274,13 +286,10 @@ def produce(
     from streams.topics import TopicError, Topics, admin_client, require_topic
 
     cfg = settings()
-    for path in files:
-        if not path.is_file():
-            raise fail_usage(f"input file not found: {path}")
+    options = input_options(files, input_format, mapping, event_time, model, product)
     try:
-        options = BatchOptions.build(input_format, mapping, event_time, model, product)
         sources = [file_source(path, options, cfg) for path in files]
-    except (ValueError, ConfigError) as exc:
+    except ConfigError as exc:
         raise fail_usage(str(exc)) from exc
     topic = Topics.from_prefix(cfg.kafka_topic_prefix).input
     try:
