@@ -303,8 +303,8 @@ def _check_size(raw: bytes, options: DecodeOptions) -> None:
 # --- RFC 3339 timestamps
 
 _RFC3339 = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"
-    r"(?:([Zz])|([+-])(\d{2}):(\d{2}))?"
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]+))?"
+    r"(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))?"
 )
 
 
@@ -332,12 +332,25 @@ def _parse_rfc3339(value: str, label: str) -> datetime:
     if tz is None:
         _reject("naive_timestamp", f"{label}: {_short(value)} has no UTC offset; "
                                    "add 'Z' or '+hh:mm'")
-    return parsed.replace(tzinfo=tz)
+    return _in_range(parsed.replace(tzinfo=tz), label)
+
+
+# The range of ClickHouse's DateTime64, where event times are stored: a time outside it
+# would be stored as some other day and skew every trend query.
+MIN_EVENT_TIME = datetime(1900, 1, 1, tzinfo=UTC)
+MAX_EVENT_TIME = datetime(2299, 12, 31, 23, 59, 59, tzinfo=UTC)
+
+
+def _in_range(value: datetime, label: str) -> datetime:
+    if not MIN_EVENT_TIME <= value <= MAX_EVENT_TIME:
+        _reject("bad_timestamp", f"{label}: {value.isoformat()} is outside the supported range "
+                                 "1900-01-01 .. 2299-12-31")
+    return value
 
 
 def _parse_epoch(value: int | float, label: str) -> datetime:
     try:
-        return datetime.fromtimestamp(value, tz=UTC)
+        return _in_range(datetime.fromtimestamp(value, tz=UTC), label)
     except (OverflowError, OSError, ValueError):
         _reject("bad_timestamp", f"{label}: {value!r} is not a valid Unix time in seconds")
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import cast, get_args
 
+import orjson
 from rich.progress import Progress
 
 from processors.adapters import (
@@ -74,14 +75,39 @@ def first_line(path: Path, limit: int = 65_536) -> bytes:
     return b""
 
 
-def file_source(path: Path, options: BatchOptions, cfg: Settings) -> InputSource:
-    """Build the input source for one file. Raises ``ConfigError`` when the format is unknown."""
-    fmt = options.input_format
-    if fmt is None:
+def detect_file_format(path: Path, max_record_bytes: int) -> InputFormat:
+    """The input format of ``path`` from its name and first non-blank line.
+
+    A first line that is a JSON object of an unknown layout, or an unusable CSV header, is a
+    usage error (``ConfigError``: pass ``--format``/``--map``). A first line that is not JSON
+    at all (garbage, binary, an empty file) is read as JSON Lines, so every bad line becomes
+    a dead letter with its reason and the run goes on.
+    """
+    line = first_line(path, max_record_bytes)
+    try:
+        return detect_format(line, path.name)
+    except ValueError as exc:
         try:
-            fmt = detect_format(first_line(path), path.name)
-        except ValueError as exc:
+            parsed = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            parsed = None
+        if path.suffix.lower() == ".csv" or isinstance(parsed, dict):
             raise ConfigError(f"{path}: {exc}") from exc
+        return "jsonl"
+
+
+def file_source(path: Path, options: BatchOptions, cfg: Settings) -> InputSource:
+    """Build the input source for one file.
+
+    Raises ``ConfigError`` when the format cannot be told or a CSV header is unusable, before
+    any record is processed.
+    """
+    fmt = options.input_format or detect_file_format(path, cfg.max_record_bytes)
+    if fmt == "xstest-csv":
+        try:  # the header is checked now, not halfway through a multi-file run
+            next(iter(read_records(path, fmt, cfg.max_record_bytes)), None)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
     decode = DecodeOptions(
         max_record_bytes=cfg.max_record_bytes,
         max_text_chars=cfg.max_text_chars,

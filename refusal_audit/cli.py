@@ -117,8 +117,12 @@ def audit(
         formats=["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d"],
         help="Event time for records without one (default: the file's modification time).",
     ),
-    model: str | None = typer.Option(None, help="Model id for records without one."),
-    product: str | None = typer.Option(None, help="Product for records without one."),
+    model: str | None = typer.Option(
+        None, help="Model id for formats that may lack one (not native jsonl)."
+    ),
+    product: str | None = typer.Option(
+        None, help="Product for formats that may lack one (not native jsonl)."
+    ),
     engine: str | None = typer.Option(None, help="Audit engine (default: setting engine)."),
     out: Path | None = typer.Option(
         None, "--out", help="Write the full run result as JSON here (see README)."
@@ -127,6 +131,8 @@ def audit(
     """Audit log files end to end without Kafka and store the results in the warehouse."""
     cfg = settings()
     options = input_options(files, input_format, mapping, event_time, model, product)
+    if out is not None and (out.is_dir() or not out.parent.is_dir()):
+        raise fail_usage(f"--out {out}: not a writable file path (is its folder there?)")
     try:
         sink = open_store(cfg)
         report = run_batch(
@@ -222,8 +228,11 @@ def migrate() -> None:
 
     cfg = settings()
     password = cfg.warehouse_password.get_secret_value() if cfg.warehouse_password else None
-    client = connect(cfg.resolved_warehouse_dsn, cfg.warehouse_database, password)
-    applied = apply(client, cfg.warehouse_database)
+    try:
+        client = connect(cfg.resolved_warehouse_dsn, cfg.warehouse_database, password)
+        applied = apply(client, cfg.warehouse_database)
+    except WarehouseError as exc:
+        raise fail_usage(f"cannot migrate the warehouse: {exc}") from exc
     console.print(f"applied: {', '.join(applied) if applied else 'nothing (up to date)'}")
 
 

@@ -784,3 +784,15 @@ def test_offsets_kept_and_utc_normalisation_not_applied() -> None:
     assert isinstance(event, RefusalEvent)
     assert event.event_time == datetime(2025, 6, 2, 3, 45, tzinfo=tz)
     assert event.event_time.utcoffset() == timedelta(hours=-5, minutes=-30)
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    ["0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z", "1900-01-01T00:00:00+05:00",
+     "\uff12\uff10\uff12\uff15-01-01T00:00:00Z"],
+)
+def test_event_times_outside_the_warehouse_range_are_bad_timestamps(stamp: str) -> None:
+    record = SourceRecord("f", "line 1", orjson.dumps({
+        "log_id": "a", "event_time": stamp, "request": "q", "response": "r", "model": "m"}))
+    result = decode_record(record, "jsonl", DecodeOptions())
+    assert isinstance(result, DecodeFailure) and result.reason_code == "bad_timestamp"

@@ -132,3 +132,38 @@ def test_bad_toml_exits_two(env: dict[str, str], tmp_path: Path) -> None:
     result = runner.invoke(app, ["--config", str(cfg), "config", "show"], env=env)
     assert result.exit_code == 2
     assert "not valid TOML" in result.output
+
+
+def test_a_garbage_first_line_is_a_dead_letter_not_a_usage_error(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    log = tmp_path / "log.jsonl"
+    good = (REPO / "examples" / "refusal_log.jsonl").read_bytes().splitlines()[:5]
+    log.write_bytes(b"\x00\xffgarbage\n" + b"\n".join(good) + b"\n")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    result = runner.invoke(app, ["audit", str(empty), str(log)], env=env)
+    assert result.exit_code == 1, result.output
+    assert "line 1" in result.output and "encoding" in result.output
+
+
+def test_unusable_inputs_fail_before_anything_is_processed(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    dup = tmp_path / "dup.csv"
+    dup.write_text("id,prompt,completion,prompt\n1,hi,I cannot,x\n", encoding="utf-8")
+    result = runner.invoke(app, ["audit", "--event-time", "2026-01-05", str(dup)], env=env)
+    assert result.exit_code == 2 and "repeated column" in " ".join(result.output.split())
+    unknown = tmp_path / "other.jsonl"
+    unknown.write_text('{"prompt": "x", "reply": "y", "id": 1}\n', encoding="utf-8")
+    assert runner.invoke(app, ["audit", str(unknown)], env=env).exit_code == 2
+    bad_out = runner.invoke(
+        app,
+        ["audit", "examples/refusal_log.jsonl", "--out", str(tmp_path / "no" / "x.json")],
+        env=env,
+    )
+    assert bad_out.exit_code == 2
+    broken = runner.invoke(
+        app, ["migrate"], env={**env, "REFUSAL_AUDIT_WAREHOUSE_DSN": "http://127.0.0.1:1"}
+    )
+    assert broken.exit_code == 2 and "cannot migrate" in broken.output

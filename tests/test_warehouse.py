@@ -484,6 +484,7 @@ def test_redelivery_and_rerun_change_no_result(warehouse: Warehouse) -> None:
 
 
 def test_reaudit_replaces_the_current_assessment(warehouse: Warehouse) -> None:
+    warehouse.insert_events(EVENTS)
     warehouse.insert_assessments(ASSESSMENTS)
     spec = next(s for s in REFUSALS if s.log_id == "e02")
     newer = make_assessment(
@@ -520,6 +521,7 @@ def test_reaudit_replaces_the_current_assessment(warehouse: Warehouse) -> None:
 def test_naive_datetimes_are_taken_as_utc(warehouse: Warehouse) -> None:
     spec = REFUSALS[0]
     naive = datetime(2024, 3, 5, 7, 30)
+    warehouse.insert_events([make_event(spec)])
     warehouse.insert_assessments([make_assessment(spec, audited_at=naive)])
     (row,) = warehouse.current_assessments([spec.log_id])
     assert row["audited_at"] == naive.replace(tzinfo=UTC)
@@ -961,3 +963,42 @@ def test_https_dsn_speaks_tls_before_sending_credentials() -> None:
     assert "s3cr3t" not in str(info.value)
     assert first and first[0][:1] == b"\x16"  # a TLS handshake record, not "POST ..."
     assert b"Authorization" not in first[0]
+
+
+def test_assessment_retires_when_its_event_is_no_longer_a_refusal(warehouse: Warehouse) -> None:
+    spec = REFUSALS[0]
+    warehouse.insert_events([make_event(spec)])
+    warehouse.insert_assessments([make_assessment(spec)])
+    assert warehouse.assessment_counts_per_log_id() == {spec.log_id: 1}
+    # re-delivered, and now judged a non-refusal (e.g. the pre-filter changed)
+    later = make_event(spec, ingested_at=AUDIT_TIME + timedelta(days=1))
+    warehouse.insert_events(
+        [later.model_copy(update={"is_refusal": False, "refusal_kind": "none"})]
+    )
+    assert warehouse.assessment_counts_per_log_id() == {}
+    fpr = run_named(warehouse.client, warehouse.database, "false_positive_rate")
+    assert fpr.rows == []
+
+
+def test_assessment_under_another_bundle_is_not_current(warehouse: Warehouse) -> None:
+    spec = REFUSALS[0]
+    event = make_event(spec)
+    warehouse.insert_events([event])
+    warehouse.insert_assessments([make_assessment(spec)])
+    moved = event.model_copy(
+        update={
+            "event": event.event.model_copy(update={"policy_bundle": "other"}),
+            "ingested_at": AUDIT_TIME + timedelta(days=1),
+        }
+    )
+    warehouse.insert_events([moved])
+    warehouse.insert_assessments(
+        [
+            make_assessment(spec).model_copy(
+                update={"policy_bundle": "other", "audited_at": AUDIT_TIME + timedelta(days=1)}
+            )
+        ]
+    )
+    assert warehouse.assessment_counts_per_log_id() == {spec.log_id: 1}
+    (row,) = warehouse.current_assessments([spec.log_id])
+    assert row["policy_bundle"] == "other"

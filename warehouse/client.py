@@ -119,6 +119,11 @@ def connect(dsn: str, database: str, password: str | None = None) -> Client:
         hint = ""
         if "already initialized" in str(exc):
             hint = " (chDB allows one data path per process)"
+        elif "Cannot lock file" in str(exc):
+            hint = (
+                " (another process, e.g. a running worker or audit, holds this embedded "
+                "store: stop it, or use a ClickHouse server DSN to share the warehouse)"
+            )
         raise WarehouseError(f"cannot open warehouse {redact_dsn(dsn)}{hint}: {exc}") from exc
     try:
         exists = client.query(

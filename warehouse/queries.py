@@ -144,7 +144,7 @@ NAMED_QUERIES: dict[str, NamedQuery] = {
 SELECT toDate(event_time) AS day, model,
        count() AS audited,
        countIf(is_estimated_false_positive) AS estimated_false_positives
-FROM {{db:Identifier}}.assessments FINAL
+FROM {{db:Identifier}}.current_assessments
 WHERE {_DAY_MODEL_PRODUCT}
 GROUP BY day, model
 ORDER BY day, model
@@ -171,7 +171,7 @@ SELECT day, category, assessments,
        assessments / sum(assessments) OVER (PARTITION BY day) AS share
 FROM (
     SELECT toDate(event_time) AS day, category, count() AS assessments
-    FROM {{db:Identifier}}.assessments FINAL
+    FROM {{db:Identifier}}.current_assessments
     WHERE {_DAY_MODEL_PRODUCT}
     GROUP BY day, category
 )
@@ -199,7 +199,7 @@ SELECT toDate(audited_at) AS day,
 FROM {db:Identifier}.audit_batches FINAL
 WHERE toDate(audited_at) BETWEEN {since:Date} AND {until:Date}
   AND batch_id IN (
-      SELECT batch_id FROM {db:Identifier}.assessments FINAL
+      SELECT batch_id FROM {db:Identifier}.current_assessments
       WHERE ({model:String} = '' OR model = {model:String})
         AND ({product:String} = '' OR product = {product:String})
   )
@@ -228,7 +228,7 @@ FROM (
     SELECT policy_bundle, assumeNotNull(policy_clause_cited) AS clause,
            count() AS citations,
            countIf(is_estimated_false_positive) AS estimated_false_positives
-    FROM {{db:Identifier}}.assessments FINAL
+    FROM {{db:Identifier}}.current_assessments
     WHERE policy_clause_cited IS NOT NULL AND {_DAY_MODEL_PRODUCT}
     GROUP BY policy_bundle, clause
 )
@@ -246,7 +246,7 @@ SELECT toDate(event_time) AS day,
        count() AS assessed,
        countIf(requires_human_review) AS flagged,
        countIf(sampled_for_review) AS sampled
-FROM {{db:Identifier}}.assessments FINAL
+FROM {{db:Identifier}}.current_assessments
 WHERE {_DAY_MODEL_PRODUCT}
 GROUP BY day
 ORDER BY day

@@ -423,7 +423,7 @@ class Warehouse:
 
     def count_assessments(self) -> int:
         """Number of current assessments. Raises ``WarehouseError``."""
-        _, rows = self._select("SELECT count() FROM {db:Identifier}.assessments FINAL")
+        _, rows = self._select("SELECT count() FROM {db:Identifier}.current_assessments")
         return int(rows[0][0])
 
     def count_batches(self) -> int:
@@ -441,7 +441,7 @@ class Warehouse:
             return []
         where = "" if log_ids is None else "WHERE log_id IN {ids:Array(String)}"
         return self._dicts(
-            f"SELECT * FROM {{db:Identifier}}.assessments FINAL {where} "
+            f"SELECT * FROM {{db:Identifier}}.current_assessments {where} "
             "ORDER BY policy_bundle, log_id",
             {"ids": list(log_ids)} if log_ids is not None else None,
         )
@@ -451,7 +451,7 @@ class Warehouse:
         against one bundle). Raises ``WarehouseError``.
         """
         _, rows = self._select(
-            "SELECT log_id, count() FROM {db:Identifier}.assessments FINAL GROUP BY log_id"
+            "SELECT log_id, count() FROM {db:Identifier}.current_assessments GROUP BY log_id"
         )
         return {str(log_id): int(n) for log_id, n in rows}
 

@@ -18,12 +18,16 @@ class EngineOutput:
     ``result`` is the engine's claimed result (the harness validates it and recomputes the
     summary); ``false_positive_scores`` maps log_id to an over-refusal score in [0, 1] when
     the engine has one; ``raw_output`` is the model's raw text (None for the local engine).
+    ``unresolved`` maps log_id to the reason (``"<code>: <detail>"``) for events of the batch
+    the engine could not audit; ``result`` then holds assessments for the other events only,
+    and the caller dead-letters the unresolved ones (empty for the local engine).
     """
 
     result: AuditResult
     usage: EngineUsage = field(default_factory=EngineUsage)
     false_positive_scores: dict[str, float] = field(default_factory=dict)
     raw_output: str | None = None
+    unresolved: dict[str, str] = field(default_factory=dict)
 
 
 class EngineError(RuntimeError):

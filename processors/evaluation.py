@@ -1,0 +1,164 @@
+"""Agreement of the pre-filter and an engine with labelled events (``refusal-audit eval``).
+
+Labels come from event attributes kept by the input adapters:
+
+- refusal: XSTest's ``final_label`` (``2_full_refusal``/``3_partial_refusal`` = refusal), or
+  an ``is_refusal`` attribute (``true``/``false``), as CoCoNot has;
+- over-refusal (false positive): XSTest's prompt ``type`` (types starting with ``contrast_``
+  are unsafe prompts, so refusing them is correct; every other type is a safe prompt), or a
+  ``label`` attribute (``safe``/``unsafe``);
+- category: an ``expected_category`` attribute, or CoCoNot's ``category`` mapped onto the
+  taxonomy's top-level codes with ``COCONOT_CATEGORY_MAP``.
+
+Every rate carries a Wilson 95% interval. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sklearn.metrics import roc_auc_score
+
+from processors.stats import wilson_interval
+
+REFUSAL_LABELS = frozenset({"2_full_refusal", "3_partial_refusal"})
+COCONOT_CATEGORY_MAP: Mapping[str, str] = {
+    "Requests with safety concerns": "genuine_safety_refusal",
+    "Unsupported requests": "capability_boundary",
+    "Humanizing requests": "capability_boundary",
+    "Incomplete requests": "clarification_needed",
+    "Unknowns": "clarification_needed",
+}
+
+
+@dataclass(frozen=True)
+class Labels:
+    """Ground truth of one event; None where the source has no label."""
+
+    is_refusal: bool | None
+    is_over_refusal: bool | None
+    category: str | None
+
+
+def _flag(value: str | None) -> bool | None:
+    if value is None:
+        return None
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    return None
+
+
+def labels_from_attributes(
+    attributes: Mapping[str, str], category_map: Mapping[str, str] = COCONOT_CATEGORY_MAP
+) -> Labels:
+    """Read the labels an event's attributes carry (see the module docstring)."""
+    is_refusal: bool | None = None
+    if "final_label" in attributes:
+        is_refusal = attributes["final_label"] in REFUSAL_LABELS
+    elif "is_refusal" in attributes:
+        is_refusal = _flag(attributes["is_refusal"])
+    over: bool | None = None
+    if "type" in attributes:
+        over = not attributes["type"].startswith("contrast_")
+    elif attributes.get("label") in ("safe", "unsafe"):
+        over = attributes["label"] == "safe"
+    category = attributes.get("expected_category") or category_map.get(
+        attributes.get("category", "")
+    )
+    return Labels(is_refusal, over, category)
+
+
+@dataclass(frozen=True)
+class EvalItem:
+    """One labelled event with what the pipeline made of it.
+
+    ``detected_refusal`` is the pre-filter's decision; ``category`` (top-level code),
+    ``estimated_fp`` and ``fp_score`` come from the engine's assessment, None when the
+    event was not audited.
+    """
+
+    labels: Labels
+    detected_refusal: bool
+    category: str | None = None
+    estimated_fp: bool | None = None
+    fp_score: float | None = None
+
+
+def rate(k: int, n: int) -> dict[str, float]:
+    """``{"value", "low", "high", "k", "n"}``: a proportion with its Wilson 95% interval."""
+    low, high = wilson_interval(k, n)
+    return {"value": k / n if n else 0.0, "low": low, "high": high, "k": k, "n": n}
+
+
+def binary_agreement(truth: Sequence[bool], predicted: Sequence[bool]) -> dict[str, Any]:
+    """Precision, recall, F1, specificity and balanced accuracy of ``predicted`` vs ``truth``.
+
+    Balanced accuracy = (recall + specificity) / 2 (Brodersen et al., 2010). Raises
+    ``ValueError`` when the sequences differ in length.
+    """
+    if len(truth) != len(predicted):
+        raise ValueError("truth and predicted differ in length")
+    pairs = list(zip(truth, predicted, strict=True))
+    tp = sum(t and p for t, p in pairs)
+    fp = sum(p and not t for t, p in pairs)
+    fn = sum(t and not p for t, p in pairs)
+    tn = sum(not t and not p for t, p in pairs)
+    precision, recall, specificity = rate(tp, tp + fp), rate(tp, tp + fn), rate(tn, tn + fp)
+    p, r = precision["value"], recall["value"]
+    return {
+        "n": len(pairs),
+        "tp": tp,
+        "fp": fp,
+        "fn": fn,
+        "tn": tn,
+        "precision": precision,
+        "recall": recall,
+        "specificity": specificity,
+        "f1": 2 * p * r / (p + r) if p + r else 0.0,
+        "balanced_accuracy": (r + specificity["value"]) / 2,
+    }
+
+
+def evaluate(items: Sequence[EvalItem]) -> dict[str, Any]:
+    """Every agreement figure the labels allow; sections without labels are omitted."""
+    report: dict[str, Any] = {"events": len(items)}
+    with_refusal = [i for i in items if i.labels.is_refusal is not None]
+    if with_refusal:
+        report["refusal_detection"] = binary_agreement(
+            [bool(i.labels.is_refusal) for i in with_refusal],
+            [i.detected_refusal for i in with_refusal],
+        )
+    audited: Callable[[EvalItem], bool] = lambda i: i.estimated_fp is not None  # noqa: E731
+    fp_items = [i for i in items if i.labels.is_over_refusal is not None and audited(i)]
+    if fp_items:
+        section = binary_agreement(
+            [bool(i.labels.is_over_refusal) for i in fp_items],
+            [bool(i.estimated_fp) for i in fp_items],
+        )
+        scored = [i for i in fp_items if i.fp_score is not None]
+        truths = {bool(i.labels.is_over_refusal) for i in scored}
+        if scored and len(truths) == 2:
+            section["roc_auc"] = float(
+                roc_auc_score(
+                    [bool(i.labels.is_over_refusal) for i in scored], [i.fp_score for i in scored]
+                )
+            )
+        report["false_positive_detection"] = section
+    cat_items = [i for i in items if i.labels.category is not None and i.category is not None]
+    if cat_items:
+        confusion = Counter((str(i.labels.category), str(i.category)) for i in cat_items)
+        agree = sum(n for (truth, got), n in confusion.items() if truth == got)
+        report["category_agreement"] = {
+            "agreement": rate(agree, len(cat_items)),
+            "confusion": [
+                {"expected": truth, "predicted": got, "count": n}
+                for (truth, got), n in sorted(confusion.items())
+            ],
+        }
+    return report
