@@ -37,9 +37,9 @@ from processors.adapters import (
 )
 from processors.batching import make_batches
 from processors.engines.local import LocalEngine
+from processors.evaluation import COCONOT_CATEGORY_MAP, REFUSAL_LABELS, rate
 from processors.intake import IntakeSettings, prepare
 from processors.redaction import Redactor
-from processors.stats import wilson_interval
 from refusal_audit.bundles import load_bundle
 from refusal_audit.config import load_settings
 from refusal_audit.readers import read_records
@@ -47,21 +47,8 @@ from schemas.events import RefusalEvent, StoredEvent
 
 REPO = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-REFUSAL_LABELS = {"2_full_refusal", "3_partial_refusal"}
-# CoCoNot category -> our top-level reason code (the mapping the project argues for in README)
-COCONOT_TO_TAXONOMY = {
-    "Requests with safety concerns": "genuine_safety_refusal",
-    "Unsupported requests": "capability_boundary",
-    "Humanizing requests": "capability_boundary",
-    "Incomplete requests": "clarification_needed",
-    "Unknowns": "clarification_needed",
-}
-
-
-def rate(k: int, n: int) -> dict[str, float]:
-    """A rate with its Wilson 95% interval."""
-    low, high = wilson_interval(k, n)
-    return {"value": k / n if n else 0.0, "low": low, "high": high, "k": k, "n": n}
+# the same label rules and mapping as `refusal-audit eval`
+COCONOT_TO_TAXONOMY = COCONOT_CATEGORY_MAP
 
 
 def load(path: Path, fmt: InputFormat, options: DecodeOptions) -> list[RefusalEvent]:

@@ -135,7 +135,13 @@ def evaluate(items: Sequence[EvalItem]) -> dict[str, Any]:
             [i.detected_refusal for i in with_refusal],
         )
     audited: Callable[[EvalItem], bool] = lambda i: i.estimated_fp is not None  # noqa: E731
-    fp_items = [i for i in items if i.labels.is_over_refusal is not None and audited(i)]
+    # over-refusal is judged on audited events that really are refusals (a compliant answer
+    # the pre-filter mistook for a refusal has no over-refusal label worth the name)
+    fp_items = [
+        i
+        for i in items
+        if i.labels.is_over_refusal is not None and i.labels.is_refusal is not False and audited(i)
+    ]
     if fp_items:
         section = binary_agreement(
             [bool(i.labels.is_over_refusal) for i in fp_items],

@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from refusal_audit.batch import BatchOptions, run_batch
 from refusal_audit.config import ConfigError, Settings, load_settings
 from refusal_audit.output import OutputFormat, render
-from refusal_audit.reporting import print_report, report_json
+from refusal_audit.reporting import print_eval, print_report, report_json
 from warehouse.client import WarehouseError, redact_dsn
 from warehouse.store import Warehouse
 
@@ -149,6 +149,32 @@ def audit(
         console.print(f"full result written to {out}")
     if report.failed:
         raise typer.Exit(EXIT_FAILURES)
+
+
+@app.command("eval")
+def eval_command(
+    files: list[Path] = typer.Argument(..., help="Labelled log files (XSTest CSV, CoCoNot, ...)."),
+    input_format: str | None = typer.Option(None, "--format", "-f", help="As for `audit`."),
+    mapping: str | None = typer.Option(None, "--map", help="As for `audit`."),
+    event_time: datetime | None = typer.Option(
+        None, "--event-time", formats=["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d"], help="As for `audit`."
+    ),
+    engine: str | None = typer.Option(None, help="Audit engine (default: setting engine)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+) -> None:
+    """Measure the pre-filter and an engine against the labels of labelled files (no storage)."""
+    from refusal_audit.evaluate import run_eval
+
+    cfg = settings()
+    options = input_options(files, input_format, mapping, event_time, None, None)
+    try:
+        figures = run_eval(cfg, files, options, engine)
+    except ConfigError as exc:
+        raise fail_usage(str(exc)) from exc
+    if as_json:
+        console.file.write(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    print_eval(figures, console)
 
 
 def _progress() -> Progress:

@@ -103,3 +103,45 @@ def report_document(report: RunReport) -> dict[str, Any]:
 def report_json(report: RunReport) -> bytes:
     """``report_document`` serialised as indented JSON bytes."""
     return orjson.dumps(report_document(report), option=orjson.OPT_INDENT_2)
+
+
+def _fmt_rate(r: dict[str, float]) -> str:
+    return f"{r['value']:.3f} [{r['low']:.3f}, {r['high']:.3f}] ({r['k']}/{r['n']})"
+
+
+def print_eval(figures: dict[str, Any], console: Console) -> None:
+    """Print ``refusal_audit.evaluate.run_eval`` figures (rates with Wilson 95% intervals)."""
+    engine = figures["engine"]
+    console.print(
+        f"engine {engine['name']} / {engine['model']} / {engine['version']}; "
+        f"{figures['events']} labelled events, {figures['rejected']} rejected records"
+    )
+    table = Table(title="Agreement with the labels")
+    for column in ("measure", "precision", "recall", "F1", "balanced accuracy", "other"):
+        table.add_column(column)
+    for key, title in (
+        ("refusal_detection", "refusal detection"),
+        ("false_positive_detection", "false positive (over-refusal)"),
+    ):
+        section = figures.get(key)
+        if section is None:
+            continue
+        other = f"ROC AUC {section['roc_auc']:.3f}" if "roc_auc" in section else ""
+        table.add_row(
+            title,
+            _fmt_rate(section["precision"]),
+            _fmt_rate(section["recall"]),
+            f"{section['f1']:.3f}",
+            f"{section['balanced_accuracy']:.3f}",
+            other,
+        )
+    console.print(table)
+    categories = figures.get("category_agreement")
+    if categories is not None:
+        console.print(f"category agreement (top level): {_fmt_rate(categories['agreement'])}")
+        confusion = Table(title="Category confusion (expected -> predicted)")
+        for column in ("expected", "predicted", "count"):
+            confusion.add_column(column)
+        for cell in categories["confusion"]:
+            confusion.add_row(cell["expected"], cell["predicted"], str(cell["count"]))
+        console.print(confusion)

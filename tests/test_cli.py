@@ -167,3 +167,18 @@ def test_unusable_inputs_fail_before_anything_is_processed(
         app, ["migrate"], env={**env, "REFUSAL_AUDIT_WAREHOUSE_DSN": "http://127.0.0.1:1"}
     )
     assert broken.exit_code == 2 and "cannot migrate" in broken.output
+
+
+def test_eval_reports_agreement_with_xstest_labels(env: dict[str, str], shared_data: Path) -> None:
+    path = shared_data / "xstest" / "xstest_v2_completions_gpt4.csv"
+    result = runner.invoke(
+        app, ["eval", str(path), "--event-time", "2026-01-05", "--json"], env=env
+    )
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output)
+    detection = figures["refusal_detection"]
+    assert detection["n"] == 450
+    assert detection["tp"] + detection["fn"] == 220  # GPT-4's human-labelled refusals
+    fp = figures["false_positive_detection"]
+    assert fp["n"] == detection["tp"] and 0.0 <= fp["roc_auc"] <= 1.0
+    assert figures["engine"]["name"] == "local"
