@@ -2,10 +2,11 @@
 
 Works with OpenAI and any OpenAI-compatible server (Azure OpenAI, vLLM, Ollama, llama.cpp's
 server, ...): the caller builds the ``openai.AsyncOpenAI`` client (base_url, api_key,
-timeout, max_retries). The SDK's own retries handle HTTP 408/409/429/5xx, connection errors
-and timeouts with exponential backoff and jitter, and honour ``Retry-After`` (up to 60 s of
-its own delays, server-directed delays up to two minutes); what still fails after them
-raises ``EngineError`` for the whole batch.
+timeout, max_retries). The SDK's own retries (``max_retries`` of them) handle HTTP
+408/409/429/5xx, connection errors and timeouts: exponential backoff from 0.5 s up to 8 s
+with up to 25% jitter, or the server's ``Retry-After``/``retry-after-ms`` when it asks for
+at most two minutes (a longer one is not retried). What still fails after them raises
+``EngineError`` for the whole batch.
 
 How one batch is audited
 ------------------------
@@ -28,9 +29,11 @@ How one batch is audited
    message listing every problem found.
 6. If the retry fails too, each assessment that validates on its own (a log id of the batch
    assessed once, a taxonomy category, an existing clause or null, the review rules) is
-   kept, from the retry first, then from the first answer; the log ids still missing are
-   re-audited ONCE in smaller batches (no more than half the batch each, without a further
-   retry); whatever still fails is returned in ``EngineOutput.unresolved``.
+   kept: from the retry, or from the first answer for log ids the retry left out entirely
+   (an id the retry assessed ambiguously or invalidly is not taken from the first answer).
+   The log ids still missing are re-audited ONCE in smaller batches (at most half the batch
+   each, in a fresh conversation, without a further retry); whatever still fails is returned
+   in ``EngineOutput.unresolved``, with the reason that concerns that event.
 
 The result holds resolved assessments only, in batch order, with a summary recomputed by
 ``processors.validation.recompute_summary`` and policy-gap flags citing only resolved log ids
@@ -131,6 +134,13 @@ class _Attempt:
     trends: list[str] = field(default_factory=list)
     code: str = ""
     errors: list[str] = field(default_factory=list)
+    error_ids: list[str | None] = field(default_factory=list)
+    """The log id each error concerns (parallel to ``errors``; None: the whole answer)."""
+
+    def reason_for(self, log_id: str) -> str:
+        """Why ``log_id`` failed in this attempt: its own errors and the answer-wide ones."""
+        own = [e for e, i in zip(self.errors, self.error_ids, strict=False) if i in (log_id, None)]
+        return _cut(f"{self.code}: " + "; ".join(own or self.errors))
 
 
 @dataclass
@@ -244,6 +254,13 @@ class OpenAIEngine:
     def prompt_token_limit(self) -> int:
         """The most prompt tokens a call may use: ``context_window - max_output_tokens``."""
         return self.context_window - self.max_output_tokens
+
+    def event_token_budget(self, bundle: PolicyBundle, max_events: int) -> int:
+        """The most event tokens (``processors.batching.event_tokens``, summed) a batch of at
+        most ``max_events`` events of ``bundle`` may hold so that its prompt stays within
+        ``prompt_token_limit``: the limit, minus the prompt's static part, minus one token per
+        event for the array's separators. Use it to cap the batcher's token budget."""
+        return self.prompt_token_limit - self.prompt.overhead_tokens(bundle) - max_events
 
     # -- the AuditEngine protocol --------------------------------------------------------------
     async def audit(self, events: Sequence[RefusalEvent], bundle: PolicyBundle) -> EngineOutput:
@@ -359,24 +376,25 @@ class OpenAIEngine:
             ):
                 partial.merge(p)
             return partial
-        reason = _cut(f"{latest.code}: " + "; ".join(latest.errors))
-        partial.unresolved.update({e.log_id: reason for e in missing})
+        partial.unresolved.update({e.log_id: latest.reason_for(e.log_id) for e in missing})
         return partial
 
     def _salvage(
         self, attempts: Sequence[_Attempt], ids: Sequence[str], bundle: PolicyBundle
     ) -> _Partial:
-        """The assessments that validate on their own, from the latest attempt first, with
-        each attempt's gap flags cut down to the log ids kept from that attempt."""
+        """The assessments that validate on their own, with each attempt's gap flags cut down
+        to the log ids kept from it. ``attempts`` is latest first; an earlier attempt supplies
+        only log ids that no later attempt assessed (validly or not)."""
         expected = set(ids)
         partial = _Partial(trends=list(attempts[0].trends))
+        claimed: set[str] = set()  # ids a later attempt assessed: earlier ones cannot supply them
         for attempt in attempts:
             by_id: dict[str, list[IndividualAssessment]] = {}
             for a in attempt.candidates:
                 by_id.setdefault(a.log_id, []).append(a)
             taken: set[str] = set()
             for log_id, copies in by_id.items():
-                if log_id in partial.assessments or log_id not in expected:
+                if log_id in claimed or log_id not in expected:
                     continue
                 if any(c != copies[0] for c in copies[1:]):
                     continue  # assessed more than once, differently: ambiguous
@@ -392,6 +410,7 @@ class OpenAIEngine:
                 if not find_issues(alone, [log_id], bundle):
                     partial.assessments[log_id] = a
                     taken.add(log_id)
+            claimed.update(by_id)
             for f in attempt.flags:
                 examples = [i for i in f.example_log_ids if i in taken]
                 if examples:
@@ -443,6 +462,7 @@ class OpenAIEngine:
                 trends,
                 code="invalid_output",
                 errors=[_describe(e) for e in exc.errors()],
+                error_ids=[_item_id(data, e) for e in exc.errors()],
             )
         summary = result.audit_summary
         issues = find_issues(result, ids, bundle)
@@ -453,6 +473,7 @@ class OpenAIEngine:
             list(summary.trends_identified),
             code="invalid_output" if issues else "",
             errors=[f"{i.code}: {i.message}" for i in issues],
+            error_ids=[i.log_id for i in issues],
         )
 
     @staticmethod
@@ -609,6 +630,18 @@ class OpenAIEngine:
 def _describe(error: Any) -> str:
     loc = ".".join(str(p) for p in error.get("loc", ())) or "(answer)"
     return f"{loc}: {error.get('msg', 'invalid')}"
+
+
+def _item_id(data: dict[str, Any], error: Any) -> str | None:
+    """The log id of the assessment a pydantic error points into, when it names one."""
+    loc = tuple(error.get("loc", ()))
+    items = data.get("individual_assessments")
+    if len(loc) >= 2 and loc[0] == "individual_assessments" and isinstance(items, list):
+        index = loc[1]
+        if isinstance(index, int) and 0 <= index < len(items) and isinstance(items[index], dict):
+            log_id = items[index].get("log_id")
+            return log_id if isinstance(log_id, str) else None
+    return None
 
 
 def _items(
