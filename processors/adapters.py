@@ -83,7 +83,13 @@ REASON_CODES: Final[frozenset[str]] = frozenset(
 )
 
 XSTEST_COLUMNS: Final[tuple[str, ...]] = (
-    "id", "type", "prompt", "completion", "annotation_1", "annotation_2", "agreement",
+    "id",
+    "type",
+    "prompt",
+    "completion",
+    "annotation_1",
+    "annotation_2",
+    "agreement",
     "final_label",
 )
 
@@ -275,13 +281,15 @@ def _short(value: object, limit: int = 60) -> str:
 
 def _to_text(raw: bytes) -> str:
     if raw.startswith(_BOM):
-        raw = raw[len(_BOM):]
+        raw = raw[len(_BOM) :]
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         bad = raw[exc.start : exc.start + 1].hex()
-        _reject("encoding", f"record is not valid UTF-8: {exc.reason} (byte 0x{bad} at offset "
-                            f"{exc.start})")
+        _reject(
+            "encoding",
+            f"record is not valid UTF-8: {exc.reason} (byte 0x{bad} at offset {exc.start})",
+        )
 
 
 def _load_object(raw: bytes) -> dict[str, Any]:
@@ -311,8 +319,10 @@ _RFC3339 = re.compile(
 def _parse_rfc3339(value: str, label: str) -> datetime:
     m = _RFC3339.fullmatch(value)
     if m is None:
-        _reject("bad_timestamp", f"{label}: {_short(value)} is not an RFC 3339 timestamp "
-                                 "(e.g. 2025-06-01T12:00:00Z)")
+        _reject(
+            "bad_timestamp",
+            f"{label}: {_short(value)} is not an RFC 3339 timestamp (e.g. 2025-06-01T12:00:00Z)",
+        )
     year, month, day, hour, minute, second = (int(m.group(i)) for i in range(1, 7))
     micro = int((m.group(7) or "0")[:6].ljust(6, "0"))
     if m.group(8):
@@ -330,8 +340,9 @@ def _parse_rfc3339(value: str, label: str) -> datetime:
     except ValueError as exc:
         _reject("bad_timestamp", f"{label}: {_short(value)} is not a valid date-time ({exc})")
     if tz is None:
-        _reject("naive_timestamp", f"{label}: {_short(value)} has no UTC offset; "
-                                   "add 'Z' or '+hh:mm'")
+        _reject(
+            "naive_timestamp", f"{label}: {_short(value)} has no UTC offset; add 'Z' or '+hh:mm'"
+        )
     return _in_range(parsed.replace(tzinfo=tz), label)
 
 
@@ -343,8 +354,10 @@ MAX_EVENT_TIME = datetime(2299, 12, 31, 23, 59, 59, tzinfo=UTC)
 
 def _in_range(value: datetime, label: str) -> datetime:
     if not MIN_EVENT_TIME <= value <= MAX_EVENT_TIME:
-        _reject("bad_timestamp", f"{label}: {value.isoformat()} is outside the supported range "
-                                 "1900-01-01 .. 2299-12-31")
+        _reject(
+            "bad_timestamp",
+            f"{label}: {value.isoformat()} is outside the supported range 1900-01-01 .. 2299-12-31",
+        )
     return value
 
 
@@ -366,15 +379,18 @@ def _require_text(value: object, present: bool, label: str, options: DecodeOptio
     if not isinstance(value, str):
         _reject("wrong_type", f"{label} must be a string, got {_json_type(value)}")
     if len(value) > options.max_text_chars:
-        _reject("oversized", f"{label} is {len(value)} characters, over "
-                             f"max_text_chars={options.max_text_chars}")
+        _reject(
+            "oversized",
+            f"{label} is {len(value)} characters, over max_text_chars={options.max_text_chars}",
+        )
     if not value.strip():
         _reject("empty_text", f"{label} is empty")
     return value
 
 
-def _require_log_id(value: object, present: bool, label: str, ctx: _Ctx,
-                    allow_int: bool = False) -> str:
+def _require_log_id(
+    value: object, present: bool, label: str, ctx: _Ctx, allow_int: bool = False
+) -> str:
     if not present or value is None:
         _reject("missing_log_id", f"{label} is {'missing' if not present else 'null'}")
     if allow_int and isinstance(value, int) and not isinstance(value, bool):
@@ -395,9 +411,20 @@ def _attr_value(value: object) -> str:
 
 _PYDANTIC_TYPE_ERRORS: Final = frozenset(
     {
-        "string_type", "bool_type", "float_type", "int_type", "dict_type", "list_type",
-        "model_type", "model_attributes_type", "datetime_type", "is_instance_of",
-        "float_parsing", "bool_parsing", "int_parsing", "string_unicode",
+        "string_type",
+        "bool_type",
+        "float_type",
+        "int_type",
+        "dict_type",
+        "list_type",
+        "model_type",
+        "model_attributes_type",
+        "datetime_type",
+        "is_instance_of",
+        "float_parsing",
+        "bool_parsing",
+        "int_parsing",
+        "string_unicode",
     }
 )
 
@@ -417,17 +444,25 @@ def _from_validation_error(exc: ValidationError) -> _Reject:
         kind = err["type"]
         value = err.get("input")
         if kind == "missing":
-            this, msg = ("missing_log_id" if loc == ("log_id",) else "missing_field",
-                         f"field '{name}' is missing")
+            this, msg = (
+                "missing_log_id" if loc == ("log_id",) else "missing_field",
+                f"field '{name}' is missing",
+            )
         elif kind == "extra_forbidden":
-            this, msg = "unknown_field", (f"unknown field '{name}' (free-form data belongs "
-                                          "in 'attributes')")
+            this, msg = (
+                "unknown_field",
+                (f"unknown field '{name}' (free-form data belongs in 'attributes')"),
+            )
         elif kind in _PYDANTIC_TYPE_ERRORS:
-            this, msg = "wrong_type", f"field '{name}' has the wrong type ({_json_type(value)}): " \
-                                      f"{err['msg']}"
+            this, msg = (
+                "wrong_type",
+                f"field '{name}' has the wrong type ({_json_type(value)}): {err['msg']}",
+            )
         elif kind == "literal_error" and loc == ("schema_version",):
-            this, msg = "unsupported_version", (f"field 'schema_version': {_short(value)} is not "
-                                                "supported (expected '1')")
+            this, msg = (
+                "unsupported_version",
+                (f"field 'schema_version': {_short(value)} is not supported (expected '1')"),
+            )
         elif kind == "string_too_short" and loc == ("log_id",):
             this, msg = "missing_log_id", "field 'log_id' is empty"
         elif kind == "timezone_aware":
@@ -463,18 +498,22 @@ def _decode_jsonl(record: SourceRecord, options: DecodeOptions, ctx: _Ctx) -> Re
     _require_log_id(obj.get("log_id"), "log_id" in obj, "field 'log_id'", ctx)
     unknown = [k for k in obj if k not in _EVENT_FIELDS]
     if unknown:
-        _reject("unknown_field", f"unknown field(s) {', '.join(map(repr, unknown))}; the event "
-                                 "contract allows " + ", ".join(RefusalEvent.model_fields)
-                + " (free-form data belongs in 'attributes')")
+        _reject(
+            "unknown_field",
+            f"unknown field(s) {', '.join(map(repr, unknown))}; the event "
+            "contract allows "
+            + ", ".join(RefusalEvent.model_fields)
+            + " (free-form data belongs in 'attributes')",
+        )
     data = dict(obj)
     ts = obj.get("event_time")
     if ts is None:
         what = "missing" if "event_time" not in obj else "null"
-        _reject("missing_field", f"field 'event_time' is {what}; an RFC 3339 timestamp is "
-                                 "required")
+        _reject("missing_field", f"field 'event_time' is {what}; an RFC 3339 timestamp is required")
     if not isinstance(ts, str):
-        _reject("wrong_type", f"field 'event_time' must be an RFC 3339 string, got "
-                              f"{_json_type(ts)}")
+        _reject(
+            "wrong_type", f"field 'event_time' must be an RFC 3339 string, got {_json_type(ts)}"
+        )
     data["event_time"] = _parse_rfc3339(ts, "field 'event_time'")
     for name in ("request", "response"):
         _require_text(obj.get(name), name in obj, f"field '{name}'", options)
@@ -496,8 +535,11 @@ def _lookup(obj: dict[str, Any], path: str) -> tuple[object, tuple[str, ...]]:
     for depth, part in enumerate(parts):
         if not isinstance(current, dict):
             where = ".".join(parts[:depth])
-            _reject("wrong_type", f"source field '{where}' must be an object to read "
-                                  f"'{path}', got {_json_type(current)}")
+            _reject(
+                "wrong_type",
+                f"source field '{where}' must be an object to read "
+                f"'{path}', got {_json_type(current)}",
+            )
         if part not in current:
             return _MISSING, parts
         current = current[part]
@@ -532,8 +574,11 @@ def _optional_str(value: object, label: str, allow_int: bool = False) -> str | N
 def _decode_mapped(record: SourceRecord, options: DecodeOptions, ctx: _Ctx) -> RefusalEvent:
     mapping = options.mapping
     if mapping is None:
-        _reject("bad_mapping", "format 'mapped-jsonl' needs a field mapping, e.g. "
-                               "--map request=prompt,response=response,log_id=id")
+        _reject(
+            "bad_mapping",
+            "format 'mapped-jsonl' needs a field mapping, e.g. "
+            "--map request=prompt,response=response,log_id=id",
+        )
     obj = _load_object(record.raw)
     found: dict[str, object] = {}
     rest = obj
@@ -547,8 +592,9 @@ def _decode_mapped(record: SourceRecord, options: DecodeOptions, ctx: _Ctx) -> R
 
     data: dict[str, Any] = {}
     log_id = found["log_id"]
-    data["log_id"] = _require_log_id(log_id, log_id is not _MISSING, label("log_id"), ctx,
-                                     allow_int=True)
+    data["log_id"] = _require_log_id(
+        log_id, log_id is not _MISSING, label("log_id"), ctx, allow_int=True
+    )
     for name in ("request", "response"):
         value = found[name]
         data[name] = _require_text(value, value is not _MISSING, label(name), options)
@@ -556,20 +602,27 @@ def _decode_mapped(record: SourceRecord, options: DecodeOptions, ctx: _Ctx) -> R
     if "event_time" in mapping.targets:
         ts = found["event_time"]
         if ts is _MISSING or ts is None:
-            _reject("missing_field", f"{label('event_time')} is "
-                                     f"{'missing' if ts is _MISSING else 'null'}")
+            _reject(
+                "missing_field",
+                f"{label('event_time')} is {'missing' if ts is _MISSING else 'null'}",
+            )
         if isinstance(ts, str):
             data["event_time"] = _parse_rfc3339(ts, label("event_time"))
         elif isinstance(ts, int | float) and not isinstance(ts, bool):
             data["event_time"] = _parse_epoch(ts, label("event_time"))
         else:
-            _reject("wrong_type", f"{label('event_time')} must be an RFC 3339 string or Unix "
-                                  f"seconds, got {_json_type(ts)}")
+            _reject(
+                "wrong_type",
+                f"{label('event_time')} must be an RFC 3339 string or Unix "
+                f"seconds, got {_json_type(ts)}",
+            )
     elif options.default_event_time is not None:
         data["event_time"] = options.default_event_time
     else:
-        _reject("missing_field", "no event_time: map one (--map ...,event_time=FIELD) or pass "
-                                 "--event-time")
+        _reject(
+            "missing_field",
+            "no event_time: map one (--map ...,event_time=FIELD) or pass --event-time",
+        )
 
     def optional(target: str, allow_int: bool = False) -> str | None:
         if target not in mapping.targets:
@@ -591,9 +644,11 @@ def _decode_mapped(record: SourceRecord, options: DecodeOptions, ctx: _Ctx) -> R
         if signal is not _MISSING and signal is not None:
             data["classifier"] = signal
     else:
-        parts = {t.split(".", 1)[1]: found[t] for t in mapping.targets
-                 if t.startswith("classifier.") and found[t] is not _MISSING
-                 and found[t] is not None}
+        parts = {
+            t.split(".", 1)[1]: found[t]
+            for t in mapping.targets
+            if t.startswith("classifier.") and found[t] is not _MISSING and found[t] is not None
+        }
         if parts:
             data["classifier"] = parts
     data["attributes"] = {key: _attr_value(value) for key, value in rest.items()}
@@ -604,8 +659,7 @@ def _decode_mapped(record: SourceRecord, options: DecodeOptions, ctx: _Ctx) -> R
 # Format: openai chat-completions log records
 
 _OPENAI_KNOWN: Final = frozenset(
-    {"request", "response", "log_id", "metadata", "conversation_id", "classifier",
-     "policy_bundle"}
+    {"request", "response", "log_id", "metadata", "conversation_id", "classifier", "policy_bundle"}
 )
 
 
@@ -623,18 +677,21 @@ def _content_text(content: object, path: str) -> str | None:
     if content is None or isinstance(content, str):
         return content
     if not isinstance(content, list):
-        _reject("wrong_type", f"field '{path}' must be a string or a list of parts, got "
-                              f"{_json_type(content)}")
+        _reject(
+            "wrong_type",
+            f"field '{path}' must be a string or a list of parts, got {_json_type(content)}",
+        )
     texts: list[str] = []
     for i, part in enumerate(content):
         if not isinstance(part, dict):
-            _reject("wrong_type", f"field '{path}[{i}]' must be an object, got "
-                                  f"{_json_type(part)}")
+            _reject("wrong_type", f"field '{path}[{i}]' must be an object, got {_json_type(part)}")
         if part.get("type") == "text":
             text = part.get("text")
             if not isinstance(text, str):
-                _reject("wrong_type", f"field '{path}[{i}].text' must be a string, got "
-                                      f"{_json_type(text)}")
+                _reject(
+                    "wrong_type",
+                    f"field '{path}[{i}].text' must be a string, got {_json_type(text)}",
+                )
             texts.append(text)
     return "\n".join(texts)
 
@@ -648,20 +705,24 @@ def _decode_openai(record: SourceRecord, options: DecodeOptions, ctx: _Ctx) -> R
     if obj.get("log_id") is not None:
         data["log_id"] = _require_log_id(obj["log_id"], True, "field 'log_id'", ctx)
     else:
-        data["log_id"] = _require_log_id(response.get("id"), "id" in response,
-                                         "field 'log_id' (and 'response.id')", ctx)
+        data["log_id"] = _require_log_id(
+            response.get("id"), "id" in response, "field 'log_id' (and 'response.id')", ctx
+        )
 
     messages = request.get("messages")
     if messages is None:
         _reject("missing_field", "field 'request.messages' is missing")
     if not isinstance(messages, list):
-        _reject("wrong_type", f"field 'request.messages' must be an array, got "
-                              f"{_json_type(messages)}")
+        _reject(
+            "wrong_type", f"field 'request.messages' must be an array, got {_json_type(messages)}"
+        )
     user_index = None
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
-            _reject("wrong_type", f"field 'request.messages[{i}]' must be an object, got "
-                                  f"{_json_type(message)}")
+            _reject(
+                "wrong_type",
+                f"field 'request.messages[{i}]' must be an object, got {_json_type(message)}",
+            )
         if message.get("role") == "user":
             user_index = i
     if user_index is None:
@@ -674,14 +735,16 @@ def _decode_openai(record: SourceRecord, options: DecodeOptions, ctx: _Ctx) -> R
     if choices is None:
         _reject("missing_field", "field 'response.choices' is missing")
     if not isinstance(choices, list):
-        _reject("wrong_type", f"field 'response.choices' must be an array, got "
-                              f"{_json_type(choices)}")
+        _reject(
+            "wrong_type", f"field 'response.choices' must be an array, got {_json_type(choices)}"
+        )
     if not choices:
         _reject("missing_field", "field 'response.choices' is empty")
     choice = choices[0]
     if not isinstance(choice, dict):
-        _reject("wrong_type", f"field 'response.choices[0]' must be an object, got "
-                              f"{_json_type(choice)}")
+        _reject(
+            "wrong_type", f"field 'response.choices[0]' must be an object, got {_json_type(choice)}"
+        )
     message = _get_object(choice, "message", "field 'response.choices[0].message'")
     content_label = "field 'response.choices[0].message.content'"
     content = _content_text(message.get("content"), "response.choices[0].message.content")
@@ -689,10 +752,16 @@ def _decode_openai(record: SourceRecord, options: DecodeOptions, ctx: _Ctx) -> R
     used_refusal = False
     if not content and refusal is not None:
         if not isinstance(refusal, str):
-            _reject("wrong_type", f"field 'response.choices[0].message.refusal' must be a "
-                                  f"string, got {_json_type(refusal)}")
+            _reject(
+                "wrong_type",
+                f"field 'response.choices[0].message.refusal' must be a "
+                f"string, got {_json_type(refusal)}",
+            )
         content, content_label, used_refusal = (
-            refusal, "field 'response.choices[0].message.refusal'", True)
+            refusal,
+            "field 'response.choices[0].message.refusal'",
+            True,
+        )
     elif content is None:
         content_label += " (and .refusal)"
     data["response"] = _require_text(content, True, content_label, options)
@@ -700,33 +769,41 @@ def _decode_openai(record: SourceRecord, options: DecodeOptions, ctx: _Ctx) -> R
     created = response.get("created")
     if created is None:
         if options.default_event_time is None:
-            _reject("missing_field", "field 'response.created' is missing and no --event-time "
-                                     "default was given")
+            _reject(
+                "missing_field",
+                "field 'response.created' is missing and no --event-time default was given",
+            )
         data["event_time"] = options.default_event_time
     elif isinstance(created, int | float) and not isinstance(created, bool):
         data["event_time"] = _parse_epoch(created, "field 'response.created'")
     else:
-        _reject("wrong_type", f"field 'response.created' must be Unix seconds, got "
-                              f"{_json_type(created)}")
+        _reject(
+            "wrong_type",
+            f"field 'response.created' must be Unix seconds, got {_json_type(created)}",
+        )
 
-    model = (_optional_str(response.get("model"), "field 'response.model'")
-             or _optional_str(request.get("model"), "field 'request.model'")
-             or options.default_model or "unknown")
+    model = (
+        _optional_str(response.get("model"), "field 'response.model'")
+        or _optional_str(request.get("model"), "field 'request.model'")
+        or options.default_model
+        or "unknown"
+    )
     data["model"] = model
 
     attributes: dict[str, str] = {}
     metadata = obj.get("metadata")
     if metadata is not None:
         if not isinstance(metadata, dict):
-            _reject("wrong_type", f"field 'metadata' must be an object, got "
-                                  f"{_json_type(metadata)}")
+            _reject("wrong_type", f"field 'metadata' must be an object, got {_json_type(metadata)}")
         attributes.update({k: _attr_value(v) for k, v in metadata.items() if k != "product"})
-    product = (_optional_str(metadata.get("product"), "field 'metadata.product'")
-               if metadata else None) or options.default_product
+    product = (
+        _optional_str(metadata.get("product"), "field 'metadata.product'") if metadata else None
+    ) or options.default_product
     if product is not None:
         data["product"] = product
-    conversation = _optional_str(obj.get("conversation_id"), "field 'conversation_id'",
-                                 allow_int=True)
+    conversation = _optional_str(
+        obj.get("conversation_id"), "field 'conversation_id'", allow_int=True
+    )
     if conversation is not None:
         data["conversation_id"] = conversation
     bundle = _optional_str(obj.get("policy_bundle"), "field 'policy_bundle'")
@@ -773,12 +850,14 @@ def _parse_csv_raw(raw: bytes) -> dict[str, str]:
     except csv.Error as exc:
         _reject("malformed_row", f"row is not valid CSV: {exc}")
     if len(rows) != 2:
-        _reject("malformed_row", f"expected a header line and one row, found {len(rows)} "
-                                 "CSV record(s)")
+        _reject(
+            "malformed_row", f"expected a header line and one row, found {len(rows)} CSV record(s)"
+        )
     header, row = rows
     if len(row) != len(header):
-        _reject("malformed_row", f"row has {len(row)} values but the header has "
-                                 f"{len(header)} columns")
+        _reject(
+            "malformed_row", f"row has {len(row)} values but the header has {len(header)} columns"
+        )
     return dict(zip(header, row, strict=True))
 
 
@@ -792,16 +871,21 @@ def _decode_xstest(record: SourceRecord, options: DecodeOptions, ctx: _Ctx) -> R
             _reject("encoding", f"column '{column}' is not valid UTF-8")
     missing = [c for c in ("id", "prompt", "completion") if c not in fields]
     if missing:
-        _reject("missing_field", f"column(s) {', '.join(map(repr, missing))} missing; XSTest "
-                                 f"completion CSVs have columns {', '.join(XSTEST_COLUMNS)}")
+        _reject(
+            "missing_field",
+            f"column(s) {', '.join(map(repr, missing))} missing; XSTest "
+            f"completion CSVs have columns {', '.join(XSTEST_COLUMNS)}",
+        )
     file_model = xstest_model_from_source(record.source)
     row_id = fields["id"].strip()
     if not row_id:
         _reject("missing_log_id", "column 'id' is empty")
     ctx.log_id = f"xstest-{file_model}-{row_id}"
     if options.default_event_time is None:
-        _reject("missing_field", "XSTest rows have no timestamp: pass --event-time "
-                                 "(DecodeOptions.default_event_time)")
+        _reject(
+            "missing_field",
+            "XSTest rows have no timestamp: pass --event-time (DecodeOptions.default_event_time)",
+        )
     data: dict[str, Any] = {
         "log_id": ctx.log_id,
         "event_time": options.default_event_time,
@@ -872,7 +956,7 @@ def detect_format(first_line: bytes, filename: str) -> InputFormat:
     Raises ``ValueError`` telling the user to pass ``--format`` / ``--map`` otherwise.
     """
     advice = "pass --format (jsonl, mapped-jsonl, openai, xstest-csv) and, for mapped-jsonl, --map"
-    line = first_line[len(_BOM):] if first_line.startswith(_BOM) else first_line
+    line = first_line[len(_BOM) :] if first_line.startswith(_BOM) else first_line
     if filename.lower().endswith(".csv"):
         try:
             header = next(csv.reader([line.decode("utf-8")]), [])
@@ -881,15 +965,17 @@ def detect_format(first_line: bytes, filename: str) -> InputFormat:
         columns = {c.strip() for c in header}
         if {"prompt", "completion"} <= columns:
             return "xstest-csv"
-        raise ValueError(f"{filename}: CSV header {header} has no 'prompt' and 'completion' "
-                         f"columns; {advice}")
+        raise ValueError(
+            f"{filename}: CSV header {header} has no 'prompt' and 'completion' columns; {advice}"
+        )
     try:
         value = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
         raise ValueError(f"{filename}: first record is not JSON ({exc}); {advice}") from None
     if not isinstance(value, dict):
-        raise ValueError(f"{filename}: first record is a JSON {_json_type(value)}, not an "
-                         f"object; {advice}")
+        raise ValueError(
+            f"{filename}: first record is a JSON {_json_type(value)}, not an object; {advice}"
+        )
     request, response = value.get("request"), value.get("response")
     if (isinstance(request, dict) and "messages" in request) or (
         isinstance(response, dict) and "choices" in response
@@ -898,5 +984,6 @@ def detect_format(first_line: bytes, filename: str) -> InputFormat:
     if {"log_id", "request", "response"} <= value.keys():
         return "jsonl"
     keys = list(value)
-    raise ValueError(f"{filename}: cannot tell the format from fields {keys}; {advice}"
-                     f"{_mapping_hint(keys)}")
+    raise ValueError(
+        f"{filename}: cannot tell the format from fields {keys}; {advice}{_mapping_hint(keys)}"
+    )

@@ -48,6 +48,7 @@ class AuditedBatch:
     record: BatchRecord
     assessments: list[StoredAssessment]
     raw_output: str | None
+    unresolved: dict[str, str]
 
 
 async def audit_batch(
@@ -62,13 +63,16 @@ async def audit_batch(
     """Run ``engine`` on ``batch`` and turn a valid result into warehouse rows.
 
     The batch's ``usage.latency_ms`` is the engine call's wall time measured here.
+    Events the engine reports as ``unresolved`` are left out (the caller dead-letters them
+    with ``unresolved_dead_letters``) and the rest is validated on its own.
     Raises ``EngineError`` (engine failure) or ``AuditValidationError`` (invalid result);
     the caller dead-letters the batch with ``failed_batch_dead_letter``.
     """
     started = time.perf_counter()
     output = await engine.audit(batch.events, bundle)
     latency_ms = (time.perf_counter() - started) * 1000.0
-    result = validate_result(output.result, batch.log_ids, bundle)
+    resolved = [i for i in batch.log_ids if i not in output.unresolved]
+    result = validate_result(output.result, resolved, bundle)
     reasons = review_reasons(result.individual_assessments, review_rate, review_seed)
     batch_id = batch_id_for(batch, bundle, engine)
     provenance = {
@@ -97,11 +101,11 @@ async def audit_batch(
     ]
     record = BatchRecord(
         **provenance,
-        log_ids=batch.log_ids,
+        log_ids=resolved,
         summary=result.audit_summary,
         usage=output.usage.model_copy(update={"latency_ms": latency_ms}),
     )
-    return AuditedBatch(result, record, assessments, output.raw_output)
+    return AuditedBatch(result, record, assessments, output.raw_output, dict(output.unresolved))
 
 
 def failed_batch_dead_letter(
@@ -130,3 +134,40 @@ def failed_batch_dead_letter(
         log_id=None,
         created_at=now,
     )
+
+
+def unresolved_dead_letters(
+    batch: AuditBatch, audited: AuditedBatch, engine: AuditEngine, source: str, now: datetime
+) -> list[DeadLetter]:
+    """One dead letter (stage ``audit``) per unresolved event of ``audited``.
+
+    ``raw`` is JSON ``{"event", "raw_output", "batch_log_ids", "prompt_version", "engine"}``;
+    ``reason_code`` is the code before the colon of the engine's reason.
+    """
+    events = {e.log_id: e for e in batch.events}
+    letters: list[DeadLetter] = []
+    for log_id, reason in audited.unresolved.items():
+        raw = orjson.dumps(
+            {
+                "event": events[log_id].model_dump(mode="json"),
+                "raw_output": audited.raw_output,
+                "batch_log_ids": batch.log_ids,
+                "prompt_version": engine.prompt_version,
+                "engine": f"{engine.name}/{engine.model}/{engine.version}",
+            }
+        )
+        location = f"event {log_id}"
+        letters.append(
+            DeadLetter(
+                dead_letter_id=dead_letter_id(source, location, raw),
+                stage="audit",
+                reason_code=reason.partition(":")[0].strip() or "unresolved",
+                reason=reason,
+                source=source,
+                location=location,
+                raw=raw,
+                log_id=log_id,
+                created_at=now,
+            )
+        )
+    return letters

@@ -152,13 +152,12 @@ _EMAIL_RE = re.compile(
 _EXT = r"(?:[ \t]*(?:x|ext\.?|extension)[ \t]*\d{1,6})?"
 _PHONE_RES: tuple[re.Pattern[str], ...] = (
     # NANP with separators or parentheses, optional +1 / 1 prefix.
-    re.compile(
-        _LB + r"(?:\+?1[ .-]?)?(?:\(\d{3}\)[ .-]?|\d{3}[ ./-])\d{3}[ .-]\d{4}" + _EXT + _LA
-    ),
+    re.compile(_LB + r"(?:\+?1[ .-]?)?(?:\(\d{3}\)[ .-]?|\d{3}[ ./-])\d{3}[ .-]\d{4}" + _EXT + _LA),
     # International: +CC then groups separated by single spaces/dots/dashes, or compact.
     re.compile(
         r"(?<![\w+])\+[1-9]\d{0,2}(?:[ .-]?\(\d{1,4}\))?[ .-]?\d{1,12}(?:[ .-]\d{1,8}){0,6}"
-        + _EXT + _LA
+        + _EXT
+        + _LA
     ),
     # Trunk-prefix national formats (UK, DE, ...): 0AAAA NNNNNN, (0AA) NNNN NNNN.
     re.compile(_LB + r"(?:\(0\d{1,4}\)|0\d{2,4})(?:[ -]\d{2,8}){1,2}" + _EXT + _LA),
@@ -238,7 +237,7 @@ def _digits(s: str) -> int:
 
 def _before(text: str, start: int, width: int = 60) -> str:
     line_start = text.rfind("\n", 0, start) + 1
-    return text[max(line_start, start - width):start]
+    return text[max(line_start, start - width) : start]
 
 
 def _emails(text: str) -> Iterator[PiiSpan]:
@@ -298,7 +297,7 @@ def _cards(text: str) -> Iterator[PiiSpan]:
                 s, e = m.start() + groups[i][0], m.start() + groups[j][1]
                 value = text[s:e]
                 if (
-                    _card_like([b - a for a, b in groups[i:j + 1]])
+                    _card_like([b - a for a, b in groups[i : j + 1]])
                     and luhn_valid(value)
                     and len(set(re.sub(r"\D", "", value))) > 1
                 ):
@@ -425,7 +424,8 @@ class Redactor:
         for _ in range(MAX_PASSES):
             # a later pass never re-reads placeholder characters (origin -1) as PII
             spans = [
-                s for s in self._find_once(current)
+                s
+                for s in self._find_once(current)
                 if all(origin[k] >= 0 for k in range(s.start, s.end))
             ]
             if not spans:
@@ -435,8 +435,8 @@ class Redactor:
             pos = 0
             for s in spans:
                 found.append(PiiSpan(origin[s.start], origin[s.end - 1] + 1, s.kind))
-                pieces.append(current[pos:s.start])
-                new_origin.extend(origin[pos:s.start])
+                pieces.append(current[pos : s.start])
+                new_origin.extend(origin[pos : s.start])
                 pieces.append(PLACEHOLDERS[s.kind])
                 new_origin.extend([-1] * len(PLACEHOLDERS[s.kind]))
                 pos = s.end
@@ -458,7 +458,7 @@ class Redactor:
         pieces: list[str] = []
         pos = 0
         for s in spans:
-            pieces.append(text[pos:s.start])
+            pieces.append(text[pos : s.start])
             pieces.append(PLACEHOLDERS[s.kind])
             pos = s.end
         pieces.append(text[pos:])

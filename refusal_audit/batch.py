@@ -22,7 +22,7 @@ from processors.intake import IntakeSettings
 from processors.redaction import Redactor
 from refusal_audit.bundles import load_bundles
 from refusal_audit.config import ConfigError, Settings
-from refusal_audit.engines import make_engine
+from refusal_audit.engines import close_engine, make_engine
 from refusal_audit.pipeline import AuditPipeline, InputSource, RunReport, Sink
 from refusal_audit.readers import default_model_for, read_records
 from warehouse.store import Warehouse
@@ -157,8 +157,15 @@ def run_batch(
     """
     sources = [file_source(path, options, cfg) for path in files]
     pipeline = build_pipeline(cfg, sink if sink is not None else Warehouse.open(cfg), engine_name)
+
+    async def main(on_record: Callable[[], None] | None) -> RunReport:
+        try:
+            return await pipeline.run(sources, on_record)
+        finally:
+            await close_engine(pipeline.engine)
+
     if progress_factory is None:
-        return asyncio.run(pipeline.run(sources))
+        return asyncio.run(main(None))
     with progress_factory() as progress:
         task = progress.add_task("auditing", total=None)
-        return asyncio.run(pipeline.run(sources, lambda: progress.advance(task)))
+        return asyncio.run(main(lambda: progress.advance(task)))

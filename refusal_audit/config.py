@@ -58,6 +58,16 @@ def _example_bundle() -> dict[str, PolicyBundlePaths]:
     }
 
 
+class ModelPrice(BaseModel):
+    """Prices of one model in USD per million tokens."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: float = Field(ge=0)
+    cached_input: float = Field(default=0.0, ge=0)
+    output: float = Field(ge=0)
+
+
 class Settings(BaseSettings):
     """All settings of refusal-audit. See the README's configuration reference."""
 
@@ -126,8 +136,39 @@ class Settings(BaseSettings):
     )
 
     # engine
-    engine: Literal["local"] = Field(
-        default="local", description="Audit engine (`local`: offline, deterministic)."
+    engine: Literal["local", "openai"] | None = Field(
+        default=None,
+        description="Audit engine: `local` (offline, deterministic) or `openai` (any "
+        "OpenAI-compatible server); unset: openai when an endpoint or key is set, else local.",
+    )
+    openai_base_url: str | None = Field(
+        default=None, description="OpenAI-compatible API base URL (OpenAI, Azure, vLLM, Ollama)."
+    )
+    openai_api_key: SecretStr | None = Field(
+        default=None, description="API key (else `openai_api_key_file`, else $OPENAI_API_KEY)."
+    )
+    openai_api_key_file: Path | None = Field(
+        default=None, description="File holding the API key (e.g. a mounted secret)."
+    )
+    openai_model: str = Field(default="gpt-4o-mini", description="Model id of the LLM engine.")
+    openai_timeout_seconds: float = Field(default=120.0, gt=0, description="Per-call timeout.")
+    openai_max_retries: int = Field(
+        default=5, ge=0, description="SDK retries for 429/5xx/timeouts (backoff, Retry-After)."
+    )
+    openai_response_format: Literal["json_schema", "json_object"] = Field(
+        default="json_schema",
+        description="Structured output mode; json_object for servers without json_schema.",
+    )
+    openai_max_concurrency: int = Field(default=4, ge=1, description="Max in-flight LLM calls.")
+    openai_context_window: int = Field(
+        default=128_000, ge=1024, description="Model context window (tokens)."
+    )
+    openai_max_output_tokens: int = Field(
+        default=8192, ge=256, description="Max completion tokens per call."
+    )
+    price_table: dict[str, ModelPrice] = Field(
+        default_factory=dict,
+        description="Model -> {input, cached_input, output} USD per 1M tokens, for `query cost`.",
     )
     local_false_positive_threshold: float = Field(
         default=0.5,
@@ -178,6 +219,28 @@ class Settings(BaseSettings):
         if self.warehouse_dsn:
             return self.warehouse_dsn
         return f"chdb://{(self.data_dir / 'chdb').resolve()}"
+
+    @property
+    def resolved_engine(self) -> Literal["local", "openai"]:
+        """The engine to use: the setting, else openai when an endpoint or key is set."""
+        if self.engine is not None:
+            return self.engine
+        configured = self.openai_base_url or self.openai_api_key or self.openai_api_key_file
+        return "openai" if configured else "local"
+
+    def openai_key(self) -> str | None:
+        """The API key: the setting, else the key file's first line, else $OPENAI_API_KEY.
+
+        Raises ``ConfigError`` when the key file cannot be read.
+        """
+        if self.openai_api_key is not None:
+            return self.openai_api_key.get_secret_value()
+        if self.openai_api_key_file is not None:
+            try:
+                return self.openai_api_key_file.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ConfigError(f"cannot read openai_api_key_file: {exc}") from exc
+        return os.environ.get("OPENAI_API_KEY")
 
     @classmethod
     def settings_customise_sources(

@@ -2,17 +2,61 @@
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from processors.engines.base import AuditEngine
 from processors.engines.local import LocalEngine
 from refusal_audit.config import ConfigError, Settings
 
+log = logging.getLogger("refusal_audit.engines")
+
 
 def make_engine(settings: Settings, name: str | None = None) -> AuditEngine:
-    """Build the engine ``name`` (default: ``settings.engine``).
+    """Build the engine ``name`` (default: ``settings.resolved_engine``).
 
-    Raises ``ConfigError`` for an engine that is unknown or not available in this version.
+    Raises ``ConfigError`` for an unknown engine or an openai engine without a key.
     """
-    chosen = name or settings.engine
+    chosen = name or settings.resolved_engine
     if chosen == "local":
+        if name is None and settings.engine is None:
+            log.info("no LLM endpoint or key configured: using the offline local engine")
         return LocalEngine(false_positive_threshold=settings.local_false_positive_threshold)
-    raise ConfigError(f"unknown engine {chosen!r} (available: local)")
+    if chosen == "openai":
+        return _openai_engine(settings)
+    raise ConfigError(f"unknown engine {chosen!r} (available: local, openai)")
+
+
+def _openai_engine(settings: Settings) -> AuditEngine:
+    import openai
+
+    from processors.engines.openai_engine import OpenAIEngine
+
+    key = settings.openai_key()
+    if not key and not settings.openai_base_url:
+        raise ConfigError(
+            "engine openai needs an API key (openai_api_key, openai_api_key_file or "
+            "$OPENAI_API_KEY) or an openai_base_url of a server that needs none"
+        )
+    client = openai.AsyncOpenAI(
+        api_key=key or "unused",
+        base_url=settings.openai_base_url,
+        timeout=settings.openai_timeout_seconds,
+        max_retries=settings.openai_max_retries,
+    )
+    return OpenAIEngine(
+        client,
+        settings.openai_model,
+        response_format=settings.openai_response_format,
+        max_concurrency=settings.openai_max_concurrency,
+        max_output_tokens=settings.openai_max_output_tokens,
+        context_window=settings.openai_context_window,
+    )
+
+
+async def close_engine(engine: Any) -> None:
+    """Close an engine's network client, if it has one (call in the loop that used it)."""
+    client = getattr(engine, "client", None)
+    close = getattr(client, "close", None)
+    if close is not None:
+        await close()

@@ -11,6 +11,8 @@ from typing import Any
 from processors.evaluation import EvalItem, evaluate, labels_from_attributes
 from refusal_audit.batch import BatchOptions, build_pipeline, file_source
 from refusal_audit.config import Settings
+from refusal_audit.engines import close_engine
+from refusal_audit.pipeline import RunReport
 from schemas.audit import BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
 from schemas.events import StoredEvent
@@ -49,7 +51,14 @@ def run_eval(
     sink = MemorySink()
     pipeline = build_pipeline(cfg, sink, engine_name)
     sources = [file_source(path, options, cfg) for path in files]
-    report = asyncio.run(pipeline.run(sources))
+
+    async def main() -> RunReport:
+        try:
+            return await pipeline.run(sources)
+        finally:
+            await close_engine(pipeline.engine)
+
+    report = asyncio.run(main())
     by_id = {a.log_id: a for a in sink.assessments}
     items: list[EvalItem] = []
     for stored in sink.events:

@@ -21,7 +21,7 @@ from typing import Protocol
 from pydantic import ValidationError
 
 from processors.adapters import DecodeOptions, InputFormat, SourceRecord
-from processors.auditing import audit_batch, failed_batch_dead_letter
+from processors.auditing import audit_batch, failed_batch_dead_letter, unresolved_dead_letters
 from processors.batching import AuditBatch, Batcher
 from processors.engines.base import AuditEngine, EngineError
 from processors.intake import IntakeSettings, make_dead_letter, prepare
@@ -246,6 +246,12 @@ class AuditPipeline:
             report.failed_events += len(batch.events)
             report.failures.append(Failure(letter.source, letter.location, code, str(exc)))
             return
+        for letter in unresolved_dead_letters(batch, audited, self.engine, "batch", now):
+            self._pending_dead.append(letter)
+            report.failed_events += 1
+            report.failures.append(
+                Failure(letter.source, letter.location, letter.reason_code, letter.reason)
+            )
         self._pending_assessments.extend(audited.assessments)
         self._pending_batches.append(audited.record)
         report.assessments.extend(audited.assessments)

@@ -22,7 +22,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def test_defaults_are_embedded_and_local(tmp_path: Path) -> None:
     s = load_settings()
     assert s.resolved_warehouse_dsn == f"chdb://{tmp_path.resolve()}/.refusal-audit/chdb"
-    assert s.engine == "local"
+    assert s.engine is None and s.resolved_engine == "local"
     assert s.review_sample_rate == 0.2
 
 
@@ -89,3 +89,20 @@ def test_readme_configuration_table_is_current() -> None:
     assert settings_reference() in readme, (
         "regenerate the README table with `refusal-audit config reference`"
     )
+
+
+def test_an_endpoint_or_key_selects_the_openai_engine(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert load_settings().openai_key() is None
+    monkeypatch.setenv("REFUSAL_AUDIT_OPENAI_BASE_URL", "http://127.0.0.1:8000/v1")
+    assert load_settings().resolved_engine == "openai"
+    monkeypatch.setenv("REFUSAL_AUDIT_ENGINE", "local")
+    assert load_settings().resolved_engine == "local"
+    key_file = tmp_path / "key"
+    key_file.write_text("sk-from-file\n", encoding="utf-8")
+    monkeypatch.setenv("REFUSAL_AUDIT_OPENAI_API_KEY_FILE", str(key_file))
+    s = load_settings()
+    assert s.openai_key() == "sk-from-file"
+    assert "sk-from-file" not in s.model_dump_json()

@@ -1,0 +1,82 @@
+"""The openai engine in the shared pipeline: stored provenance and usage, unresolved events
+dead-lettered, the fake OpenAI-compatible server on loopback standing in for the LLM."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import fake_openai_server
+from fake_openai_server import FakeOpenAIServer, answer_for, mutated
+
+from refusal_audit.batch import BatchOptions, run_batch
+from refusal_audit.config import PolicyBundlePaths, Settings
+from warehouse import Warehouse
+
+fake_openai = fake_openai_server.fake_openai  # the fixture: a fake server per test
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE_LOG = REPO / "examples" / "refusal_log.jsonl"
+
+
+def settings(server: FakeOpenAIServer, **overrides: Any) -> Settings:
+    base = REPO / "examples" / "policies"
+    bundle = PolicyBundlePaths(
+        allowed_use=base / "allowed_use_policy.md",
+        product_safety=base / "product_safety_policy.md",
+        taxonomy=base / "refusal_taxonomy.md",
+    )
+    return Settings(  # type: ignore[call-arg]
+        policy_bundles={"default": bundle},
+        openai_base_url=server.base_url,
+        openai_api_key="sk-test-not-a-real-key",
+        openai_max_retries=0,
+        batch_max_events=20,
+        **overrides,
+    )
+
+
+def audit(cfg: Settings, sink: Warehouse) -> Any:
+    return run_batch(
+        cfg, [EXAMPLE_LOG], BatchOptions.build(None, None, None, None, None), sink=sink
+    )
+
+
+def test_openai_is_the_default_engine_once_an_endpoint_is_set(
+    fake_openai: FakeOpenAIServer, warehouse: Warehouse
+) -> None:
+    cfg = settings(fake_openai)
+    assert cfg.resolved_engine == "openai"
+    report = audit(cfg, warehouse)
+    assert report.failed == 0 and report.refusals == len(report.assessments) > 0
+    rows = warehouse.current_assessments()
+    assert {r["engine"] for r in rows} == {"openai"}
+    assert len({r["prompt_version"] for r in rows}) == 1 and rows[0]["prompt_version"] != "none"
+    usage = warehouse.client.query(
+        f"SELECT sum(prompt_tokens), sum(completion_tokens), count() "
+        f"FROM `{warehouse.database}`.audit_batches FINAL"
+    ).result_rows[0]
+    assert usage[0] > 0 and usage[1] > 0 and usage[2] == report.batches
+    assert all(r.headers.get("authorization") for r in fake_openai.requests)
+
+
+def test_events_the_model_keeps_getting_wrong_are_dead_lettered(
+    fake_openai: FakeOpenAIServer, warehouse: Warehouse
+) -> None:
+    victims: set[str] = set()
+
+    def drop_first(answer: dict[str, Any], log_ids: list[str]) -> dict[str, Any]:
+        if not victims:
+            victims.add(log_ids[0])
+        keep = [i for i in log_ids if i not in victims]
+        return answer_for(keep)
+
+    fake_openai.fallback = mutated(drop_first)
+    report = audit(settings(fake_openai), warehouse)
+    (victim,) = victims
+    assert report.failed_events == 1
+    assert victim not in {a.log_id for a in report.assessments}
+    letters = [d for d in warehouse.dead_letters(limit=100) if d["log_id"] == victim]
+    assert len(letters) == 1 and letters[0]["stage"] == "audit"
+    assert b"raw_output" in letters[0]["raw"] and b"prompt_version" in letters[0]["raw"]
+    assert set(warehouse.assessment_counts_per_log_id()) == {a.log_id for a in report.assessments}
