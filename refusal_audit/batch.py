@@ -121,7 +121,11 @@ def file_source(path: Path, options: BatchOptions, cfg: Settings) -> InputSource
 
 
 def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) -> AuditPipeline:
-    """The pipeline configured from ``cfg``. Raises ``ConfigError`` for bad bundles/engine."""
+    """The pipeline configured from ``cfg``.
+
+    With an LLM engine the batch token budget is also capped so that every batch's prompt
+    fits the model's context window. Raises ``ConfigError`` for bad bundles/engine.
+    """
     bundles = load_bundles(cfg.policy_bundles)
     redactor = Redactor(cfg.redaction_kinds) if cfg.redaction_enabled else None
     intake = IntakeSettings(
@@ -130,13 +134,20 @@ def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) ->
         redactor=redactor,
         prefilter=cfg.prefilter_enabled,
     )
+    engine = make_engine(cfg, engine_name)
+    budget = cfg.batch_token_budget
+    context_cap = getattr(engine, "event_token_budget", None)
+    if context_cap is not None:  # an LLM engine: the batch must also fit its context window
+        budget = min([budget, *(context_cap(b, cfg.batch_max_events) for b in bundles.values())])
+        if budget < 1:
+            raise ConfigError("the policy bundle's prompt alone exceeds the model's context window")
     return AuditPipeline(
         bundles=bundles,
-        engine=make_engine(cfg, engine_name),
+        engine=engine,
         sink=sink,
         intake=intake,
         max_events=cfg.batch_max_events,
-        token_budget=cfg.batch_token_budget,
+        token_budget=budget,
         review_rate=cfg.review_sample_rate,
         review_seed=cfg.review_seed,
     )

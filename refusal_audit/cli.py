@@ -198,7 +198,7 @@ def query(
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o"),
 ) -> None:
     """Run a named trend query over the warehouse (current assessments only)."""
-    from warehouse.queries import NAMED_QUERIES, UnsupportedFilterError, run_named
+    from warehouse.queries import NAMED_QUERIES, UnsupportedFilterError, run_named, with_costs
 
     if name is None:
         render(
@@ -222,6 +222,8 @@ def query(
         )
     except (KeyError, UnsupportedFilterError, WarehouseError) as exc:
         raise fail_usage(str(exc)) from exc
+    if name == "cost":
+        result = with_costs(result, cfg.price_table)
     render(result.columns, result.rows, output, console, title=name)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import fake_openai_server
+import pytest
 from fake_openai_server import FakeOpenAIServer, answer_for, mutated
 
 from refusal_audit.batch import BatchOptions, run_batch
@@ -80,3 +81,45 @@ def test_events_the_model_keeps_getting_wrong_are_dead_lettered(
     assert len(letters) == 1 and letters[0]["stage"] == "audit"
     assert b"raw_output" in letters[0]["raw"] and b"prompt_version" in letters[0]["raw"]
     assert set(warehouse.assessment_counts_per_log_id()) == {a.log_id for a in report.assessments}
+
+
+def test_query_cost_reports_tokens_and_estimated_cost(
+    fake_openai: FakeOpenAIServer, warehouse: Warehouse
+) -> None:
+    from refusal_audit.config import ModelPrice
+    from warehouse.queries import run_named, with_costs
+
+    cfg = settings(fake_openai)
+    report = audit(cfg, warehouse)
+    result = with_costs(
+        run_named(warehouse.client, warehouse.database, "cost"),
+        {cfg.openai_model: ModelPrice(input=2.0, cached_input=0.5, output=8.0)},
+    )
+    (row,) = [dict(zip(result.columns, r, strict=True)) for r in result.rows]
+    assert row["engine"] == "openai" and row["events"] == len(report.assessments)
+    expected = (
+        (row["prompt_tokens"] - row["cached_tokens"]) * 2.0
+        + row["cached_tokens"] * 0.5
+        + row["completion_tokens"] * 8.0
+    ) / 1e6
+    assert row["estimated_cost_usd"] == pytest.approx(expected)
+    assert row["cost_per_1k_events_usd"] == pytest.approx(1000 * expected / row["events"])
+    unpriced = with_costs(run_named(warehouse.client, warehouse.database, "cost"), {})
+    assert unpriced.rows[0][-2:] == (None, None)
+
+
+def test_batches_fit_the_models_context_window(
+    fake_openai: FakeOpenAIServer, warehouse: Warehouse
+) -> None:
+    from processors.engines.openai_engine import OpenAIEngine
+    from refusal_audit.batch import build_pipeline
+
+    roomy = build_pipeline(settings(fake_openai), warehouse)
+    tight = build_pipeline(
+        settings(fake_openai, openai_context_window=9_000, openai_max_output_tokens=1_000),
+        warehouse,
+    )
+    assert isinstance(tight.engine, OpenAIEngine)
+    bundle = tight.bundles["default"]
+    assert tight._batcher.token_budget == tight.engine.event_token_budget(bundle, 20) < 6000
+    assert roomy._batcher.token_budget == 6000

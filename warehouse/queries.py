@@ -13,7 +13,7 @@ batch's audit day and ``dead_letters`` the day the failure was recorded.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
@@ -299,8 +299,71 @@ ORDER BY dead_letters DESC, stage, reason_code
 """,
             columns=("stage", "reason_code", "dead_letters", "sources"),
         ),
+        NamedQuery(
+            name="cost",
+            description="Engine usage per engine and model (day of audit): batches, audited "
+            "events, tokens per 1,000 events and latency; the CLI adds the estimated cost "
+            "from the price_table setting.",
+            sql="""
+SELECT engine, engine_model, batches, events, prompt_tokens, cached_tokens, completion_tokens,
+       round(1000 * prompt_tokens / greatest(events, 1)) AS prompt_tokens_per_1k_events,
+       round(1000 * completion_tokens / greatest(events, 1)) AS completion_tokens_per_1k_events,
+       mean_latency_ms
+FROM (
+    SELECT engine, engine_model,
+           count() AS batches,
+           sum(length(log_ids)) AS events,
+           sum(prompt_tokens) AS prompt_tokens,
+           sum(cached_tokens) AS cached_tokens,
+           sum(completion_tokens) AS completion_tokens,
+           round(avg(latency_ms), 1) AS mean_latency_ms
+    FROM {db:Identifier}.audit_batches FINAL
+    WHERE toDate(audited_at) BETWEEN {since:Date} AND {until:Date}
+    GROUP BY engine, engine_model
+)
+ORDER BY engine, engine_model
+""",
+            columns=(
+                "engine",
+                "engine_model",
+                "batches",
+                "events",
+                "prompt_tokens",
+                "cached_tokens",
+                "completion_tokens",
+                "prompt_tokens_per_1k_events",
+                "completion_tokens_per_1k_events",
+                "mean_latency_ms",
+            ),
+        ),
     )
 }
+
+
+def with_costs(result: QueryResult, prices: Mapping[str, Any]) -> QueryResult:
+    """Add ``estimated_cost_usd`` and ``cost_per_1k_events_usd`` to a ``cost`` query result.
+
+    ``prices`` maps a model id to an object with ``input``, ``cached_input`` and ``output``
+    prices in USD per million tokens; cached prompt tokens are billed at ``cached_input``,
+    the rest of the prompt at ``input``. Models without a price get None.
+    """
+    rows: list[tuple[Any, ...]] = []
+    cols = result.columns
+    for row in result.rows:
+        values = dict(zip(cols, row, strict=True))
+        price = prices.get(str(values["engine_model"]))
+        if price is None:
+            rows.append((*row, None, None))
+            continue
+        uncached = values["prompt_tokens"] - values["cached_tokens"]
+        cost = (
+            uncached * price.input
+            + values["cached_tokens"] * price.cached_input
+            + values["completion_tokens"] * price.output
+        ) / 1_000_000
+        per_1k = 1000 * cost / values["events"] if values["events"] else None
+        rows.append((*row, cost, per_1k))
+    return QueryResult([*cols, "estimated_cost_usd", "cost_per_1k_events_usd"], rows)
 
 
 def _clamp(day: date | None, default: date) -> date:
