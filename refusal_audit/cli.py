@@ -177,6 +177,32 @@ def eval_command(
     print_eval(figures, console)
 
 
+@app.command()
+def reaudit(
+    since: datetime | None = typer.Option(None, formats=["%Y-%m-%d"], help="First day recorded."),
+    until: datetime | None = typer.Option(None, formats=["%Y-%m-%d"], help="Last day recorded."),
+    dead_letter_id: list[str] = typer.Option(
+        [], "--id", help="Only these dead letters (repeatable)."
+    ),
+    engine: str | None = typer.Option(None, help="Audit engine (default: setting engine)."),
+) -> None:
+    """Audit again the events of failed audits (dead letters of stage audit)."""
+    from refusal_audit.reaudit import run_reaudit
+
+    cfg = settings()
+    store = open_store(cfg)
+    try:
+        letters, report = run_reaudit(cfg, store, _day(since), _day(until), dead_letter_id, engine)
+    except ConfigError as exc:
+        raise fail_usage(str(exc)) from exc
+    console.print(
+        f"{letters} dead letter(s), {report.events} event(s) re-audited: "
+        f"{len(report.assessments)} assessed, {report.failed} failed again"
+    )
+    if report.failed:
+        raise typer.Exit(EXIT_FAILURES)
+
+
 def _progress() -> Progress:
     return Progress(
         TextColumn("[bold]{task.description}"),

@@ -123,3 +123,24 @@ def test_batches_fit_the_models_context_window(
     bundle = tight.bundles["default"]
     assert tight._batcher.token_budget == tight.engine.event_token_budget(bundle, 20) < 6000
     assert roomy._batcher.token_budget == 6000
+
+
+def test_reaudit_recovers_batches_that_failed_during_an_outage(
+    fake_openai: FakeOpenAIServer, warehouse: Warehouse
+) -> None:
+    from fake_openai_server import status
+
+    from refusal_audit.reaudit import run_reaudit
+
+    cfg = settings(fake_openai)
+    fake_openai.fallback = status(503)
+    outage = audit(cfg, warehouse)
+    assert outage.assessments == [] and outage.failed_batches == outage.batches > 0
+    assert warehouse.assessment_counts_per_log_id() == {}
+
+    fake_openai.fallback = fake_openai_server.valid()
+    letters, report = run_reaudit(cfg, warehouse, None, None, [])
+    assert letters == outage.batches
+    assert report.failed == 0 and len(report.assessments) == outage.refusals
+    counts = warehouse.assessment_counts_per_log_id()
+    assert len(counts) == outage.refusals and set(counts.values()) == {1}
