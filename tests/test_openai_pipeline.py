@@ -31,9 +31,7 @@ def settings(server: FakeOpenAIServer, **overrides: Any) -> Settings:
         policy_bundles={"default": bundle},
         openai_base_url=server.base_url,
         openai_api_key="sk-test-not-a-real-key",
-        openai_max_retries=0,
-        batch_max_events=20,
-        **overrides,
+        **{"openai_max_retries": 0, "batch_max_events": 20, **overrides},
     )
 
 
@@ -144,3 +142,53 @@ def test_reaudit_recovers_batches_that_failed_during_an_outage(
     assert report.failed == 0 and len(report.assessments) == outage.refusals
     counts = warehouse.assessment_counts_per_log_id()
     assert len(counts) == outage.refusals and set(counts.values()) == {1}
+
+
+def _unknown_category(answer: dict[str, Any], log_ids: list[str]) -> dict[str, Any]:
+    return answer_for(log_ids, category="made_up_category")
+
+
+def _wrong_counts(answer: dict[str, Any], log_ids: list[str]) -> dict[str, Any]:
+    wrong = answer_for(log_ids)
+    wrong["audit_summary"]["total_refusals"] = 999
+    wrong["audit_summary"]["estimated_false_positives"] = 42
+    return wrong
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "reason_code"),
+    [
+        (fake_openai_server.invalid_json, "invalid_output"),
+        (lambda: mutated(_unknown_category), "invalid_output"),
+        (fake_openai_server.refusal, "model_refusal"),
+        (fake_openai_server.length, "output_truncated"),
+        (lambda: fake_openai_server.slow(2.0), "engine_error"),
+    ],
+    ids=["invalid-json", "unknown-category", "model-refusal", "length", "timeout"],
+)
+def test_each_failure_ends_as_dead_letters_in_the_warehouse(
+    fake_openai: FakeOpenAIServer, warehouse: Warehouse, behaviour: Any, reason_code: str
+) -> None:
+    fake_openai.fallback = behaviour()
+    cfg = settings(fake_openai, openai_timeout_seconds=0.5, batch_max_events=4)
+    small = REPO / "tests" / "fixtures" / "small_refusals.jsonl"
+    report = run_batch(
+        cfg, [small], BatchOptions.build(None, None, None, None, None), sink=warehouse
+    )
+    assert report.assessments == [] and report.failed == report.refusals > 0
+    letters = warehouse.dead_letters(limit=100)
+    assert {d["reason_code"] for d in letters} == {reason_code}
+    assert {d["stage"] for d in letters} == {"audit"}
+    assert warehouse.assessment_counts_per_log_id() == {}
+    assert warehouse.count_events() == report.events  # the events themselves are kept
+
+
+def test_inconsistent_summary_counts_are_recomputed(
+    fake_openai: FakeOpenAIServer, warehouse: Warehouse
+) -> None:
+    fake_openai.fallback = mutated(_wrong_counts)
+    report = audit(settings(fake_openai), warehouse)
+    assert report.failed == 0
+    for batch in report.batch_records:
+        assert batch.summary.total_refusals == len(batch.log_ids)
+        assert batch.summary.estimated_false_positives == 0
