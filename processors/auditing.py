@@ -123,6 +123,18 @@ def failed_batch_dead_letter(
         }
     )
     location = "batch " + ",".join(batch.log_ids)[:512]
+    return _audit_letter(source, location, raw, reason_code, reason, None, now)
+
+
+def _audit_letter(
+    source: str,
+    location: str,
+    raw: bytes,
+    reason_code: str,
+    reason: str,
+    log_id: str | None,
+    now: datetime,
+) -> DeadLetter:
     return DeadLetter(
         dead_letter_id=dead_letter_id(source, location, raw),
         stage="audit",
@@ -131,7 +143,7 @@ def failed_batch_dead_letter(
         source=source,
         location=location,
         raw=raw,
-        log_id=None,
+        log_id=log_id,
         created_at=now,
     )
 
@@ -156,18 +168,6 @@ def unresolved_dead_letters(
                 "engine": f"{engine.name}/{engine.model}/{engine.version}",
             }
         )
-        location = f"event {log_id}"
-        letters.append(
-            DeadLetter(
-                dead_letter_id=dead_letter_id(source, location, raw),
-                stage="audit",
-                reason_code=reason.partition(":")[0].strip() or "unresolved",
-                reason=reason,
-                source=source,
-                location=location,
-                raw=raw,
-                log_id=log_id,
-                created_at=now,
-            )
-        )
+        code = reason.partition(":")[0].strip() or "unresolved"
+        letters.append(_audit_letter(source, f"event {log_id}", raw, code, reason, log_id, now))
     return letters
