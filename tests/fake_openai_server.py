@@ -77,6 +77,7 @@ class Reply:
     body: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    raw: bytes | None = None  # sent instead of ``body`` when set (malformed replies)
 
 
 Behaviour = Callable[[RecordedRequest, "FakeOpenAIServer"], Reply]
@@ -157,6 +158,15 @@ def mutated(fn: Callable[[dict[str, Any], list[str]], dict[str, Any]]) -> Behavi
     def behave(request: RecordedRequest, server: FakeOpenAIServer) -> Reply:
         ids = request.log_ids()
         return _completion(request, server, json.dumps(fn(answer_for(ids), ids)))
+
+    return behave
+
+
+def raw_reply(data: bytes) -> Behaviour:
+    """An HTTP 200 whose body is exactly ``data`` (empty, cut off, not JSON, ...)."""
+
+    def behave(request: RecordedRequest, server: FakeOpenAIServer) -> Reply:
+        return Reply(raw=data)
 
     return behave
 
@@ -340,7 +350,7 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 reply = server._handle(self.path, headers, raw)
                 if reply.delay and server._stopping.wait(reply.delay):
                     return
-                data = json.dumps(reply.body).encode()
+                data = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
                 self.send_response(reply.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))

@@ -163,8 +163,21 @@ def _wrong_counts(answer: dict[str, Any], log_ids: list[str]) -> dict[str, Any]:
         (fake_openai_server.refusal, "model_refusal"),
         (fake_openai_server.length, "output_truncated"),
         (lambda: fake_openai_server.slow(2.0), "engine_error"),
+        (lambda: fake_openai_server.raw_reply(b""), "engine_error"),
+        (
+            lambda: fake_openai_server.raw_reply(b'{"id":"x","choices":[{"index":0,"mess'),
+            "engine_error",
+        ),
     ],
-    ids=["invalid-json", "unknown-category", "model-refusal", "length", "timeout"],
+    ids=[
+        "invalid-json",
+        "unknown-category",
+        "model-refusal",
+        "length",
+        "timeout",
+        "empty-200",
+        "truncated-200",
+    ],
 )
 def test_each_failure_ends_as_dead_letters_in_the_warehouse(
     fake_openai: FakeOpenAIServer, warehouse: Warehouse, behaviour: Any, reason_code: str
@@ -192,3 +205,46 @@ def test_inconsistent_summary_counts_are_recomputed(
     for batch in report.batch_records:
         assert batch.summary.total_refusals == len(batch.log_ids)
         assert batch.summary.estimated_false_positives == 0
+
+
+def test_a_malformed_usage_block_is_ignored(
+    fake_openai: FakeOpenAIServer, warehouse: Warehouse
+) -> None:
+    from fake_openai_server import RecordedRequest, Reply
+
+    inner = fake_openai_server.valid()
+
+    def weird_usage(request: RecordedRequest, server: FakeOpenAIServer) -> Reply:
+        reply = inner(request, server)
+        reply.body["usage"] = {
+            "prompt_tokens": "x",
+            "completion_tokens": None,
+            "total_tokens": -1,
+            "prompt_tokens_details": None,
+        }
+        return reply
+
+    fake_openai.fallback = weird_usage
+    report = audit(settings(fake_openai), warehouse)
+    assert report.failed == 0 and len(report.assessments) == report.refusals
+
+
+def test_an_echoed_api_key_is_never_stored(
+    fake_openai: FakeOpenAIServer, warehouse: Warehouse
+) -> None:
+    def leak(answer: dict[str, Any], log_ids: list[str]) -> dict[str, Any]:
+        out = answer_for(log_ids)
+        out["individual_assessments"][0]["assessment_rationale"] = (
+            "auth was Bearer sk-test-not-a-real-key"
+        )
+        return out
+
+    fake_openai.fallback = mutated(leak)
+    report = audit(settings(fake_openai), warehouse)
+    assert report.failed == 0
+    leaked = warehouse.client.query(
+        f"SELECT count() FROM `{warehouse.database}`.assessments "
+        "WHERE position(assessment_rationale, 'sk-test-not-a-real-key') > 0"
+    ).result_rows[0][0]
+    assert leaked == 0
+    assert any("Bearer ***" in a.assessment_rationale for a in report.assessments)

@@ -60,7 +60,7 @@ import weakref
 from collections import Counter
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast, overload
 
 import openai
 import orjson
@@ -531,19 +531,19 @@ class OpenAIEngine:
                     response_format=self._response_format(),
                     **params,
                 )
-            except openai.OpenAIError as exc:
+            except (openai.OpenAIError, ValueError, TypeError, AttributeError) as exc:
+                # ValueError covers a 200 whose body is empty or cut off (JSON decode error)
                 raise EngineError(
                     self._scrub(f"chat completion failed: {type(exc).__name__}: {exc}")
                 ) from None
         if not isinstance(completion, ChatCompletion) or not completion.choices:
             raise EngineError("chat completion without choices from the server")
         usage = completion.usage
-        if usage is not None:
-            run.prompt_tokens += usage.prompt_tokens or 0
-            run.completion_tokens += usage.completion_tokens or 0
+        if usage is not None:  # a server's malformed usage is ignored, never fatal
+            run.prompt_tokens += _count(usage.prompt_tokens)
+            run.completion_tokens += _count(usage.completion_tokens)
             details = usage.prompt_tokens_details
-            if details is not None and details.cached_tokens:
-                run.cached_tokens += details.cached_tokens
+            run.cached_tokens += _count(getattr(details, "cached_tokens", None))
         choice = completion.choices[0]
         message = choice.message
         answer = _Answer(
@@ -553,6 +553,17 @@ class OpenAIEngine:
         )
         run.calls.append(_Call(kind, ids, answer))
         return answer
+
+    @overload
+    def _mask(self, text: str) -> str: ...
+    @overload
+    def _mask(self, text: None) -> None: ...
+    def _mask(self, text: str | None) -> str | None:
+        """``text`` with the client's API key replaced by ``***`` (no length cut)."""
+        key = getattr(self.client, "api_key", None)
+        if text is None or not isinstance(key, str) or len(key) < 4:
+            return text
+        return text.replace(key, "***")
 
     def _scrub(self, text: str) -> str:
         """``text`` without the client's API key (should an error message echo it)."""
@@ -572,13 +583,18 @@ class OpenAIEngine:
     ) -> EngineOutput:
         kept = partial.assessments
         assessments = [kept[e.log_id] for e in batch if e.log_id in kept]
+        # a model that echoes the API key (it never should see it) must not get it stored
+        assessments = [
+            a.model_copy(update={"assessment_rationale": self._mask(a.assessment_rationale)})
+            for a in assessments
+        ]
         review = {a.log_id for a in assessments if a.requires_human_review}
         flags: list[PolicyGapFlag] = []
         for f in partial.flags:
             examples = list(dict.fromkeys(i for i in f.example_log_ids if i in review))
             if not examples:
                 continue
-            flag = PolicyGapFlag(description=f.description, example_log_ids=examples)
+            flag = PolicyGapFlag(description=self._mask(f.description), example_log_ids=examples)
             if flag not in flags:
                 flags.append(flag)
         result = AuditResult(
@@ -599,7 +615,7 @@ class OpenAIEngine:
         return EngineOutput(
             result=result,
             usage=usage,
-            raw_output=self._raw(run),
+            raw_output=self._mask(self._raw(run)),
             unresolved={
                 e.log_id: partial.unresolved[e.log_id]
                 for e in batch
@@ -669,3 +685,8 @@ def _items(
         if isinstance(raw_trends, list):
             trends = [t for t in raw_trends if isinstance(t, str)]
     return candidates, flags, trends
+
+
+def _count(value: object) -> int:
+    """A token count from a server's usage block: non-negative ints only, else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
