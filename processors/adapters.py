@@ -353,7 +353,11 @@ MAX_EVENT_TIME = datetime(2299, 12, 31, 23, 59, 59, tzinfo=UTC)
 
 
 def _in_range(value: datetime, label: str) -> datetime:
-    if not MIN_EVENT_TIME <= value <= MAX_EVENT_TIME:
+    try:
+        inside = MIN_EVENT_TIME <= value <= MAX_EVENT_TIME
+    except OverflowError:  # e.g. 0001-01-01T00:30+01:00 has no UTC equivalent
+        inside = False
+    if not inside:
         _reject(
             "bad_timestamp",
             f"{label}: {value.isoformat()} is outside the supported range 1900-01-01 .. 2299-12-31",

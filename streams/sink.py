@@ -22,6 +22,7 @@ from schemas.events import StoredEvent
 from streams.producer import Headers, TopicWriter
 from streams.topics import Topics
 
+MAX_TOPIC_RAW_BYTES = 900_000
 _KAFKA_LOCATION = re.compile(r"^partition (\d+) offset (\d+)$")
 
 
@@ -128,4 +129,11 @@ class StreamSink:
             self.warehouse.insert_dead_letters(items)
         for letter in items:
             key = letter.log_id.encode() if letter.log_id else None
-            self.writer.send(self.topics.dead_letters, letter.raw, key, dead_letter_headers(letter))
+            # below the producer's default message.max.bytes (1,000,000) with headers; the
+            # table keeps up to 1 MiB, and x-raw-truncated says when the topic copy is cut
+            headers = dead_letter_headers(letter)
+            raw = letter.raw
+            if len(raw) > MAX_TOPIC_RAW_BYTES:
+                raw = raw[:MAX_TOPIC_RAW_BYTES]
+                headers.append(("x-raw-truncated", str(len(letter.raw))))
+            self.writer.send(self.topics.dead_letters, raw, key, headers)

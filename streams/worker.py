@@ -67,7 +67,15 @@ def build_context(cfg: Settings, wrap_sink: Callable[[Sink], Sink] | None = None
     ``ConfigError``.
     """
     topics = Topics.from_prefix(cfg.kafka_topic_prefix)
-    require_topic(admin_client(cfg.kafka_bootstrap_servers), topics.input)
+    admin = admin_client(cfg.kafka_bootstrap_servers)
+    for name in (
+        topics.input,
+        topics.assessments,
+        topics.review_queue,
+        topics.policy_gap_alerts,
+        topics.dead_letters,
+    ):
+        require_topic(admin, name)
     metrics = WorkerMetrics()
     store = Warehouse.open(cfg)
     store.on_retry = lambda table: metrics.warehouse_retries.labels(table).inc()
