@@ -13,9 +13,11 @@ from datetime import datetime
 import orjson
 
 from processors.batching import AuditBatch
+from processors.drift import WindowCounts
 from processors.engines.base import AuditEngine
 from processors.intake import dead_letter_id
 from processors.sampling import review_reasons
+from processors.trends import trend_lines
 from processors.validation import validate_result
 from schemas.audit import AuditResult, BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
@@ -59,10 +61,13 @@ async def audit_batch(
     review_rate: float,
     review_seed: int,
     now: datetime,
+    baseline: WindowCounts | None = None,
 ) -> AuditedBatch:
     """Run ``engine`` on ``batch`` and turn a valid result into warehouse rows.
 
     The batch's ``usage.latency_ms`` is the engine call's wall time measured here.
+    The summary's ``trends_identified`` are computed by ``processors.trends.trend_lines``
+    against ``baseline`` (the engine's own free-text trends are discarded).
     Events the engine reports as ``unresolved`` are left out (the caller dead-letters them
     with ``unresolved_dead_letters``) and the rest is validated on its own.
     Raises ``EngineError`` (engine failure) or ``AuditValidationError`` (invalid result);
@@ -73,6 +78,9 @@ async def audit_batch(
     latency_ms = (time.perf_counter() - started) * 1000.0
     resolved = [i for i in batch.log_ids if i not in output.unresolved]
     result = validate_result(output.result, resolved, bundle)
+    trends = trend_lines(result.individual_assessments, baseline)
+    summary = result.audit_summary.model_copy(update={"trends_identified": trends})
+    result = result.model_copy(update={"audit_summary": summary})
     reasons = review_reasons(result.individual_assessments, review_rate, review_seed)
     batch_id = batch_id_for(batch, bundle, engine)
     provenance = {

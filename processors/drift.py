@@ -1,0 +1,447 @@
+"""Drift detectors over tumbling event-time windows: pure functions from counts to findings.
+
+Input is ``WindowCounts`` per ``Scope`` for the evaluated window and for its baseline (the
+pooled trailing windows, or a pinned reference period); output is one ``Finding`` per
+(detector, scope): an alert, "no change", or "insufficient data". The caller
+(``refusal_audit.drift``) reads the counts from ClickHouse and publishes the alerts.
+
+Detectors (all tests two-sided, from scipy):
+
+* ``category_mix_drift`` - chi-square test of homogeneity on the 2 x K table of category
+  counts (``scipy.stats.chi2_contingency``), categories with an expected count under
+  ``min_expected`` (5, Cochran's rule) merged into ``"other"``; effect size: Jensen-Shannon
+  distance (base 2, in [0, 1]; ``scipy.spatial.distance.jensenshannon``) between the two
+  category distributions. ``moved`` lists the categories whose adjusted standardized
+  residual exceeds 2 in absolute value (Agresti, *Categorical Data Analysis*, 3rd ed., 2.4.5).
+* ``false_positive_rate_shift``, ``policy_gap_rate_shift``, ``review_rate_shift`` - two-
+  proportion test on the 2 x 2 table: Pearson's chi-square without continuity correction
+  (equivalent to the two-sided z-test), or Fisher's exact test when an expected cell count is
+  under 5; effect size: the rate difference in percentage points.
+* ``volume_anomaly`` - refusal count of the window against the baseline's per-window rate,
+  both Poisson: conditional on the total, the window's count is Binomial(total, 1 / (W + 1))
+  under equal rates (W baseline windows), tested with ``scipy.stats.binomtest``
+  (Przyborowski & Wilenski 1940, the exact test for a ratio of Poisson rates); effect size:
+  the rate ratio.
+* ``new_category`` - a category absent from the baseline that reaches ``new_category_min``
+  refusals in the window (a rule, not a test: it is not part of the multiple-testing family).
+
+No conclusion from too little data: a tested detector needs ``min_events`` refusals in the
+window and in the baseline (``volume_anomaly`` needs them in the baseline only, since a drop
+to few events is what it looks for). All p-values of one evaluation (every scope and
+detector of one window) are adjusted together with Benjamini-Hochberg
+(``scipy.stats.false_discovery_control``); a finding alerts when its adjusted p-value (q) is
+at most ``fdr`` and its effect size reaches the detector's threshold. Severity is
+``critical`` when q <= fdr / 10 and the effect is at least twice its threshold, else
+``warning``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import numpy as np
+from scipy.spatial.distance import jensenshannon
+from scipy.stats import binomtest, chi2_contingency, false_discovery_control, fisher_exact
+
+from processors.stats import wilson_interval
+from schemas.alerts import ALL, AlertKind, RateEstimate, Scope
+
+OTHER = "other"
+
+RATE_DETECTORS: dict[AlertKind, tuple[str, str]] = {
+    "false_positive_rate_shift": ("false_positives", "false-positive (over-refusal) rate"),
+    "policy_gap_rate_shift": ("policy_gaps", "policy-gap rate"),
+    "review_rate_shift": ("review_flags", "human-review flag rate"),
+}
+
+
+@dataclass(frozen=True)
+class WindowCounts:
+    """Audit counts of one scope over one window (or a pooled baseline).
+
+    ``refusals`` assessed refusals; ``false_positives`` of them estimated over-refusals;
+    ``review_flags`` flagged for human review; ``policy_gaps`` named in a policy-gap flag;
+    ``late`` that arrived after the grace period; ``categories`` refusals per category;
+    ``examples`` a few log ids per key (a category name, or ``false_positives``,
+    ``policy_gaps``, ``review_flags``).
+    """
+
+    refusals: int = 0
+    false_positives: int = 0
+    review_flags: int = 0
+    policy_gaps: int = 0
+    late: int = 0
+    categories: Mapping[str, int] = field(default_factory=dict)
+    examples: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def __add__(self, other: WindowCounts) -> WindowCounts:
+        categories = Counter(self.categories)
+        categories.update(other.categories)
+        examples = {k: tuple(v) for k, v in self.examples.items()}
+        for key, ids in other.examples.items():
+            examples[key] = (examples.get(key, ()) + tuple(ids))[:20]
+        return WindowCounts(
+            self.refusals + other.refusals,
+            self.false_positives + other.false_positives,
+            self.review_flags + other.review_flags,
+            self.policy_gaps + other.policy_gaps,
+            self.late + other.late,
+            dict(categories),
+            examples,
+        )
+
+    def count(self, name: str) -> int:
+        """The counter called ``name`` (``false_positives``, ``policy_gaps``, ...)."""
+        value = getattr(self, name)
+        assert isinstance(value, int)
+        return value
+
+
+def pooled(counts: Iterable[WindowCounts]) -> WindowCounts:
+    """The sum of several windows' counts (an empty iterable gives zero counts)."""
+    total = WindowCounts()
+    for c in counts:
+        total = total + c
+    return total
+
+
+@dataclass(frozen=True)
+class DetectorSettings:
+    """Thresholds of the detectors (defaults are the configuration's defaults).
+
+    ``min_events`` refusals needed in window and baseline before testing (300: the audit
+    design asks for several hundred events before drawing conclusions); ``fdr`` the
+    Benjamini-Hochberg false-discovery rate; ``js_threshold`` minimum Jensen-Shannon distance
+    for a category-mix alert; ``rate_shift_pp`` minimum absolute rate change in percentage
+    points; ``volume_ratio`` minimum rate ratio (or its inverse, for drops); ``new_category_min``
+    refusals a new category needs; ``min_expected`` Cochran's minimum expected cell count.
+    """
+
+    min_events: int = 300
+    fdr: float = 0.05
+    js_threshold: float = 0.1
+    rate_shift_pp: float = 5.0
+    volume_ratio: float = 1.5
+    new_category_min: int = 20
+    min_expected: float = 5.0
+
+
+Status = Literal["alert", "no_change", "insufficient_data"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One detector's outcome for one scope in one evaluation.
+
+    ``statistic_name``/``statistic``/``p_value`` describe the test (``p_value`` None for
+    rules); ``q_value`` is the Benjamini-Hochberg adjusted p-value (set by ``evaluate``);
+    ``effect``/``effect_name``/``effect_threshold`` the effect size; ``moved`` what changed;
+    ``current_counts``/``baseline_counts`` the counts tested; ``current_rate``/``baseline_rate``
+    the rates with Wilson 95% intervals where the detector is about a rate; ``examples`` log
+    ids of the window that show the change; ``note`` why a finding is ``insufficient_data``;
+    ``severity`` (set when it alerts) as in the module docstring; ``late`` the window's late
+    events in this scope.
+    """
+
+    kind: AlertKind
+    scope: Scope
+    status: Status
+    statistic_name: str = ""
+    statistic: float = 0.0
+    p_value: float | None = None
+    q_value: float | None = None
+    effect: float = 0.0
+    effect_name: str = ""
+    effect_threshold: float = 0.0
+    moved: tuple[str, ...] = ()
+    current_counts: Mapping[str, int] = field(default_factory=dict)
+    baseline_counts: Mapping[str, int] = field(default_factory=dict)
+    current_rate: RateEstimate | None = None
+    baseline_rate: RateEstimate | None = None
+    examples: tuple[str, ...] = ()
+    note: str = ""
+    severity: Literal["warning", "critical"] = "warning"
+    late: int = 0
+
+
+def rate_estimate(successes: int, trials: int) -> RateEstimate:
+    """``successes / trials`` with its Wilson 95% interval (rate 0 and [0, 1] for 0 trials)."""
+    low, high = wilson_interval(successes, trials)
+    rate = successes / trials if trials else 0.0
+    return RateEstimate(successes=successes, trials=trials, rate=rate, low=low, high=high)
+
+
+def merge_sparse(
+    current: Mapping[str, int], baseline: Mapping[str, int], min_expected: float
+) -> tuple[list[str], np.ndarray]:
+    """The 2 x K table (window row, baseline row) with sparse categories merged into "other".
+
+    A category whose expected count (under homogeneity) is below ``min_expected`` in either
+    row joins ``"other"``; if "other" itself stays sparse it is kept (the test is then
+    approximate, as with any residual cell). Returns the column labels and the table
+    (int64, shape (2, K)). Categories with no refusals in either row are dropped.
+    """
+    labels = sorted({k for k, v in current.items() if v} | {k for k, v in baseline.items() if v})
+    n_cur, n_base = sum(current.values()), sum(baseline.values())
+    total = n_cur + n_base
+    kept: list[str] = []
+    other = np.zeros(2, dtype=np.int64)
+    for label in labels:
+        col = np.array([current.get(label, 0), baseline.get(label, 0)], dtype=np.int64)
+        expected = col.sum() * np.array([n_cur, n_base]) / total if total else col
+        if label != OTHER and expected.min() >= min_expected:
+            kept.append(label)
+        else:
+            other += col
+    columns = [np.array([current.get(k, 0), baseline.get(k, 0)], dtype=np.int64) for k in kept]
+    if other.sum():
+        kept.append(OTHER)
+        columns.append(other)
+    table = np.stack(columns, axis=1) if columns else np.zeros((2, 0), dtype=np.int64)
+    return kept, table
+
+
+def category_mix(
+    kind_scope: Scope, cur: WindowCounts, base: WindowCounts, s: DetectorSettings
+) -> Finding:
+    """Chi-square test of homogeneity + Jensen-Shannon distance; see the module docstring."""
+    if cur.refusals < s.min_events or base.refusals < s.min_events:
+        return _insufficient("category_mix_drift", kind_scope, cur, base, s)
+    labels, table = merge_sparse(cur.categories, base.categories, s.min_expected)
+    if table.shape[1] < 2:
+        return Finding("category_mix_drift", kind_scope, "no_change", note="one category only")
+    res = chi2_contingency(table, correction=False)
+    expected = np.asarray(res.expected_freq)
+    row = table.sum(axis=1, keepdims=True) / table.sum()
+    col = table.sum(axis=0, keepdims=True) / table.sum()
+    residuals = (table - expected) / np.sqrt(expected * (1 - row) * (1 - col))
+    p_cur, p_base = table[0] / table[0].sum(), table[1] / table[1].sum()
+    distance = float(jensenshannon(p_cur, p_base, base=2))
+    order = np.argsort(-np.abs(residuals[0]))
+    moved = tuple(
+        f"{labels[i]} {100 * (p_cur[i] - p_base[i]):+.1f} pp"
+        for i in order
+        if abs(residuals[0][i]) > 2
+    )
+    examples = tuple(x for i in order for x in cur.examples.get(labels[i], ())[:3])
+    return Finding(
+        "category_mix_drift",
+        kind_scope,
+        "no_change",
+        statistic_name="chi2",
+        statistic=float(res.statistic),
+        p_value=float(res.pvalue),
+        effect=distance,
+        effect_name="jensen_shannon_distance",
+        effect_threshold=s.js_threshold,
+        moved=moved,
+        current_counts=dict(zip(labels, (int(v) for v in table[0]), strict=True)),
+        baseline_counts=dict(zip(labels, (int(v) for v in table[1]), strict=True)),
+        examples=examples[:20],
+    )
+
+
+def rate_shift(
+    kind: AlertKind, scope: Scope, cur: WindowCounts, base: WindowCounts, s: DetectorSettings
+) -> Finding:
+    """Two-proportion test (chi-square, or Fisher's exact test for small expected counts)."""
+    if cur.refusals < s.min_events or base.refusals < s.min_events:
+        return _insufficient(kind, scope, cur, base, s)
+    counter, _ = RATE_DETECTORS[kind]
+    k1, n1, k0, n0 = cur.count(counter), cur.refusals, base.count(counter), base.refusals
+    table = np.array([[k1, n1 - k1], [k0, n0 - k0]], dtype=np.int64)
+    pooled_rate = (k1 + k0) / (n1 + n0)
+    smallest = min(n1, n0) * min(pooled_rate, 1 - pooled_rate)
+    if k1 + k0 == 0 or k1 + k0 == n1 + n0:
+        name, stat, p = "two_proportion_chi2", 0.0, 1.0
+    elif smallest < 5:
+        fisher = fisher_exact(table)
+        name, stat, p = "fisher_exact", float(fisher.statistic), float(fisher.pvalue)
+    else:
+        res = chi2_contingency(table, correction=False)
+        name, stat, p = "two_proportion_chi2", float(res.statistic), float(res.pvalue)
+    current, baseline = rate_estimate(k1, n1), rate_estimate(k0, n0)
+    return Finding(
+        kind,
+        scope,
+        "no_change",
+        statistic_name=name,
+        statistic=stat,
+        p_value=min(1.0, p),
+        effect=100 * (current.rate - baseline.rate),
+        effect_name="rate_difference_pp",
+        effect_threshold=s.rate_shift_pp,
+        current_counts={"refusals": n1, counter: k1},
+        baseline_counts={"refusals": n0, counter: k0},
+        current_rate=current,
+        baseline_rate=baseline,
+        examples=tuple(cur.examples.get(counter, ()))[:20],
+    )
+
+
+def volume(
+    scope: Scope, cur: WindowCounts, base: WindowCounts, baseline_windows: int, s: DetectorSettings
+) -> Finding:
+    """Exact conditional test of the window's Poisson rate against the baseline's."""
+    if base.refusals < s.min_events or baseline_windows < 1:
+        return _insufficient("volume_anomaly", scope, cur, base, s, baseline_only=True)
+    total = cur.refusals + base.refusals
+    res = binomtest(cur.refusals, total, 1.0 / (baseline_windows + 1))
+    expected = base.refusals / baseline_windows
+    ratio = cur.refusals / expected
+    # the effect is symmetric on the log scale: a drop to 1/r counts like a rise to r
+    effect = ratio if ratio >= 1 else (-1 / ratio if ratio > 0 else -float("inf"))
+    return Finding(
+        "volume_anomaly",
+        scope,
+        "no_change",
+        statistic_name="poisson_rate_ratio",
+        statistic=ratio,
+        p_value=float(res.pvalue),
+        effect=effect if np.isfinite(effect) else -1e9,
+        effect_name="rate_ratio" if ratio >= 1 else "inverse_rate_ratio",
+        effect_threshold=s.volume_ratio,
+        current_counts={"refusals": cur.refusals},
+        baseline_counts={"refusals": base.refusals, "windows": baseline_windows},
+    )
+
+
+def new_categories(
+    scope: Scope, cur: WindowCounts, base: WindowCounts, s: DetectorSettings
+) -> list[Finding]:
+    """One alerting finding per category absent from the baseline with enough refusals."""
+    if base.refusals < s.min_events:
+        return [_insufficient("new_category", scope, cur, base, s, baseline_only=True)]
+    found = []
+    for category, n in sorted(cur.categories.items()):
+        if n >= s.new_category_min and base.categories.get(category, 0) == 0:
+            found.append(
+                Finding(
+                    "new_category",
+                    scope,
+                    "alert",
+                    statistic_name="count",
+                    statistic=float(n),
+                    effect=float(n),
+                    effect_name="refusals_in_new_category",
+                    effect_threshold=float(s.new_category_min),
+                    moved=(category,),
+                    current_counts={"refusals": cur.refusals, category: n},
+                    baseline_counts={"refusals": base.refusals, category: 0},
+                    current_rate=rate_estimate(n, cur.refusals),
+                    baseline_rate=rate_estimate(0, base.refusals),
+                    examples=tuple(cur.examples.get(category, ()))[:20],
+                    severity="critical" if n >= 2 * s.new_category_min else "warning",
+                )
+            )
+    return found
+
+
+def _insufficient(
+    kind: AlertKind,
+    scope: Scope,
+    cur: WindowCounts,
+    base: WindowCounts,
+    s: DetectorSettings,
+    *,
+    baseline_only: bool = False,
+) -> Finding:
+    where = "baseline" if baseline_only else "window and baseline"
+    note = (
+        f"insufficient data: {cur.refusals} refusals in the window and {base.refusals} in the "
+        f"baseline; the {where} need at least {s.min_events} (min_events)"
+    )
+    return Finding(
+        kind,
+        scope,
+        "insufficient_data",
+        current_counts={"refusals": cur.refusals},
+        baseline_counts={"refusals": base.refusals},
+        note=note,
+    )
+
+
+def rollup_scopes(scopes: Iterable[Scope]) -> dict[Scope, list[Scope]]:
+    """Each finest scope (bundle, model, product) plus its roll-ups, mapped to their members.
+
+    Roll-ups are (bundle, model, "all") and (bundle, "all", "all"); a roll-up with a single
+    member is left out (it would repeat its member's findings under another name).
+    """
+    finest = sorted(set(scopes), key=lambda sc: sc.key)
+    groups: dict[Scope, list[Scope]] = {sc: [sc] for sc in finest}
+    by_model: dict[Scope, list[Scope]] = {}
+    by_bundle: dict[Scope, list[Scope]] = {}
+    for sc in finest:
+        by_model.setdefault(Scope(policy_bundle=sc.policy_bundle, model=sc.model, product=ALL), [])
+        by_model[Scope(policy_bundle=sc.policy_bundle, model=sc.model, product=ALL)].append(sc)
+        by_bundle.setdefault(Scope(policy_bundle=sc.policy_bundle, model=ALL, product=ALL), [])
+        by_bundle[Scope(policy_bundle=sc.policy_bundle, model=ALL, product=ALL)].append(sc)
+    for rollups in (by_model, by_bundle):
+        for scope, members in rollups.items():
+            if len(members) > 1 and scope not in groups:
+                groups[scope] = members
+    return groups
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """All findings of one window's evaluation; ``alerts`` are the ones that fire."""
+
+    findings: list[Finding]
+
+    @property
+    def alerts(self) -> list[Finding]:
+        """Findings whose status is ``alert``."""
+        return [f for f in self.findings if f.status == "alert"]
+
+
+def evaluate(
+    current: Mapping[Scope, WindowCounts],
+    baseline: Mapping[Scope, WindowCounts],
+    baseline_windows: int,
+    settings: DetectorSettings,
+) -> Evaluation:
+    """Run every detector on every scope of one window and adjust p-values together.
+
+    ``current`` and ``baseline`` map finest scopes (bundle, model, product) to their counts
+    in the evaluated window and in the pooled baseline (``baseline_windows`` windows long);
+    roll-up scopes are added by ``rollup_scopes``. Returns every finding; alerting ones have
+    status ``alert`` and their BH-adjusted ``q_value`` set. Raises ``ValueError`` for
+    ``baseline_windows`` < 0.
+    """
+    if baseline_windows < 0:
+        raise ValueError(f"baseline_windows={baseline_windows} must be >= 0")
+    findings: list[Finding] = []
+    for scope, members in rollup_scopes([*current, *baseline]).items():
+        cur = pooled(current[m] for m in members if m in current)
+        base = pooled(baseline[m] for m in members if m in baseline)
+        found = [category_mix(scope, cur, base, settings)]
+        found += [rate_shift(kind, scope, cur, base, settings) for kind in RATE_DETECTORS]
+        found.append(volume(scope, cur, base, baseline_windows, settings))
+        found += new_categories(scope, cur, base, settings)
+        findings.extend(replace(f, late=cur.late) for f in found)
+    return Evaluation(adjust(findings, settings))
+
+
+def adjust(findings: Sequence[Finding], settings: DetectorSettings) -> list[Finding]:
+    """Benjamini-Hochberg over the findings that have a p-value; set q and the alert status."""
+    tested = [i for i, f in enumerate(findings) if f.p_value is not None]
+    out = list(findings)
+    if not tested:
+        return out
+    qs = false_discovery_control([findings[i].p_value for i in tested], method="bh")
+    for i, q in zip(tested, qs, strict=True):
+        f = findings[i]
+        q = float(min(1.0, q))
+        fires = q <= settings.fdr and abs(f.effect) >= f.effect_threshold
+        strong = q <= settings.fdr / 10 and abs(f.effect) >= 2 * f.effect_threshold
+        out[i] = replace(
+            f,
+            q_value=q,
+            status="alert" if fires else "no_change",
+            severity="critical" if strong else "warning",
+        )
+    return out

@@ -1,0 +1,74 @@
+"""Read every alert already on the alert topics (for start-up reconciliation).
+
+Alert topics carry few records, so reading them from the start to the high watermark with a
+group-less confluent-kafka consumer is cheap. Records that are not valid alerts (written by
+someone else) are skipped and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from pydantic import ValidationError
+
+from schemas.alerts import Alert
+
+log = logging.getLogger("refusal_audit.alerts")
+
+
+def read_alerts(bootstrap_servers: str, topics: list[str], timeout: float = 10.0) -> list[Alert]:
+    """All valid alerts on ``topics`` (oldest first per partition).
+
+    Raises ``confluent_kafka.KafkaException`` when the broker cannot be reached or a topic
+    does not exist.
+    """
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": "refusal-audit-alert-reconcile",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "logger": log,
+        }
+    )
+    try:
+        metadata = consumer.list_topics(timeout=timeout)
+        wanted: list[TopicPartition] = []
+        ends: dict[tuple[str, int], int] = {}
+        for topic in topics:
+            info = metadata.topics.get(topic)
+            if info is None or info.error is not None:
+                raise KeyError(f"alert topic {topic!r} does not exist")
+            for partition in info.partitions:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=timeout
+                )
+                if high > low:
+                    wanted.append(TopicPartition(topic, partition, OFFSET_BEGINNING))
+                    ends[(topic, partition)] = high
+        if not wanted:
+            return []
+        consumer.assign(wanted)
+        alerts: list[Alert] = []
+        skipped = 0
+        while ends:
+            msg = consumer.poll(timeout)
+            if msg is None:
+                raise TimeoutError(f"no alert records within {timeout:g}s; {len(ends)} left")
+            key = (str(msg.topic()), int(msg.partition() or 0))
+            error = msg.error()
+            if error is None:
+                try:
+                    alerts.append(Alert.model_validate_json(msg.value() or b""))
+                except ValidationError:
+                    skipped += 1
+                if (msg.offset() or 0) + 1 >= ends.get(key, 0):
+                    ends.pop(key, None)
+            elif key in ends and error.code() == KafkaError._PARTITION_EOF:
+                ends.pop(key, None)
+        if skipped:
+            log.warning("skipped records that are not alerts", extra={"skipped": skipped})
+        return alerts
+    finally:
+        consumer.close()

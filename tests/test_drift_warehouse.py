@@ -1,0 +1,154 @@
+"""Drift detection from ClickHouse aggregates: the XSTest shift, late events, reproducible
+evidence, and the false-alarm rate of a stationary stream of more than 100,000 events."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+from drift_data import Row, stored_rows, xstest_refusals
+from scipy.stats import binom
+
+from processors.drift import DetectorSettings
+from refusal_audit.drift import DriftConfig, closed_windows, evaluate_windows, window_start
+from schemas.alerts import Scope
+from warehouse.drift import window_counts
+from warehouse.store import Warehouse
+
+pytestmark = pytest.mark.integration
+
+HOUR = timedelta(hours=1)
+W0 = datetime(2026, 3, 2, 10, tzinfo=UTC)
+
+
+def store(warehouse: Warehouse, rows: list[Row], at: datetime, **kw: timedelta) -> None:
+    events, assessments = stored_rows(rows, at, **kw)
+    warehouse.insert_events(events)
+    warehouse.insert_assessments(assessments)
+
+
+def test_xstest_shift_from_the_warehouse_with_reproducible_evidence(
+    warehouse: Warehouse, shared_data: Path
+) -> None:
+    llama = [
+        Row(r.log_id, r.category, r.false_positive, model="chat")
+        for r in xstest_refusals(shared_data, "llama2orig")
+    ]
+    gpt4 = [
+        Row(r.log_id, r.category, r.false_positive, model="chat")
+        for r in xstest_refusals(shared_data, "gpt4")
+    ]
+    store(warehouse, llama, W0 + timedelta(minutes=10))
+    store(warehouse, gpt4, W0 + HOUR + timedelta(minutes=10))
+    config = DriftConfig(baseline_windows=1, detectors=DetectorSettings(min_events=150))
+    [result] = evaluate_windows(
+        warehouse.client, warehouse.database, config, now=W0 + 3 * HOUR, windows=[W0 + HOUR]
+    )
+    alerts = {a.kind: a for a in result.alerts}
+    assert {"false_positive_rate_shift", "category_mix_drift"} <= set(alerts)
+    fp = alerts["false_positive_rate_shift"]
+    assert fp.scope == Scope(policy_bundle="default", model="chat", product="p")
+    assert fp.current_counts == {
+        "refusals": len(gpt4),
+        "false_positives": sum(r.false_positive for r in gpt4),
+    }
+    assert fp.statistic.effect_size < -20  # pp, GPT-4 over-refuses less
+    assert fp.window.start == W0 + HOUR and fp.baseline.start == W0
+    assert set(fp.example_log_ids) <= {r.log_id for r in gpt4 if r.false_positive}
+    assert fp.example_log_ids
+    # the summary's query reproduces the counts
+    assert fp.evidence_query in fp.summary
+    rows = warehouse.client.query(fp.evidence_query).result_rows
+    by_period = {period: (n, k) for period, n, k in rows}
+    assert by_period["window"] == (len(gpt4), sum(r.false_positive for r in gpt4))
+    assert by_period["baseline"] == (len(llama), sum(r.false_positive for r in llama))
+    mix = alerts["category_mix_drift"]
+    mix_rows = warehouse.client.query(mix.evidence_query).result_rows
+    window_mix = {c: n for period, c, n in mix_rows if period == "window"}
+    assert sum(window_mix.values()) == len(gpt4)
+    # recomputation gives the same ids (deterministic)
+    [again] = evaluate_windows(
+        warehouse.client, warehouse.database, config, now=W0 + 5 * HOUR, windows=[W0 + HOUR]
+    )
+    assert sorted(a.alert_id for a in again.alerts) == sorted(a.alert_id for a in result.alerts)
+
+
+def test_late_events_count_in_their_arrival_window(warehouse: Warehouse) -> None:
+    on_time = [Row(f"t{i}", "a", False) for i in range(3)]
+    within_grace = [Row(f"g{i}", "a", False) for i in range(2)]
+    late = [Row(f"l{i}", "a", True) for i in range(4)]
+    store(warehouse, on_time, W0 + timedelta(minutes=5))
+    # arrives 4 minutes after the window ends: within the 5-minute grace
+    store(warehouse, within_grace, W0 + timedelta(minutes=50), arrival_delay=timedelta(minutes=14))
+    # arrives two hours after its window ended: counted in the window it arrived in
+    store(warehouse, late, W0 + timedelta(minutes=30), arrival_delay=timedelta(hours=2, minutes=40))
+    counts = window_counts(
+        warehouse.client,
+        warehouse.database,
+        window_seconds=3600,
+        grace_seconds=300,
+        start=W0 - HOUR,
+        end=W0 + 5 * HOUR,
+    )
+    scope = Scope(policy_bundle="default", model="m", product="p")
+    assert counts[W0][scope].refusals == 5 and counts[W0][scope].late == 0
+    arrival = W0 + 3 * HOUR
+    assert counts[arrival][scope].refusals == 4 and counts[arrival][scope].late == 4
+    assert counts[arrival][scope].false_positives == 4
+
+
+def test_closed_windows_wait_for_the_grace_period() -> None:
+    config = DriftConfig(grace_seconds=300, lookback_windows=2)
+    now = W0 + timedelta(minutes=4)  # W0 - 1h closes at W0 + 5 min
+    assert closed_windows(now, config) == [W0 - 3 * HOUR, W0 - 2 * HOUR]
+    now = W0 + timedelta(minutes=5)
+    assert closed_windows(now, config) == [W0 - 2 * HOUR, W0 - HOUR]
+    assert window_start(W0 + timedelta(minutes=59), 3600) == W0
+
+
+def test_stationary_stream_false_alarm_rate_is_within_the_fdr(warehouse: Warehouse) -> None:
+    """>= 100,000 events, >= 100 evaluated windows, 6 finest scopes (+ roll-ups), no shift."""
+    rng = np.random.default_rng(20261129)
+    categories = ["weapons", "self_harm", "privacy", "medical", "legal", "other_harm"]
+    probs = [0.3, 0.2, 0.2, 0.15, 0.1, 0.05]
+    scopes = [(m, p) for m in ("model-a", "model-b", "model-c") for p in ("chat", "api")]
+    windows = 130
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    total = 0
+    for w in range(windows):
+        rows: list[Row] = []
+        for model, product in scopes:
+            n = int(rng.poisson(200))
+            cats = rng.choice(len(categories), size=n, p=probs)
+            fps = rng.random(n) < 0.2
+            reviews = rng.random(n) < 0.3
+            rows += [
+                Row(f"w{w}-{model}-{product}-{i}", categories[c], bool(f), bool(r), model, product)
+                for i, (c, f, r) in enumerate(zip(cats, fps, reviews, strict=True))
+            ]
+        store(warehouse, rows, start + w * HOUR + timedelta(minutes=30))
+        total += len(rows)
+    assert total >= 100_000
+    evaluated = [start + w * HOUR for w in range(24, windows)]
+    assert len(evaluated) >= 100
+    # the configured detectors, and the bare tests (no effect-size thresholds), which is
+    # where the FDR control has to hold on its own
+    bare = DetectorSettings(js_threshold=0, rate_shift_pp=0, volume_ratio=1)
+    for detectors in (DetectorSettings(), bare):
+        config = DriftConfig(baseline_windows=24, detectors=detectors)
+        results = evaluate_windows(
+            warehouse.client, warehouse.database, config, now=start + 200 * HOUR, windows=evaluated
+        )
+        assert len(results) == len(evaluated)
+        tested = sum(
+            1 for r in results for f in r.evaluation.findings if f.status != "insufficient_data"
+        )
+        assert tested >= 10 * len(evaluated)  # the detectors did run, on many scopes
+        alarmed_windows = sum(1 for r in results if r.alerts)
+        print(f"{detectors}: {alarmed_windows} of {len(results)} windows alarmed, {tested} tests")
+        # Under no shift BH bounds P(any alert in a window) by the FDR (all nulls true);
+        # allow the binomial's 99.9% quantile for the number of alarmed windows.
+        limit = binom.ppf(0.999, len(results), detectors.fdr)
+        assert alarmed_windows <= limit, [a.summary for r in results for a in r.alerts]
