@@ -16,7 +16,8 @@ Detectors (all tests two-sided, from scipy):
 * ``false_positive_rate_shift``, ``policy_gap_rate_shift``, ``review_rate_shift`` - two-
   proportion test on the 2 x 2 table: Pearson's chi-square without continuity correction
   (equivalent to the two-sided z-test), or Fisher's exact test when an expected cell count is
-  under 5; effect size: the rate difference in percentage points.
+  under 5 (statistic: the sample odds ratio, 1e300 for an empty cell); effect size: the rate
+  difference in percentage points.
 * ``volume_anomaly`` - refusal count of the window against the baseline's per-window rate,
   both Poisson: conditional on the total, the window's count is Binomial(total, 1 / (W + 1))
   under equal rates (W baseline windows), tested with ``scipy.stats.binomtest``
@@ -259,7 +260,9 @@ def rate_shift(
         name, stat, p = "two_proportion_chi2", 0.0, 1.0
     elif smallest < 5:
         fisher = fisher_exact(table)
-        name, stat, p = "fisher_exact", float(fisher.statistic), float(fisher.pvalue)
+        # the sample odds ratio is infinite with an empty cell: keep the alert JSON finite
+        odds = float(np.nan_to_num(fisher.statistic, nan=0.0, posinf=1e300))
+        name, stat, p = "fisher_exact", odds, float(fisher.pvalue)
     else:
         res = chi2_contingency(table, correction=False)
         name, stat, p = "two_proportion_chi2", float(res.statistic), float(res.pvalue)

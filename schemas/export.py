@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from schemas.alerts import Alert
 from schemas.audit import AuditResult, BatchRecord, StoredAssessment
 from schemas.events import RefusalEvent
 
@@ -21,6 +22,7 @@ PUBLISHED: dict[str, type[BaseModel]] = {
     "audit_result": AuditResult,
     "stored_assessment": StoredAssessment,
     "batch_record": BatchRecord,
+    "alert": Alert,
 }
 
 
