@@ -105,7 +105,8 @@ def prepare(
             decoded.reason_code,
             decoded.reason,
             now,
-            redactor=settings.redactor,
+            decoded.log_id,
+            settings.redactor,
         )
     if decoded.policy_bundle not in settings.known_bundles:
         known = ", ".join(sorted(settings.known_bundles))

@@ -1,11 +1,21 @@
 """confluent-kafka producers: idempotent, acks=all, with delivery reports counted.
 
 Used by the worker (outputs, alerts, dead letters) and by ``refusal-audit produce``.
+
+librdkafka's own log lines (connection failures, idempotence warnings, ...) are routed
+through Python logging, logger ``refusal_audit.kafka`` (``KAFKA_LOGGER``), instead of being
+written raw to stderr, so they come out in the worker's JSON-lines logs. confluent-kafka
+forwards them when the client is polled (``poll``/``flush``), which ``TopicWriter`` does on
+every ``send`` and ``confirm``. A line repeating one logged less than 10 s before is
+dropped (``RepeatFilter``): librdkafka logs a refused connection about 20 times a second.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,14 +24,62 @@ from confluent_kafka import KafkaError, Message, Producer
 Headers = list[tuple[str, str | bytes | None]]
 
 
+_TIMING = re.compile(r"\d+ms\b")
+
+
+class RepeatFilter(logging.Filter):
+    """Drop a log record whose message repeats one let through less than ``window`` s ago.
+
+    Messages that differ only in a librdkafka timing (``after 0ms``, ``after 1ms``) repeat.
+    """
+
+    def __init__(self, window: float = 10.0, max_remembered: int = 1000) -> None:
+        super().__init__()
+        self.window = window
+        self.max_remembered = max_remembered
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """True (log it) unless the same message was let through within the window."""
+        message = _TIMING.sub("ms", record.getMessage())
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get(message)
+            if last is not None and now - last < self.window:
+                return False
+            if len(self._last) >= self.max_remembered:
+                self._last = {m: t for m, t in self._last.items() if now - t < self.window}
+            self._last[message] = now
+        return True
+
+
+KAFKA_LOGGER = logging.getLogger("refusal_audit.kafka")
+KAFKA_LOGGER.addFilter(RepeatFilter())
+
+
 class DeliveryError(RuntimeError):
-    """Some messages were not acknowledged by the broker (the message says how many and why)."""
+    """Some messages were not acknowledged by the broker (the message says how many and why).
+
+    The counts cover the messages of the failed ``confirm``: ``delivered`` acknowledged,
+    ``failed`` with a failed delivery report, ``unconfirmed`` still queued at the timeout
+    (their reports, when they come, are counted by the next ``confirm``).
+    """
+
+    def __init__(
+        self, message: str, *, delivered: int = 0, failed: int = 0, unconfirmed: int = 0
+    ) -> None:
+        super().__init__(message)
+        self.delivered = delivered
+        self.failed = failed
+        self.unconfirmed = unconfirmed
 
 
 def make_producer(bootstrap_servers: str, **extra: Any) -> Producer:
     """An idempotent producer (``enable.idempotence``, ``acks=all``) for ``bootstrap_servers``.
 
-    ``extra`` overrides librdkafka settings (e.g. ``{"linger.ms": 20}``).
+    ``extra`` overrides librdkafka settings (e.g. ``{"linger.ms": 20}``). librdkafka logs go
+    to the ``KAFKA_LOGGER`` Python logger unless ``extra`` names another ``logger``.
     """
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap_servers,
@@ -30,6 +88,7 @@ def make_producer(bootstrap_servers: str, **extra: Any) -> Producer:
         "linger.ms": 5,
         "compression.type": "lz4",
         "message.timeout.ms": 30_000,
+        "logger": KAFKA_LOGGER,
     }
     config.update(extra)
     return Producer(config)
@@ -69,9 +128,16 @@ class TopicWriter:
         self._lock = threading.Lock()
 
     def send(
-        self, topic: str, value: bytes, key: bytes | None = None, headers: Headers | None = None
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Headers | None = None,
     ) -> None:
-        """Queue one message (retries on a full local queue by serving callbacks)."""
+        """Queue one message (retries on a full local queue by serving callbacks).
+
+        A None ``value`` is sent as a null value (a tombstone).
+        """
         while True:
             try:
                 self.producer.produce(
@@ -89,14 +155,21 @@ class TopicWriter:
     def confirm(self, timeout: float = 60.0) -> int:
         """Wait for every queued message; return how many were delivered since the last call.
 
-        Raises ``DeliveryError`` on any failure or timeout.
+        Raises ``DeliveryError`` on any failure or timeout; it carries the delivered, failed
+        and unconfirmed counts of this call, so no delivery report goes uncounted.
         """
         with self._lock:
             remaining = self.producer.flush(timeout)
             tracker, self._tracker = self._tracker, DeliveryTracker()
         if remaining or tracker.failed:
-            detail = "; ".join(tracker.errors) or f"{remaining} still queued after {timeout}s"
+            details = list(tracker.errors)
+            if remaining:
+                details.append(f"{remaining} still queued after {timeout:g}s")
             raise DeliveryError(
-                f"{tracker.failed + remaining} message(s) not acknowledged by the broker: {detail}"
+                f"{tracker.failed + remaining} message(s) not acknowledged by the broker: "
+                + "; ".join(details),
+                delivered=tracker.delivered,
+                failed=tracker.failed,
+                unconfirmed=remaining,
             )
         return tracker.delivered

@@ -17,13 +17,26 @@ from streams.producer import DeliveryError, TopicWriter
 
 @dataclass
 class ReplayReport:
-    """``sent`` messages, ``delivered`` (acknowledged by the broker), ``rejected`` records."""
+    """What a replay did, counted from the broker's delivery reports.
+
+    ``sent`` messages handed to the producer; of those ``delivered`` (acknowledged by the
+    broker), ``failed`` (a failed delivery report) and ``unconfirmed`` (no report before the
+    last confirm's timeout), so ``sent == delivered + failed + unconfirmed``;
+    ``undelivered`` is ``failed + unconfirmed``. ``rejected`` records did not convert and
+    were not sent; ``delivery_errors`` holds the messages of the failed confirms.
+    """
 
     sent: int = 0
     delivered: int = 0
+    failed: int = 0
     undelivered: int = 0
     rejected: list[Failure] = field(default_factory=list)
     delivery_errors: list[str] = field(default_factory=list)
+
+    @property
+    def unconfirmed(self) -> int:
+        """Messages sent with no delivery report (yet) when the replay ended."""
+        return self.sent - self.delivered - self.failed
 
 
 def replay(
@@ -64,8 +77,11 @@ def replay(
 
 
 def _confirm(writer: TopicWriter, report: ReplayReport) -> None:
+    """Confirm what was sent so far; count its delivery reports, failed ones included."""
     try:
         report.delivered += writer.confirm()
     except DeliveryError as exc:
+        report.delivered += exc.delivered
+        report.failed += exc.failed
         report.delivery_errors.append(str(exc))
     report.undelivered = report.sent - report.delivered

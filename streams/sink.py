@@ -4,17 +4,35 @@ Implements ``refusal_audit.pipeline.Sink``. Every row goes to ClickHouse (where 
 write makes redelivery harmless) and then to its topic through a ``TopicWriter``; the worker
 acknowledges its input only after ``TopicWriter.confirm`` succeeds, so an event's offset
 becomes committable only once its assessment is stored and its outputs are on the broker.
+
+Dead-letter topic copies (``dead_letter_message``): the value is the record's original bytes
+(PII redacted, cut to fit the producer's size limit, ``x-raw-truncated`` then giving the
+full length); the headers are ours (``x-dead-letter-id``, ``x-stage``, ``x-reason-code``,
+``x-reason``, ``x-source``, ``x-source-location``, for Kafka input ``x-source-topic``,
+``x-source-partition``, ``x-source-offset``, and ``x-log-id`` whenever the log id is known)
+followed by the original record's headers, each renamed ``x-original-header-<name>`` with
+its value unchanged (not redacted), in their original order (duplicates kept). When the
+worker passes the original records (``StreamSink.use_originals``): the key is the original
+key (none stays none), and a tombstone (null value) stays null with ``x-tombstone: true``.
+Without them the key is the log id, if known. For a decode failure whose log id the
+pipeline did not pass on, ``x-log-id`` is read from the record itself (the log id the
+decoder reads: a non-blank ``log_id`` string of a JSON object). Original headers beyond
+64 KiB in all are dropped (``x-original-headers-dropped`` says how many); a key over 64 KiB
+is cut (``x-original-key-truncated`` gives its length).
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
+from processors.adapters import DecodeOptions, SourceRecord, decode_record
 from refusal_audit.pipeline import Sink
 from schemas.audit import BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
@@ -23,12 +41,78 @@ from streams.producer import Headers, TopicWriter
 from streams.topics import Topics
 
 MAX_TOPIC_RAW_BYTES = 900_000
+# key + value + headers of a dead-letter copy stay below this, under the producer's default
+# message.max.bytes (1,000,000) with room for librdkafka's per-record overhead
+MAX_TOPIC_MESSAGE_BYTES = 990_000
+MAX_ORIGINAL_HEADERS_BYTES = 65_536
+MAX_ORIGINAL_KEY_BYTES = 65_536
+ORIGINAL_HEADER_PREFIX = "x-original-header-"
+_HEADER_OVERHEAD = 10  # varints and attributes of one serialized header, generously
 _KAFKA_LOCATION = re.compile(r"^partition (\d+) offset (\d+)$")
+
+OriginalHeaders = tuple[tuple[str, bytes | None], ...]
 
 
 def kafka_location(partition: int, offset: int) -> str:
     """The ``SourceRecord.location`` of a Kafka record (parsed back by ``dead_letter_headers``)."""
     return f"partition {partition} offset {offset}"
+
+
+@dataclass(frozen=True)
+class OriginalRecord:
+    """What a consumed Kafka record carries besides its value bytes.
+
+    ``key`` as consumed (None: no key); ``headers`` in order, values as consumed;
+    ``tombstone`` True when the value was null (the worker passes it on as ``b""``).
+    """
+
+    key: bytes | None = None
+    headers: OriginalHeaders = ()
+    tombstone: bool = False
+
+
+def original_record(key: bytes | None, headers: Any, value: bytes | None) -> OriginalRecord:
+    """An ``OriginalRecord`` from a consumed message's key, headers and value.
+
+    ``headers`` may be None, a sequence of ``(name, value)`` pairs (aiokafka, confluent-kafka)
+    or a mapping (faust); str values are UTF-8 encoded.
+    """
+    pairs = headers.items() if isinstance(headers, Mapping) else (headers or ())
+    normalized = tuple(
+        (str(name), value.encode() if isinstance(value, str) else value) for name, value in pairs
+    )
+    return OriginalRecord(key, normalized, value is None)
+
+
+def window_originals(events: Sequence[Any]) -> dict[tuple[str, str], OriginalRecord]:
+    """The originals of a window of faust events, keyed like their dead letters.
+
+    Keys are ``(topic, kafka_location(partition, offset))``, the ``source`` and ``location``
+    the worker gives each ``SourceRecord``; pass the result to ``StreamSink.use_originals``.
+    """
+    originals: dict[tuple[str, str], OriginalRecord] = {}
+    for event in events:
+        m = event.message
+        originals[(m.topic, kafka_location(m.partition, m.offset))] = original_record(
+            m.key, m.headers, m.value
+        )
+    return originals
+
+
+def known_log_id(letter: DeadLetter) -> str | None:
+    """The dead letter's log id, or for a decode failure the log id its record names.
+
+    The pipeline does not pass the decoder's log id on to decode-stage dead letters; it is
+    read again here with the same decoder (JSON Lines, limits lifted so only the content
+    matters). None when the record has none the decoder could read.
+    """
+    if letter.log_id or letter.stage != "decode" or not letter.raw:
+        return letter.log_id
+    options = DecodeOptions(max_record_bytes=len(letter.raw), max_text_chars=len(letter.raw))
+    decoded = decode_record(
+        SourceRecord(letter.source, letter.location, letter.raw), "jsonl", options
+    )
+    return decoded.log_id  # a DecodeFailure's, or the event's when it now decodes
 
 
 def dead_letter_headers(letter: DeadLetter) -> Headers:
@@ -48,9 +132,55 @@ def dead_letter_headers(letter: DeadLetter) -> Headers:
             ("x-source-partition", match.group(1)),
             ("x-source-offset", match.group(2)),
         ]
-    if letter.log_id:
-        headers.append(("x-log-id", letter.log_id))
+    log_id = known_log_id(letter)
+    if log_id:
+        headers.append(("x-log-id", log_id))
     return headers
+
+
+def _header_bytes(name: str, value: str | bytes | None) -> int:
+    size = len(value.encode()) if isinstance(value, str) else len(value or b"")
+    return len(name.encode()) + size + _HEADER_OVERHEAD
+
+
+def dead_letter_message(
+    letter: DeadLetter, original: OriginalRecord | None = None
+) -> tuple[bytes | None, bytes | None, Headers]:
+    """``(value, key, headers)`` of the dead-letter topic copy of ``letter``.
+
+    See the module docstring for the layout. ``original`` is the consumed record's key,
+    headers and tombstone flag, when known.
+    """
+    headers = dead_letter_headers(letter)
+    if original is None:
+        log_id = dict(headers).get("x-log-id")
+        key = log_id.encode() if isinstance(log_id, str) else None
+    else:
+        key = original.key
+        if key is not None and len(key) > MAX_ORIGINAL_KEY_BYTES:
+            headers.append(("x-original-key-truncated", str(len(key))))
+            key = key[:MAX_ORIGINAL_KEY_BYTES]
+        budget, dropped = MAX_ORIGINAL_HEADERS_BYTES, 0
+        for name, value in original.headers:
+            renamed = ORIGINAL_HEADER_PREFIX + name
+            size = _header_bytes(renamed, value)
+            if dropped or size > budget:
+                dropped += 1
+                continue
+            budget -= size
+            headers.append((renamed, value))
+        if dropped:
+            headers.append(("x-original-headers-dropped", str(dropped)))
+    if original is not None and original.tombstone and not letter.raw:
+        headers.append(("x-tombstone", "true"))
+        return None, key, headers
+    used = len(key or b"") + sum(_header_bytes(n, v) for n, v in headers)
+    limit = min(MAX_TOPIC_RAW_BYTES, MAX_TOPIC_MESSAGE_BYTES - used - 64)
+    raw = letter.raw
+    if len(raw) > limit:
+        raw = raw[:limit]
+        headers.append(("x-raw-truncated", str(len(letter.raw))))
+    return raw, key, headers
 
 
 def gap_flag_messages(batch: BatchRecord) -> list[bytes]:
@@ -89,6 +219,16 @@ class StreamSink:
         self.writer = writer
         self.topics = topics
         self.observe_write = observe_write
+        self._originals: Mapping[tuple[str, str], OriginalRecord] = {}
+
+    def use_originals(self, originals: Mapping[tuple[str, str], OriginalRecord]) -> None:
+        """Key, headers and tombstone flag of the records about to be processed.
+
+        Keyed by ``(source, location)`` as in their dead letters (``window_originals``);
+        replaces the previous window's. Dead letters of records not in it are published
+        without them (key: the log id).
+        """
+        self._originals = originals
 
     @contextmanager
     def _timed(self, table: str) -> Iterator[None]:
@@ -124,16 +264,14 @@ class StreamSink:
                 )
 
     def insert_dead_letters(self, items: Sequence[DeadLetter]) -> None:
-        """Store dead letters; publish their original bytes with the reason in headers."""
+        """Store dead letters; publish their original bytes with the reason in headers.
+
+        The topic copy keeps the original key, headers and null value when the originals
+        are known (``use_originals``); see the module docstring.
+        """
         with self._timed("dead_letters"):
             self.warehouse.insert_dead_letters(items)
         for letter in items:
-            key = letter.log_id.encode() if letter.log_id else None
-            # below the producer's default message.max.bytes (1,000,000) with headers; the
-            # table keeps up to 1 MiB, and x-raw-truncated says when the topic copy is cut
-            headers = dead_letter_headers(letter)
-            raw = letter.raw
-            if len(raw) > MAX_TOPIC_RAW_BYTES:
-                raw = raw[:MAX_TOPIC_RAW_BYTES]
-                headers.append(("x-raw-truncated", str(len(letter.raw))))
-            self.writer.send(self.topics.dead_letters, raw, key, headers)
+            original = self._originals.get((letter.source, letter.location))
+            value, key, headers = dead_letter_message(letter, original)
+            self.writer.send(self.topics.dead_letters, value, key, headers)

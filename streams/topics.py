@@ -14,6 +14,8 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from streams.producer import KAFKA_LOGGER
+
 DAY_MS = 24 * 3600 * 1000
 
 
@@ -89,8 +91,15 @@ def topic_specs(prefix: str, partitions: int, replication_factor: int) -> list[T
 
 
 def admin_client(bootstrap_servers: str, **extra: Any) -> AdminClient:
-    """A confluent-kafka AdminClient for ``bootstrap_servers``."""
-    return AdminClient({"bootstrap.servers": bootstrap_servers, **extra})
+    """A confluent-kafka AdminClient for ``bootstrap_servers``.
+
+    librdkafka's log lines go to the ``refusal_audit.kafka`` Python logger (not raw to
+    stderr) unless ``extra`` names another ``logger``; they are forwarded when the client
+    is polled (``existing_topics`` and ``create_topics`` do).
+    """
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, **extra}
+    logger = config.pop("logger", KAFKA_LOGGER)
+    return AdminClient(config, logger=logger)
 
 
 def existing_topics(admin: AdminClient, timeout: float = 10.0) -> set[str]:
@@ -99,6 +108,8 @@ def existing_topics(admin: AdminClient, timeout: float = 10.0) -> set[str]:
         return set(admin.list_topics(timeout=timeout).topics)
     except KafkaException as exc:
         raise TopicError(f"cannot reach the Kafka broker: {exc}") from exc
+    finally:
+        admin.poll(0)  # forward librdkafka's queued log lines to Python logging
 
 
 def create_topics(
@@ -134,6 +145,7 @@ def create_topics(
                 status[name] = "exists"
             else:
                 failures.append(f"{name}: {error}")
+    admin.poll(0)  # forward librdkafka's queued log lines to Python logging
     if failures:
         raise TopicError("could not create topics: " + "; ".join(failures))
     return status

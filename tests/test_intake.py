@@ -96,3 +96,10 @@ def test_dead_letter_raw_keeps_invalid_bytes_but_not_pii() -> None:
     unredacted = prepare(SourceRecord("f", "line 1", raw), "jsonl", settings(redactor=None), NOW)
     assert isinstance(unredacted, DeadLetter) and unredacted.raw == raw
     assert unredacted.dead_letter_id == out.dead_letter_id
+
+
+def test_decode_failure_keeps_the_log_id_it_could_read() -> None:
+    out = prepare(record(event_time="yesterday"), "jsonl", settings(), NOW)
+    assert isinstance(out, DeadLetter)
+    assert out.stage == "decode" and out.reason_code == "bad_timestamp"
+    assert out.log_id == "l1"

@@ -1,4 +1,6 @@
-"""StreamSink: dead-letter headers and the topic copy kept under the producer's size limit."""
+"""StreamSink: dead-letter headers, the topic copy kept under the producer's size limit, and
+the original key, headers and null value carried over (the real-broker round trip is in
+``tests/test_edges_streaming.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from schemas.deadletter import DeadLetter
-from streams.sink import MAX_TOPIC_RAW_BYTES, StreamSink, dead_letter_headers, kafka_location
+from streams.sink import (
+    MAX_ORIGINAL_HEADERS_BYTES,
+    MAX_ORIGINAL_KEY_BYTES,
+    MAX_TOPIC_MESSAGE_BYTES,
+    MAX_TOPIC_RAW_BYTES,
+    OriginalRecord,
+    StreamSink,
+    dead_letter_headers,
+    dead_letter_message,
+    kafka_location,
+    original_record,
+)
 from streams.topics import Topics
 
 
@@ -25,16 +38,16 @@ class Recorder:
         self.stored.extend(items)
 
 
-def letter(raw: bytes) -> DeadLetter:
+def letter(raw: bytes, log_id: str | None = "l1", stage: Any = "decode") -> DeadLetter:
     return DeadLetter(
         dead_letter_id="d1",
-        stage="decode",
+        stage=stage,
         reason_code="oversized",
         reason="too big",
         source="in",
         location=kafka_location(2, 41),
         raw=raw,
-        log_id="l1",
+        log_id=log_id,
         created_at=datetime(2026, 1, 1, tzinfo=UTC),
     )
 
@@ -56,3 +69,87 @@ def test_a_large_dead_letter_is_cut_for_the_topic_but_kept_whole_in_the_table() 
     assert len(value) == MAX_TOPIC_RAW_BYTES
     assert dict(headers)["x-raw-truncated"] == str(len(big.raw))
     assert rec.stored == [big]
+
+
+def test_without_originals_the_key_is_the_log_id_and_no_original_headers() -> None:
+    value, key, headers = dead_letter_message(letter(b"raw"))
+    assert (value, key) == (b"raw", b"l1")
+    assert not any(name.startswith("x-original-") for name, _ in headers)
+
+
+def test_originals_give_the_key_prefixed_headers_in_order_and_keep_ours_unique() -> None:
+    original = original_record(
+        b"k", [("x-reason-code", b"spoof"), ("a", b"1"), ("a", None), ("s", "str")], b"raw"
+    )
+    value, key, headers = dead_letter_message(letter(b"raw"), original)
+    assert (value, key) == (b"raw", b"k")
+    assert headers[-4:] == [
+        ("x-original-header-x-reason-code", b"spoof"),
+        ("x-original-header-a", b"1"),
+        ("x-original-header-a", None),
+        ("x-original-header-s", b"str"),
+    ]
+    assert [name for name, _ in headers].count("x-reason-code") == 1
+    assert dict(headers)["x-reason-code"] == "oversized"
+
+
+def test_an_original_without_key_stays_without_key_even_with_a_log_id() -> None:
+    _, key, _ = dead_letter_message(letter(b"raw"), OriginalRecord())
+    assert key is None
+
+
+def test_faust_mapping_headers_are_accepted() -> None:
+    assert original_record(None, {"a": b"1"}, None) == OriginalRecord(None, (("a", b"1"),), True)
+
+
+def test_a_tombstone_stays_null_with_a_header() -> None:
+    value, key, headers = dead_letter_message(
+        letter(b"", log_id=None), OriginalRecord(b"k", (), True)
+    )
+    assert value is None and key == b"k"
+    assert dict(headers)["x-tombstone"] == "true" and "x-log-id" not in dict(headers)
+    # an empty value that was not a tombstone stays empty
+    value, _, headers = dead_letter_message(letter(b"", log_id=None), OriginalRecord(b"k"))
+    assert value == b"" and "x-tombstone" not in dict(headers)
+
+
+def test_decode_failures_get_the_log_id_the_decoder_reads() -> None:
+    bad_time = b'{"log_id": " bt-1 ", "event_time": "yesterday", "request": "q", "response": "r"}'
+    headers = dict(dead_letter_headers(letter(bad_time, log_id=None)))
+    assert headers["x-log-id"] == "bt-1"
+    _, key, _ = dead_letter_message(letter(bad_time, log_id=None))
+    assert key == b"bt-1"
+    for raw in (b"not json", b'{"log_id": "  "}', b'{"log_id": 7}', b"[1]", b""):
+        assert "x-log-id" not in dict(dead_letter_headers(letter(raw, log_id=None))), raw
+    # other stages are taken as they are
+    assert "x-log-id" not in dict(dead_letter_headers(letter(bad_time, None, "audit")))
+
+
+def test_large_original_headers_and_key_are_bounded_and_the_message_fits() -> None:
+    headers = [(f"h{i}", b"v" * 10_000) for i in range(10)]
+    original = OriginalRecord(b"k" * (MAX_ORIGINAL_KEY_BYTES + 10), tuple(headers))
+    big = letter(b"a" * (MAX_TOPIC_RAW_BYTES + 5000))
+    value, key, out = dead_letter_message(big, original)
+    assert key is not None and len(key) == MAX_ORIGINAL_KEY_BYTES
+    names = dict(out)
+    assert names["x-original-key-truncated"] == str(MAX_ORIGINAL_KEY_BYTES + 10)
+    kept = [n for n, _ in out if n.startswith("x-original-header-")]
+    assert 0 < len(kept) < 10 and names["x-original-headers-dropped"] == str(10 - len(kept))
+    assert sum(len(v or b"") for n, v in out if n.startswith("x-original-header-")) <= (
+        MAX_ORIGINAL_HEADERS_BYTES
+    )
+    assert value is not None and names["x-raw-truncated"] == str(len(big.raw))
+    total = len(value) + len(key) + sum(len(n) + len(v or b"") for n, v in out)
+    assert total < MAX_TOPIC_MESSAGE_BYTES
+
+
+def test_the_sink_uses_the_originals_of_the_window() -> None:
+    rec = Recorder()
+    sink = StreamSink(rec, rec, Topics.from_prefix("p."))  # type: ignore[arg-type]
+    sink.use_originals({("in", kafka_location(2, 41)): OriginalRecord(b"orig", (("h", b"v"),))})
+    sink.insert_dead_letters([letter(b"x")])
+    (_, _, key, headers) = rec.sent[0]
+    assert key == b"orig" and ("x-original-header-h", b"v") in headers
+    sink.use_originals({})
+    sink.insert_dead_letters([letter(b"x")])
+    assert rec.sent[1][2] == b"l1"
