@@ -165,6 +165,7 @@ def run_detectors(
         now=now,
         similarity=cfg.gaps_similarity,
         cooldown=cfg.gaps_cooldown_seconds,
+        margin=cfg.gaps_reread_margin_seconds,
     )
     drift_alerts = [a for e in evaluations for a in e.alerts]
     published = publisher.publish([*drift_alerts, *gap_alerts])

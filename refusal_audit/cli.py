@@ -290,6 +290,52 @@ def migrate() -> None:
     console.print(f"applied: {', '.join(applied) if applied else 'nothing (up to date)'}")
 
 
+@app.command()
+def gaps(
+    bundle: str | None = typer.Option(None, "--bundle", "-b", help="Only this policy bundle."),
+    since: datetime | None = typer.Option(
+        None, formats=["%Y-%m-%d"], help="Only gaps last seen on or after this day (UTC)."
+    ),
+    limit: int = typer.Option(100, min=1, help="At most this many gaps (most reported first)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON lines, one gap per line."),
+) -> None:
+    """List the open policy gaps (grouped policy-gap flags) with counts and example log ids."""
+    from datetime import UTC
+
+    from refusal_audit.gaps import list_open_gaps
+
+    cfg = settings()
+    store = open_store(cfg)
+    try:
+        found = list_open_gaps(
+            store, bundle, since.replace(tzinfo=UTC) if since is not None else None, limit
+        )
+    except WarehouseError as exc:
+        raise fail_usage(str(exc)) from exc
+    if as_json:
+        for gap in found:
+            console.file.write(orjson.dumps(gap.as_dict()).decode() + "\n")
+        return
+    if not found:
+        console.print("no open policy gaps")
+        return
+    columns = ["bundle", "gap_id", "log_ids", "batches", "first_seen", "last_seen"]
+    rows = [
+        (
+            g.policy_bundle,
+            g.gap_id,
+            g.log_ids,
+            g.batches,
+            g.first_seen,
+            g.last_seen,
+            g.description,
+            ", ".join(g.example_log_ids[:5]) + (" ..." if g.log_ids > 5 else ""),
+        )
+        for g in found
+    ]
+    render([*columns, "description", "examples"], rows, OutputFormat.table, console)
+
+
 topics_app = typer.Typer(help="Provision and list the Kafka topics.", no_args_is_help=True)
 app.add_typer(topics_app, name="topics")
 
@@ -364,7 +410,8 @@ def produce(
         task = progress.add_task(f"producing to {topic}", total=None)
         report = replay(sources, writer, topic, raw=raw, on_record=lambda: progress.advance(task))
     console.print(
-        f"sent {report.sent}, delivered {report.delivered}, undelivered {report.undelivered}, "
+        f"sent {report.sent}, delivered {report.delivered}, undelivered {report.undelivered} "
+        f"(failed {report.failed}, unconfirmed {report.unconfirmed}), "
         f"rejected {len(report.rejected)}"
     )
     for failure in report.rejected[:20]:
@@ -387,15 +434,18 @@ def alerts_tail(
         ["drift", "policy-gap"], "--kind", "-k", help="Alert kind(s): drift, policy-gap."
     ),
     from_beginning: bool = typer.Option(False, help="Start at the oldest retained alert."),
-    max_messages: int | None = typer.Option(None, "--max", help="Stop after N alerts."),
+    max_messages: int | None = typer.Option(None, "--max", min=1, help="Stop after N alerts."),
     idle_timeout: float | None = typer.Option(
-        None, help="Stop after this many seconds without an alert."
+        None, min=0.0, help="Stop after this many seconds without an alert."
     ),
 ) -> None:
-    """Print alerts from the alert topics as JSON lines (for piping into a pager)."""
-    import orjson as _orjson
+    """Print alerts from the alert topics as JSON lines (for piping into a pager).
 
-    from streams.tail import alert_consumer, tail
+    Exit codes: 0 stopped by --max or --idle-timeout; 1 the broker was lost while tailing
+    (unreachable for 30 s, or when the idle timeout ran out); 2 usage error, the broker
+    cannot be reached at the start (10 s), or an alert topic does not exist.
+    """
+    from streams.tail import TailError, alert_consumer, tail
     from streams.topics import Topics
 
     cfg = settings()
@@ -403,10 +453,19 @@ def alerts_tail(
         topic_names = Topics.from_prefix(cfg.kafka_topic_prefix).alert_topics(tuple(kind))
     except ValueError as exc:
         raise fail_usage(str(exc)) from exc
-    consumer = alert_consumer(cfg.kafka_bootstrap_servers, topic_names, from_beginning)
-    for item in tail(consumer, max_messages, idle_timeout):
-        console.file.write(_orjson.dumps(item).decode() + "\n")
-        console.file.flush()
+    try:
+        consumer = alert_consumer(
+            cfg.kafka_bootstrap_servers, topic_names, from_beginning, quiet=True
+        )
+    except TailError as exc:
+        raise fail_usage(str(exc)) from exc
+    try:
+        for item in tail(consumer, max_messages, idle_timeout):
+            console.file.write(orjson.dumps(item).decode() + "\n")
+            console.file.flush()
+    except TailError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(EXIT_FAILURES) from exc
 
 
 config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)

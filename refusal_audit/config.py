@@ -257,10 +257,13 @@ class Settings(BaseSettings):
         default=60.0, gt=0, description="How often the worker runs the detectors."
     )
     gaps_similarity: float = Field(
-        default=0.5, gt=0, le=1, description="Cosine similarity for two gap flags to be one gap."
+        default=0.3, gt=0, le=1, description="Cosine similarity for two gap flags to be one gap."
     )
     gaps_cooldown_seconds: int = Field(
         default=86400, ge=1, description="A growing policy gap re-alerts at most once per this."
+    )
+    gaps_reread_margin_seconds: int = Field(
+        default=3600, ge=0, description="Batches re-read before the newest gap sighting."
     )
 
     @model_validator(mode="after")

@@ -108,8 +108,9 @@ class Alert(BaseModel):
     """A drift or policy-gap alert (schema version ``ALERT_SCHEMA_VERSION``).
 
     ``window`` is the evaluated window and ``baseline`` the period it was compared with
-    (for a policy gap: the gap's first and last sighting, and the cooldown period before
-    it). ``current_counts`` and ``baseline_counts`` are the counts each test used (e.g.
+    (for a policy gap: ``window`` is the current cooldown period, counted from the gap's first
+    sighting, and ``baseline`` runs from the first sighting to that period's start).
+    ``current_counts`` and ``baseline_counts`` are the counts each test used (e.g.
     ``{"refusals": 412, "false_positives": 170}`` or category counts); ``current_rate`` and
     ``baseline_rate`` the rate the alert is about, with Wilson 95% intervals, where there is
     one. ``moved`` names what changed (categories for a mix drift, the new category).

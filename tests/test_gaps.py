@@ -1,0 +1,429 @@
+"""Policy-gap alerts: flags grouped into gaps, evidence in ClickHouse, no alert storms.
+
+Grouping is checked on hand-written rewordings (the set the default similarity threshold
+was chosen on); tracking runs against the embedded warehouse with batches stored the way the
+pipeline stores them (``Warehouse.insert_batches``), and the returned alerts stored the way
+the caller stores them (``alerts`` table, payload = the alert's JSON).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from typer.testing import CliRunner
+
+from processors.gaps import DEFAULT_SIMILARITY, GapMatcher, gap_alert_id, gap_id, similarity
+from refusal_audit.cli import app
+from refusal_audit.gaps import list_open_gaps, track_gaps
+from schemas import AuditSummary, BatchRecord, EngineUsage, PolicyGapFlag
+from schemas.alerts import Alert
+from warehouse import Warehouse
+
+pytestmark = pytest.mark.integration
+
+T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+NOW = datetime(2026, 3, 9, 12, 0, tzinfo=UTC)
+DAY = timedelta(hours=24)
+
+# Rewordings of eight different gaps, as different audit runs might describe them.
+PARAPHRASES: dict[str, list[str]] = {
+    "chemicals": [
+        "Refusals of safety questions about which household chemicals must not be mixed; no "
+        "clause covers chemical hazard education.",
+        "Questions asking which household chemicals are unsafe to combine (bleach and ammonia) "
+        "are refused; the policies have no clause on chemical safety education.",
+        "Household chemical safety: users asking what cleaners should never be mixed get "
+        "refused, with no matching policy clause.",
+    ],
+    "fiction": [
+        "Creative writing requests involving violence in fiction are refused; no policy clause "
+        "addresses violent content in novels or stories.",
+        "Requests to write a violent scene for a novel or short story are declined although no "
+        "clause covers fictional violence.",
+        "Fictional violence in creative writing (fight scenes, murders in a mystery novel) is "
+        "refused without any policy clause that prohibits it.",
+    ],
+    "history": [
+        "Historical questions about extremist groups, such as how the Nazi party rose to power, "
+        "are refused; no clause covers educational history of extremism.",
+        "The model declines to explain the history of extremist movements like the rise of the "
+        "Nazi party; educational historical discussion is not covered by any policy.",
+        "Questions on the history of extremism (rise of the Nazis, fascist movements) get "
+        "refused; policies are silent on historical education about extremist groups.",
+    ],
+    "dosage": [
+        "Questions about the maximum safe dose of over-the-counter medication are refused; no "
+        "policy clause covers medication dosage information.",
+        "Requests for the dosage limits of common OTC medicines like ibuprofen or paracetamol "
+        "are declined; the policy is silent on dosage information.",
+        "Users asking how much acetaminophen is a safe daily dose are refused; there is no "
+        "clause on over-the-counter medication dosage.",
+    ],
+    "security_testing": [
+        "Requests to explain how to port-scan one's own network are refused; no clause "
+        "distinguishes authorised security testing from attacks.",
+        "Authorised penetration testing of the user's own systems (port scanning, "
+        "vulnerability scanning) is refused; the policies do not cover defensive security "
+        "testing.",
+        "The model refuses to help users scan their own servers for open ports; no policy "
+        "clause addresses authorised security testing.",
+    ],
+    "drug_interactions": [
+        "Questions about dangerous drug interactions, e.g. mixing alcohol with prescription "
+        "medication, are refused; no clause covers drug interaction information.",
+        "Users asking whether it is safe to combine alcohol and their prescribed medicines are "
+        "refused; drug interaction questions are not covered by the policies.",
+    ],
+    "lyrics": [
+        "Requests to reproduce full song lyrics are refused citing copyright, but no policy "
+        "clause covers copyrighted text reproduction.",
+        "The model declines to output the complete lyrics of popular songs; copyright "
+        "reproduction is not addressed by any clause.",
+    ],
+    "technical_jargon": [
+        "Programming questions using violent jargon, such as how to kill a child process or "
+        "execute a thread, are refused; no clause covers technical idioms.",
+        "Technical requests with words like 'kill', 'terminate' or 'execute' (kill a zombie "
+        "process in Linux) are refused as violent; the policies have no clause on technical "
+        "jargon.",
+    ],
+}
+
+# 125 slight rewordings of one gap; the storm uses 50 of them.
+_SUBJECTS = (
+    "Questions about which household chemicals must never be mixed",
+    "Users asking which household cleaners are dangerous to mix",
+    "Requests to list household chemicals that are unsafe to combine",
+    "Safety questions on mixing household cleaning chemicals",
+    "Asking whether bleach and ammonia may be mixed at home",
+)
+_VERBS = ("are refused", "get refused", "are declined", "were refused by the model", "are blocked")
+_TAILS = (
+    "; no clause covers chemical safety education.",
+    ": the policies have no clause on household chemical safety.",
+    ", although no policy clause forbids this safety information.",
+    "; chemical hazard education is not covered by any clause.",
+    "; nothing in the policy addresses it.",
+)
+STORM_DESCRIPTIONS = [f"{s} {v}{t}" for s, v, t in itertools.product(_SUBJECTS, _VERBS, _TAILS)][
+    ::2
+][:50]
+OTHER_GAP = PARAPHRASES["fiction"][0]
+
+
+def batch(
+    batch_id: str,
+    audited_at: datetime,
+    flags: list[tuple[str, list[str]]],
+    bundle: str = "default",
+) -> BatchRecord:
+    """A stored batch whose audit flagged ``flags`` (description, example log ids)."""
+    log_ids = sorted({i for _, ids in flags for i in ids}) or [f"{batch_id}-x"]
+    return BatchRecord(
+        batch_id=batch_id,
+        policy_bundle=bundle,
+        bundle_version="v1",
+        engine="openai",
+        engine_model="gpt-test",
+        engine_version="1",
+        prompt_version="p1",
+        audited_at=audited_at,
+        log_ids=log_ids,
+        summary=AuditSummary(
+            total_refusals=len(log_ids),
+            categorization={"policy_gray_zone": len(log_ids)},
+            estimated_false_positives=0,
+            policy_gap_flags=[PolicyGapFlag(description=d, example_log_ids=i) for d, i in flags],
+            trends_identified=[],
+        ),
+        usage=EngineUsage(),
+    )
+
+
+def storm_batch(i: int, at: datetime, log_ids: list[str] | None = None) -> BatchRecord:
+    """Batch ``i`` of the storm: the chemicals gap, reworded, two new log ids each."""
+    ids = log_ids if log_ids is not None else [f"chem-{i:03d}-a", f"chem-{i:03d}-b"]
+    return batch(f"storm-{i:03d}", at, [(STORM_DESCRIPTIONS[i % 50], ids)])
+
+
+def store(warehouse: Warehouse, alerts: list[Alert]) -> None:
+    """What the caller does with returned alerts: keep them in the alerts table."""
+    warehouse.insert_alerts(
+        [
+            {
+                "alert_id": a.alert_id,
+                "kind": a.kind,
+                "severity": a.severity,
+                "created_at": a.created_at,
+                "policy_bundle": a.scope.policy_bundle,
+                "model": a.scope.model,
+                "product": a.scope.product,
+                "window_start": a.window.start,
+                "window_end": a.window.end,
+                "message": a.summary,
+                "payload": a.model_dump_json(),
+            }
+            for a in alerts
+        ]
+    )
+
+
+def track(warehouse: Warehouse, **kwargs: object) -> list[Alert]:
+    """One tracking run whose alerts are stored, as the worker's detector pass does it
+    (with the bound client)."""
+    alerts = track_gaps(warehouse.client, now=NOW, **kwargs)  # type: ignore[arg-type]
+    store(warehouse, alerts)
+    return alerts
+
+
+def reproduce(warehouse: Warehouse, alert: Alert) -> tuple[int, int]:
+    """(log ids, batches) from the alert's evidence query."""
+    row = warehouse.client.query(alert.evidence_query).result_rows[0]
+    return int(row[0]), int(row[1])
+
+
+def the_gap(warehouse: Warehouse) -> tuple[int, int]:
+    (gap,) = list_open_gaps(warehouse)
+    return gap.log_ids, gap.batches
+
+
+# ---- grouping -------------------------------------------------------------------------------
+
+
+def test_paraphrases_join_and_unrelated_gaps_stay_apart() -> None:
+    matcher = GapMatcher(threshold=DEFAULT_SIMILARITY)
+    # interleaved, as flags of different gaps arrive mixed
+    order = [
+        (name, text)
+        for row in itertools.zip_longest(*PARAPHRASES.values())
+        for name, text in zip(PARAPHRASES, row, strict=True)
+        if text is not None
+    ]
+    found: dict[str, set[str]] = {}
+    for name, text in order:
+        found.setdefault(name, set()).add(matcher.assign("default", text).gap_id)
+    assert all(len(ids) == 1 for ids in found.values()), found
+    assert len({next(iter(ids)) for ids in found.values()}) == len(PARAPHRASES)
+    # the opening flag names the gap
+    assert found["lyrics"] == {gap_id("default", PARAPHRASES["lyrics"][0])}
+
+
+def test_the_storm_rewordings_are_one_gap_and_case_or_spacing_never_matters() -> None:
+    matcher = GapMatcher()
+    ids = {matcher.assign("default", d).gap_id for d in STORM_DESCRIPTIONS}
+    assert len(ids) == 1
+    assert similarity(OTHER_GAP, STORM_DESCRIPTIONS[0]) < DEFAULT_SIMILARITY
+    assert gap_id("b", "No  clause  covers X.") == gap_id("b", "no clause covers x.")
+    assert gap_id("b", "no clause covers x.") != gap_id("c", "no clause covers x.")
+
+
+def test_a_strict_threshold_keeps_rewordings_apart() -> None:
+    matcher = GapMatcher(threshold=0.95)
+    texts = PARAPHRASES["history"]
+    assert len({matcher.assign("default", t).gap_id for t in texts}) == len(texts)
+    with pytest.raises(ValueError):
+        GapMatcher(threshold=1.5)
+
+
+def test_different_bundles_never_merge(warehouse: Warehouse) -> None:
+    text = PARAPHRASES["dosage"][0]
+    warehouse.insert_batches(
+        [
+            batch("a1", T0, [(text, ["a-1", "a-2"])], bundle="alpha"),
+            batch("b1", T0 + timedelta(minutes=5), [(text, ["b-1"])], bundle="beta"),
+        ]
+    )
+    alerts = track(warehouse)
+    assert sorted(a.scope.policy_bundle for a in alerts) == ["alpha", "beta"]
+    assert len({a.gap_id for a in alerts}) == 2
+    assert {a.scope.model for a in alerts} == {a.scope.product for a in alerts} == {"all"}
+    (alpha,) = list_open_gaps(warehouse, bundle="alpha")
+    assert (alpha.log_ids, alpha.batches, alpha.example_log_ids) == (2, 1, ["a-1", "a-2"])
+    assert alpha.gap_id == gap_id("alpha", text)
+
+
+# ---- the storm ------------------------------------------------------------------------------
+
+
+def storm(warehouse: Warehouse) -> list[Alert]:
+    """50 batches flag the chemicals gap over 16.3 hours; tracking runs after each one.
+    One batch in the middle also flags an unrelated gap. Returns every alert returned."""
+    alerts: list[Alert] = []
+    for i in range(50):
+        b = storm_batch(i, T0 + i * timedelta(minutes=20))
+        if i == 25:
+            flags = [
+                *b.summary.policy_gap_flags,
+                PolicyGapFlag(description=OTHER_GAP, example_log_ids=["fic-1"]),
+            ]
+            b = b.model_copy(
+                update={"summary": b.summary.model_copy(update={"policy_gap_flags": flags})}
+            )
+        warehouse.insert_batches([b])
+        alerts += track(warehouse)
+        if i == 0:
+            assert the_gap(warehouse) == (2, 1)
+    return alerts
+
+
+def test_storm_yields_one_alert_and_a_growing_count(warehouse: Warehouse) -> None:
+    alerts = storm(warehouse)
+    chem = [a for a in alerts if a.gap_description != OTHER_GAP]
+    assert len(chem) == 1, [a.summary for a in chem]
+    (first,) = chem
+    assert first.kind == "policy_gap" and first.severity == "warning"
+    assert first.gap_id == gap_id("default", STORM_DESCRIPTIONS[0])
+    assert first.alert_id == gap_alert_id("default", first.gap_id, 0)
+    assert first.gap_description == STORM_DESCRIPTIONS[0]
+    assert first.example_log_ids == ["chem-000-a", "chem-000-b"]
+    assert first.current_counts == {"log_ids": 2, "batches": 1}
+    assert first.baseline_counts == {"log_ids": 0, "batches": 0}
+    assert (first.statistic.name, first.statistic.value, first.statistic.threshold) == (
+        "distinct_log_ids",
+        2.0,
+        1.0,
+    )
+    assert first.window.start == T0 and first.window.end == T0 + DAY
+    assert first.summary.endswith(first.evidence_query)
+    assert first.created_at == NOW
+    Alert.model_validate_json(first.model_dump_json())  # the contract holds
+
+    other = [a for a in alerts if a.gap_description == OTHER_GAP]
+    assert len(other) == 1 and other[0].example_log_ids == ["fic-1"]
+
+    gaps = {g.description: g for g in list_open_gaps(warehouse)}
+    chem_gap = gaps[STORM_DESCRIPTIONS[0]]
+    assert (chem_gap.log_ids, chem_gap.batches) == (100, 50)
+    assert chem_gap.first_seen == T0 and chem_gap.last_seen == T0 + 49 * timedelta(minutes=20)
+    assert chem_gap.example_log_ids[:3] == ["chem-000-a", "chem-000-b", "chem-001-a"]
+    assert len(chem_gap.example_log_ids) == 20
+    # the evidence query reproduces the counts the alert reported at its time
+    assert reproduce(warehouse, first) == (2, 1)
+
+
+def test_tracking_everything_at_once_gives_the_same_gap_and_alert(warehouse: Warehouse) -> None:
+    warehouse.insert_batches([storm_batch(i, T0 + i * timedelta(minutes=20)) for i in range(50)])
+    (alert,) = track(warehouse)
+    assert alert.alert_id == gap_alert_id("default", gap_id("default", STORM_DESCRIPTIONS[0]), 0)
+    assert alert.current_counts == {"log_ids": 100, "batches": 50}
+    assert reproduce(warehouse, alert) == (100, 50)
+
+
+def test_reprocessing_and_redelivery_change_nothing(warehouse: Warehouse) -> None:
+    storm(warehouse)
+    before = list_open_gaps(warehouse)
+    assert track(warehouse) == []
+    assert track(warehouse, since=T0 - DAY) == []  # a full re-read
+    # every batch redelivered, and re-audited two days later (same batch ids, same flags)
+    warehouse.insert_batches([storm_batch(i, T0 + i * timedelta(minutes=20)) for i in range(50)])
+    warehouse.insert_batches([storm_batch(i, T0 + 2 * DAY) for i in range(50)])
+    assert track(warehouse, since=T0 - DAY) == []
+    assert list_open_gaps(warehouse) == before
+
+
+def test_a_growing_gap_realerts_once_per_cooldown(warehouse: Warehouse) -> None:
+    (first,) = [a for a in storm(warehouse) if a.gap_description != OTHER_GAP]
+    later = [
+        storm_batch(100 + i, T0 + DAY + timedelta(hours=1 + 3 * i)) for i in range(5)
+    ]  # period 1: 25 h .. 37 h after the first sighting
+    realerts: list[Alert] = []
+    for b in later:
+        warehouse.insert_batches([b])
+        realerts += track(warehouse)
+    assert len(realerts) == 1
+    (again,) = realerts
+    assert again.gap_id == first.gap_id and again.alert_id != first.alert_id
+    assert again.alert_id == gap_alert_id("default", first.gap_id, 1)
+    assert again.window.start == T0 + DAY and again.window.end == T0 + 2 * DAY
+    assert again.baseline.start == T0 and again.baseline.end == T0 + DAY
+    assert again.current_counts == {"log_ids": 102, "batches": 51}  # when it was raised
+    assert again.baseline_counts == first.current_counts
+    assert again.statistic.threshold == 2.0 and again.statistic.effect_size == 100.0
+    assert again.example_log_ids[:2] == ["chem-100-a", "chem-100-b"]  # the new ones first
+    assert reproduce(warehouse, again) == (102, 51)
+    assert the_gap_counts(warehouse, first.gap_id) == (110, 55)
+
+    # period 2 grows again: one more alert, counted from the previous one
+    warehouse.insert_batches([storm_batch(200, T0 + 2 * DAY + timedelta(hours=2))])
+    (third,) = track(warehouse, cooldown=86_400)  # the cooldown in seconds works too
+    assert third.alert_id == gap_alert_id("default", first.gap_id, 2)
+    assert third.baseline_counts == again.current_counts
+    assert third.statistic.effect_size == 112 - 102
+
+
+def the_gap_counts(warehouse: Warehouse, gap: str) -> tuple[int, int]:
+    (found,) = [g for g in list_open_gaps(warehouse) if g.gap_id == gap]
+    return found.log_ids, found.batches
+
+
+def test_no_new_evidence_after_the_cooldown_does_not_realert(warehouse: Warehouse) -> None:
+    (first,) = [a for a in storm(warehouse) if a.gap_description != OTHER_GAP]
+    # a new batch two days later reports log ids already known: more batches, no new log id
+    warehouse.insert_batches([storm_batch(300, T0 + 2 * DAY, log_ids=["chem-000-a", "chem-007-b"])])
+    assert track(warehouse) == []
+    assert the_gap_counts(warehouse, first.gap_id) == (100, 51)
+
+
+def test_an_alert_the_caller_did_not_store_is_returned_again(warehouse: Warehouse) -> None:
+    warehouse.insert_batches([storm_batch(0, T0)])
+    (lost,) = track_gaps(warehouse, now=NOW)  # returned, but the caller crashed before storing
+    warehouse.insert_batches([storm_batch(1, T0 + timedelta(hours=3))])
+    (again,) = track_gaps(warehouse, now=NOW + timedelta(minutes=1))
+    assert again.alert_id == lost.alert_id
+    store(warehouse, [again])
+    assert track_gaps(warehouse, now=NOW) == []
+
+
+def test_bad_parameters_are_refused(warehouse: Warehouse) -> None:
+    with pytest.raises(ValueError):
+        track_gaps(warehouse, now=NOW, cooldown=timedelta(0))
+    with pytest.raises(ValueError):
+        track_gaps(warehouse, now=NOW, similarity=-0.1)
+    with pytest.raises(ValueError):
+        list_open_gaps(warehouse, limit=0)
+
+
+# ---- the CLI --------------------------------------------------------------------------------
+
+
+def test_cli_lists_open_gaps(
+    warehouse: Warehouse, chdb_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("REFUSAL_AUDIT_"):
+            monkeypatch.delenv(key)
+    warehouse.insert_batches(
+        [storm_batch(i, T0 + i * timedelta(minutes=20)) for i in range(3)]
+        + [batch("o1", T0, [(OTHER_GAP, ["fic-1"])], bundle="other")]
+    )
+    track(warehouse)
+    env = {
+        "REFUSAL_AUDIT_WAREHOUSE_DSN": chdb_dsn,
+        "REFUSAL_AUDIT_WAREHOUSE_DATABASE": warehouse.database,
+    }
+    runner = CliRunner()
+
+    result = runner.invoke(app, ["gaps", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.output.splitlines() if line.strip()]
+    assert [(r["policy_bundle"], r["log_ids"], r["batches"]) for r in rows] == [
+        ("default", 6, 3),
+        ("other", 1, 1),
+    ]
+    assert rows[0]["gap_id"] == gap_id("default", STORM_DESCRIPTIONS[0])
+    assert rows[0]["example_log_ids"][:2] == ["chem-000-a", "chem-000-b"]
+    assert rows[0]["first_seen"].startswith("2026-03-02T08:00:00")
+
+    table = runner.invoke(app, ["gaps", "--bundle", "other"], env=env)
+    assert table.exit_code == 0, table.output
+    assert gap_id("other", OTHER_GAP) in table.output and "fic-1" in table.output
+    assert gap_id("default", STORM_DESCRIPTIONS[0]) not in table.output
+
+    none = runner.invoke(app, ["gaps", "--since", "2026-03-03"], env=env)
+    assert none.exit_code == 0 and "no open policy gaps" in none.output
+    assert runner.invoke(app, ["gaps", "--limit", "0"], env=env).exit_code == 2
