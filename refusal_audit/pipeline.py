@@ -6,7 +6,11 @@ review sampling) -> sink (the warehouse). Results are buffered and written one i
 table (every ``flush_every`` rows and at the end of ``run``) in the order events, dead
 letters, assessments, batch rows; a caller acknowledges input only after ``run`` returns,
 which gives at-least-once. Every failure becomes a dead letter. Blocking sink calls run in
-a worker thread so the event loop (faust's, in the worker) is never blocked.
+a worker thread (``asyncio.to_thread``) so they never block the loop ``run`` is awaited on.
+Intake and the engine's audit run on that loop itself: batch mode runs it with
+``asyncio.run``; the streaming worker runs it on a dedicated loop in its own thread
+(``streams.worker.PipelineLoop``), never on faust's loop, because that CPU work would stall
+the worker's web views, timers and consumer heartbeats. One ``run`` at a time per pipeline.
 """
 
 from __future__ import annotations

@@ -14,6 +14,15 @@ stored nor dead-lettered (ClickHouse down after retries, broker refusing outputs
 worker exits at once with status 70 without acking: a supervisor restarts it and the
 window is redelivered; dedup on write makes the redelivery harmless. One window is in
 flight at a time, and faust pauses fetching when its stream buffer is full (backpressure).
+
+The pipeline does not run on faust's event loop: intake (decode, redaction, pre-filter) and
+the local engine's audit are CPU work that would stall ``/health``, ``/metrics``, the lag
+timer and aiokafka's heartbeats (a long window could cost a session timeout and a
+rebalance). Each window's ``AuditPipeline.run`` is submitted to one long-lived event loop in
+a thread of its own (``PipelineLoop``), created at start-up, and awaited from the agent.
+The loop lives as long as the worker because the openai engine's ``AsyncOpenAI``/httpx
+client binds to the loop it first runs on. The pipeline's own ``asyncio.to_thread`` sink
+calls run in that loop's default executor.
 """
 
 from __future__ import annotations
@@ -23,9 +32,10 @@ import logging
 import logging.config
 import os
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import faust
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -33,6 +43,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from processors.adapters import DecodeOptions, SourceRecord
 from refusal_audit.batch import build_pipeline
 from refusal_audit.config import Settings
+from refusal_audit.engines import close_engine
 from refusal_audit.pipeline import AuditPipeline, InputSource, RunReport, Sink
 from streams.metrics import WorkerMetrics
 from streams.producer import TopicWriter, make_producer
@@ -44,10 +55,80 @@ log = logging.getLogger("refusal_audit.worker")
 
 EXIT_CRASH = 70
 
+_T = TypeVar("_T")
+
+
+class PipelineLoop:
+    """One long-lived asyncio event loop running in a daemon thread of its own.
+
+    ``run(coro)`` (awaited on another loop, e.g. faust's) runs ``coro`` on this loop and
+    returns its result or raises its exception; cancelling the awaiting task cancels
+    ``coro``. Coroutines run here one after another or concurrently, like on any loop, and
+    may use ``asyncio.to_thread`` (this loop's default executor). ``close`` stops the loop.
+    """
+
+    def __init__(self, name: str = "refusal-audit-pipeline") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.close()
+
+    @property
+    def thread(self) -> threading.Thread:
+        """The thread the loop runs in."""
+        return self._thread
+
+    async def run(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        """Run ``coro`` on this loop and await its outcome from the calling loop.
+
+        Raises whatever ``coro`` raises; ``RuntimeError`` when the loop is closed.
+        """
+        if not self._thread.is_alive() or self.loop.is_closed():
+            coro.close()
+            raise RuntimeError("the pipeline loop is closed")
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return await asyncio.wrap_future(future)
+
+    def close(
+        self, finalizer: Callable[[], Awaitable[None]] | None = None, timeout: float = 10.0
+    ) -> None:
+        """Cancel what still runs on the loop, await ``finalizer()`` there, stop the loop.
+
+        Blocks up to about ``2 * timeout`` seconds; never raises (problems are logged).
+        Closing twice is a no-op.
+        """
+        if not self._thread.is_alive():
+            return
+
+        async def shutdown() -> None:
+            current = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not current]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if finalizer is not None:
+                await finalizer()
+
+        try:
+            asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(timeout)
+        except Exception as exc:  # a shutdown problem must not hide the exit reason
+            log.warning("pipeline loop shutdown incomplete: %r", exc)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout)
+
 
 @dataclass
 class WorkerContext:
-    """Everything the agent needs, built once at start-up by ``build_context``."""
+    """Everything the agent needs, built once at start-up by ``build_context``.
+
+    ``pipeline_loop`` is the loop (in its own thread) every ``pipeline.run`` executes on.
+    """
 
     settings: Settings
     topics: Topics
@@ -57,14 +138,15 @@ class WorkerContext:
     metrics: WorkerMetrics
     decode: DecodeOptions
     next_offsets: dict[int, int]
+    pipeline_loop: PipelineLoop
 
 
 def build_context(cfg: Settings, wrap_sink: Callable[[Sink], Sink] | None = None) -> WorkerContext:
     """Check the input topic, open the warehouse and build the pipeline.
 
-    ``wrap_sink`` wraps the warehouse (tests use it to inject storage faults). Raises
-    ``streams.topics.TopicError`` (no broker / no input topic), ``WarehouseError`` and
-    ``ConfigError``.
+    ``wrap_sink`` wraps the warehouse (tests use it to inject storage faults). Starts the
+    ``PipelineLoop`` thread last. Raises ``streams.topics.TopicError`` (no broker / no input
+    topic), ``WarehouseError`` and ``ConfigError``.
     """
     topics = Topics.from_prefix(cfg.kafka_topic_prefix)
     admin = admin_client(cfg.kafka_bootstrap_servers)
@@ -89,7 +171,7 @@ def build_context(cfg: Settings, wrap_sink: Callable[[Sink], Sink] | None = None
     )
     pipeline = build_pipeline(cfg, sink)
     decode = DecodeOptions(max_record_bytes=cfg.max_record_bytes, max_text_chars=cfg.max_text_chars)
-    return WorkerContext(cfg, topics, pipeline, writer, store, metrics, decode, {})
+    return WorkerContext(cfg, topics, pipeline, writer, store, metrics, decode, {}, PipelineLoop())
 
 
 def window_records(events: Sequence[Any]) -> list[SourceRecord]:
@@ -104,37 +186,94 @@ def window_records(events: Sequence[Any]) -> list[SourceRecord]:
     ]
 
 
-def crash(reason: str, exc: BaseException) -> None:
-    """Log and exit at once (status 70) without acking: the window will be redelivered."""
-    log.critical("stopping without acking the window: %s: %s", reason, exc, exc_info=exc)
+def window_partitions(events: Sequence[Any]) -> list[dict[str, int]]:
+    """Per partition of a window of faust events, its offset range and record count.
+
+    Returns ``[{"partition", "first_offset", "last_offset", "records"}, ...]`` sorted by
+    partition (first/last are the lowest/highest offset of that partition in the window);
+    an empty list for an empty window.
+    """
+    ranges: dict[int, dict[str, int]] = {}
+    for e in events:
+        partition, offset = e.message.partition, e.message.offset
+        seen = ranges.get(partition)
+        if seen is None:
+            ranges[partition] = {
+                "partition": partition,
+                "first_offset": offset,
+                "last_offset": offset,
+                "records": 1,
+            }
+        else:
+            seen["first_offset"] = min(seen["first_offset"], offset)
+            seen["last_offset"] = max(seen["last_offset"], offset)
+            seen["records"] += 1
+    return [ranges[p] for p in sorted(ranges)]
+
+
+def describe_window(topic: str, partitions: Sequence[dict[str, int]]) -> str:
+    """A human-readable window, e.g. ``t [partition 0 offsets 5-9 (5 records), ...]``."""
+    parts = ", ".join(
+        f"partition {p['partition']} offsets {p['first_offset']}-{p['last_offset']} "
+        f"({p['records']} records)"
+        for p in partitions
+    )
+    return f"{topic} [{parts}]"
+
+
+def window_topic(events: Sequence[Any]) -> str:
+    """The topic of a window's records (comma-separated if, unexpectedly, several)."""
+    return ",".join(sorted({e.message.topic for e in events}))
+
+
+def crash(reason: str, exc: BaseException, events: Sequence[Any] = ()) -> None:
+    """Log and exit at once (status 70) without acking: the window will be redelivered.
+
+    The CRITICAL log line names the window (``events``): its topic and, for every
+    partition, the first and last offset and the record count (also as the JSON fields
+    ``topic`` and ``partitions``, see ``window_partitions``). Does not return.
+    """
+    topic, partitions = window_topic(events), window_partitions(events)
+    log.critical(
+        "stopping without acking the window %s: %s: %s",
+        describe_window(topic, partitions),
+        reason,
+        exc,
+        exc_info=exc,
+        extra={"topic": topic, "partitions": partitions, "records": len(events)},
+    )
     logging.shutdown()
     sys.stderr.flush()
     os._exit(EXIT_CRASH)
 
 
 async def process_window(ctx: WorkerContext, events: Sequence[Any]) -> RunReport:
-    """Audit and store one window; return its report. Crashes the process when it cannot."""
+    """Audit and store one window; return its report. Crashes the process when it cannot.
+
+    The pipeline runs on ``ctx.pipeline_loop`` (not the calling loop, which stays free for
+    the web views, timers and heartbeats); the outputs are then confirmed on the broker.
+    Only after both succeed does this return, so the caller may ack ``events``.
+    """
     records = window_records(events)
     loop = asyncio.get_running_loop()
     started = loop.time()
     try:
-        report = await ctx.pipeline.run([InputSource(records, "jsonl", ctx.decode)])
+        report = await ctx.pipeline_loop.run(
+            ctx.pipeline.run([InputSource(records, "jsonl", ctx.decode)])
+        )
         await asyncio.to_thread(ctx.writer.confirm)
     except Exception as exc:  # any failure here must stop the worker unacked
-        crash("window could not be stored or dead-lettered", exc)
+        crash("window could not be stored or dead-lettered", exc, events)
         raise  # unreachable; keeps type checkers honest
     ctx.metrics.window_seconds.observe(loop.time() - started)
     record_metrics(ctx.metrics, report)
     for e in events:
         ctx.next_offsets[e.message.partition] = e.message.offset + 1
-    first, last = events[0].message, events[-1].message
     log.info(
         "window stored",
         extra={
-            "topic": first.topic,
-            "partition": first.partition,
-            "offset": first.offset,
-            "last_offset": last.offset,
+            "topic": window_topic(events),
+            "partitions": window_partitions(events),
             "records": report.records,
             "refusals": report.refusals,
             "dead_letters": len(report.failures),
@@ -290,4 +429,8 @@ def run_worker(
         redirect_stdouts=False,
         override_logging=False,
     )
-    worker.execute_from_commandline()
+    try:
+        worker.execute_from_commandline()
+    finally:  # close the engine's client on the loop it ran on, then stop that loop
+        engine = ctx.pipeline.engine
+        ctx.pipeline_loop.close(lambda: close_engine(engine))

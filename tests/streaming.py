@@ -37,6 +37,7 @@ class Deployment:
     data_dir: Path
     web_port: int = field(default_factory=free_port)
     extra: dict[str, str] = field(default_factory=dict)
+    log_paths: dict[int, Path] = field(default_factory=dict)  # worker pid -> its log file
 
     @property
     def input_topic(self) -> str:
@@ -94,10 +95,46 @@ class Deployment:
         env = self.env()
         if fault:
             env["HARNESS_FAULT"] = fault
-        log = open(self.data_dir / f"worker-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115
-        return subprocess.Popen(
-            [sys.executable, str(HARNESS)], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
-        )
+        path = self.data_dir / f"worker-{time.monotonic_ns()}.log"
+        with path.open("wb") as log:
+            worker = subprocess.Popen(
+                [sys.executable, str(HARNESS)],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.log_paths[worker.pid] = path
+        return worker
+
+    def log_records(self, worker: subprocess.Popen[bytes]) -> list[dict[str, Any]]:
+        """The JSON log records ``worker`` wrote so far (stdout and stderr; other lines skipped)."""
+        records = []
+        for line in self.log_paths[worker.pid].read_bytes().splitlines():
+            start = line.find(b"{")  # faust's console may prefix terminal escapes
+            if start < 0:
+                continue
+            try:
+                record = orjson.loads(line[start:])
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+        return records
+
+    def wait_for_log(
+        self, worker: subprocess.Popen[bytes], message: str, timeout: float = 120
+    ) -> dict[str, Any]:
+        """Wait until ``worker`` logs a JSON record with this ``message``; return it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for record in self.log_records(worker):
+                if record.get("message") == message:
+                    return record
+            if worker.poll() is not None:
+                raise AssertionError(f"worker exited {worker.returncode}:\n{self.worker_logs()}")
+            time.sleep(0.2)
+        raise AssertionError(f"no log record {message!r} after {timeout}s:\n{self.worker_logs()}")
 
     def worker_logs(self) -> str:
         return "\n".join(

@@ -919,8 +919,45 @@ def test_what_counts_as_transient() -> None:
     assert is_transient(OperationalError("connection reset"))
     assert is_transient(ConnectionResetError())
     assert is_transient(DatabaseError("Code: 252. TOO_MANY_PARTS", code=252))
+    merges_behind = "Code: 252. DB::Exception: Too many parts (300 with average size of 1 MiB)"
+    assert is_transient(DatabaseError(merges_behind, code=252))
+    # same code, but the insert would fail the same way on every retry
+    partitions = "Code: 252. DB::Exception: Too many partitions for single INSERT block"
+    assert not is_transient(DatabaseError(partitions, code=252))
+    assert not is_transient(DatabaseError(partitions.replace("single", "a single"), code=252))
     assert not is_transient(DatabaseError("Code: 53. TYPE_MISMATCH", code=53))
     assert not is_transient(ValueError("bad row"))
+
+
+def test_events_spread_over_150_months_are_stored(warehouse: Warehouse) -> None:
+    # every step of 31 days lands in a later month: 150 partitions of toYYYYMM(event_time)
+    specs = [
+        Spec(f"m{i:03d}", 31 * i, "m-a", "chat", True, "harm.violence", False, "PSP-1.1")
+        for i in range(150)
+    ]
+    events = [make_event(s) for s in specs]
+    months = {(e.event.event_time.year, e.event.event_time.month) for e in events}
+    assert len(months) == 150
+    # without the insert setting, ClickHouse refuses such a block (code 252), on every retry
+    with pytest.raises(DatabaseError) as refused:
+        warehouse.client.insert(
+            "refusal_events",
+            [[e.event.log_id, e.event.event_time] for e in events],
+            column_names=["log_id", "event_time"],
+            database=warehouse.database,
+        )
+    assert refused.value.code == 252 and "Too many partitions" in str(refused.value)
+    assert not is_transient(refused.value)
+    warehouse.insert_events(events)
+    warehouse.insert_assessments([make_assessment(s) for s in specs])
+    assert warehouse.count_events() == 150
+    assert warehouse.count_assessments() == 150
+    for table in ("refusal_events", "assessments"):
+        stored = warehouse.client.query(
+            "SELECT uniqExact(toYYYYMM(event_time)) FROM {db:Identifier}.{t:Identifier} FINAL",
+            parameters={"db": warehouse.database, "t": table},
+        ).result_rows
+        assert stored == [(150,)]
 
 
 def test_retry_count_comes_from_the_constructor(

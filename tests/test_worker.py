@@ -20,6 +20,9 @@ from refusal_audit.readers import read_records
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_LOG = REPO / "examples" / "refusal_log.jsonl"
 MALFORMED = REPO / "tests" / "fixtures" / "malformed.jsonl"
+# logged by tests/worker_harness.py around its HARNESS_FAULT=slow:SECONDS engine call
+SLOW_STARTED = "harness: slow engine call started"
+SLOW_FINISHED = "harness: slow engine call finished"
 
 pytestmark = pytest.mark.kafka
 
@@ -43,6 +46,14 @@ def assert_one_current_assessment_per_refusal(dep: Deployment) -> set[str]:
     assessed = {row["log_id"] for row in per_log}
     assert assessed == {row["log_id"] for row in refusals}
     return assessed
+
+
+def first_events(path: Path, n: int) -> Path:
+    """The first ``n`` events of the example log, as a new JSONL file."""
+    out = path / f"first-{n}.jsonl"
+    lines = [line for line in EXAMPLE_LOG.read_bytes().splitlines() if line.strip()]
+    out.write_bytes(b"\n".join(lines[:n]) + b"\n")
+    return out
 
 
 def many_events(path: Path, copies: int) -> Path:
@@ -165,15 +176,66 @@ def test_sigkill_three_times_loses_nothing(dep: Deployment, tmp_path: Path) -> N
     assert_one_current_assessment_per_refusal(dep)
 
 
+def assert_crash_names_the_window(dep: Deployment, worker: subprocess.Popen[bytes]) -> None:
+    """The CRITICAL line names the unacked window: topic, every partition's offsets and count.
+
+    It is the group's first window, so each of its partitions starts at offset 0.
+    """
+    crashes = [
+        r
+        for r in dep.log_records(worker)
+        if r.get("level") == "CRITICAL"
+        and str(r.get("message", "")).startswith("stopping without acking the window")
+    ]
+    assert len(crashes) == 1, dep.worker_logs()
+    crash = crashes[0]
+    assert crash["topic"] == dep.input_topic and dep.input_topic in crash["message"]
+    partitions = crash["partitions"]
+    assert partitions, crash
+    numbers = [p["partition"] for p in partitions]
+    assert numbers == sorted(set(numbers))
+    for p in partitions:
+        assert p["first_offset"] == 0 and p["records"] == p["last_offset"] + 1, crash
+        described = f"partition {p['partition']} offsets 0-{p['last_offset']} ({p['records']} "
+        assert described in crash["message"], crash["message"]
+    assert sum(p["records"] for p in partitions) == crash["records"] > 0
+    assert "injected: ClickHouse unavailable" in crash["message"]
+
+
+def assert_stored_windows_cover_the_topic(
+    dep: Deployment, worker: subprocess.Popen[bytes], total: int
+) -> None:
+    """The "window stored" lines of a worker that drained the topic from offset 0: their
+    per-partition offset ranges tile every partition exactly, and count every record."""
+    stored = [r for r in dep.log_records(worker) if r.get("message") == "window stored"]
+    assert stored, dep.worker_logs()
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    for window in stored:
+        assert window["topic"] == dep.input_topic
+        assert sum(p["records"] for p in window["partitions"]) == window["records"]
+        for p in window["partitions"]:
+            assert p["records"] == p["last_offset"] - p["first_offset"] + 1, window
+            ranges.setdefault(p["partition"], []).append((p["first_offset"], p["last_offset"]))
+    for partition, spans in ranges.items():
+        expected_first = 0
+        for first, last in sorted(spans):
+            assert first == expected_first, (partition, sorted(spans))
+            expected_first = last + 1
+    assert sum(window["records"] for window in stored) == total
+    assert len(ranges) > 1, "the example log should spread over several partitions"
+
+
 def test_warehouse_failures_crash_unacked_then_recover(dep: Deployment) -> None:
     dep.cli("produce", str(EXAMPLE_LOG))
     total = sum(1 for line in EXAMPLE_LOG.read_bytes().splitlines() if line.strip())
     failing = dep.start_worker(fault="fatal:1")
     assert failing.wait(timeout=120) == 70, dep.worker_logs()
     assert dep.committed_lag() > 0
+    assert_crash_names_the_window(dep, failing)
     worker = dep.start_worker(fault="transient:3")  # absorbed by retries with backoff
     try:
         dep.wait_drained(worker)
+        assert_stored_windows_cover_the_topic(dep, worker, total)
         assert "refusal_audit_warehouse_retries_total" in dep.metrics()
         retries = [
             line
@@ -184,6 +246,37 @@ def test_warehouse_failures_crash_unacked_then_recover(dep: Deployment) -> None:
     finally:
         stop(worker)
     assert dep.sql("SELECT count() AS n FROM refusal_events FINAL") == [{"n": total}]
+    assert_one_current_assessment_per_refusal(dep)
+
+
+def test_health_and_metrics_answer_while_a_window_is_audited(
+    dep: Deployment, tmp_path: Path
+) -> None:
+    """The window's CPU work runs off faust's event loop: the web endpoints stay responsive."""
+    worker = dep.start_worker(fault="slow:8")  # the first engine call spins the CPU for 8 s
+    try:
+        wait_for_web(dep, worker)
+        dep.cli("produce", str(first_events(tmp_path, 20)))
+        dep.wait_for_log(worker, SLOW_STARTED)
+        answered: list[tuple[str, float]] = []
+        for _ in range(3):
+            started = time.monotonic()
+            status, health = dep.health()
+            answered.append(("health", time.monotonic() - started))
+            assert status == 200 and health["ok"], health
+            started = time.monotonic()
+            assert "refusal_audit_events_consumed_total" in dep.metrics()
+            answered.append(("metrics", time.monotonic() - started))
+            time.sleep(0.5)
+        messages = {r.get("message") for r in dep.log_records(worker)}
+        assert SLOW_FINISHED not in messages, "the requests did not overlap the slow window"
+        assert all(seconds < 1.0 for _, seconds in answered), answered
+        dep.wait_drained(worker)
+        assert SLOW_FINISHED in {r.get("message") for r in dep.log_records(worker)}
+    finally:
+        stop(worker)
+    assert worker.returncode == 0, dep.worker_logs()
+    assert dep.sql("SELECT count() AS n FROM refusal_events FINAL") == [{"n": 20}]
     assert_one_current_assessment_per_refusal(dep)
 
 

@@ -1,27 +1,42 @@
-"""Run the streaming worker in a subprocess with optional storage faults (tests only).
+"""Run the streaming worker in a subprocess with optional faults (tests only).
 
 ``python tests/worker_harness.py`` runs ``streams.worker.run_worker`` with the settings from
-the environment. ``HARNESS_FAULT`` injects faults into the warehouse:
+the environment. ``HARNESS_FAULT`` injects one fault:
 
 - ``transient:N`` -- the first N ClickHouse inserts raise ``OperationalError`` (the
   warehouse's retries with backoff must absorb them);
 - ``fatal:N`` -- the first N ``insert_assessments`` calls raise ``WarehouseError`` past the
-  retries (the worker must stop without acking, exit status 70).
+  retries (the worker must stop without acking, exit status 70);
+- ``slow:SECONDS`` -- the first engine call (``LocalEngine.audit``) busy-spins the CPU for
+  SECONDS before auditing, holding the GIL like real CPU-bound audit work would; it logs
+  ``harness: slow engine call started`` / ``... finished`` (JSON lines on stderr) around
+  the spin, so a test can act while the window is being processed.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from clickhouse_connect.driver.exceptions import OperationalError
 
+from processors.engines.base import EngineOutput
+from processors.engines.local import LocalEngine
 from refusal_audit.config import load_settings
 from refusal_audit.pipeline import Sink
 from schemas.audit import StoredAssessment
+from schemas.events import RefusalEvent
+from schemas.policy import PolicyBundle
 from streams.worker import run_worker
 from warehouse.client import WarehouseError
+
+log = logging.getLogger("refusal_audit.harness")
+
+SLOW_STARTED = "harness: slow engine call started"
+SLOW_FINISHED = "harness: slow engine call finished"
 
 
 class Countdown:
@@ -53,12 +68,18 @@ class FatalSink:
         self.inner.insert_assessments(items)
 
 
+def fault() -> tuple[str, str]:
+    """``HARNESS_FAULT`` as (kind, argument)."""
+    kind, _, arg = os.environ.get("HARNESS_FAULT", "").partition(":")
+    return kind, arg
+
+
 def wrap(inner: Sink) -> Sink:
-    kind, _, count = os.environ.get("HARNESS_FAULT", "").partition(":")
-    countdown = Countdown(int(count or 0))
+    kind, count = fault()
     if kind == "fatal":
-        return FatalSink(inner, countdown)  # type: ignore[return-value]
+        return FatalSink(inner, Countdown(int(count or 0)))
     if kind == "transient":
+        countdown = Countdown(int(count or 0))
         client = inner.client  # type: ignore[attr-defined]
         real_insert = client.insert
 
@@ -71,5 +92,32 @@ def wrap(inner: Sink) -> Sink:
     return inner
 
 
+def busy(seconds: float) -> None:
+    """Spin the CPU for ``seconds`` in pure Python (holds the GIL between switch intervals)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def slow_engine(seconds: float) -> None:
+    """Make the first ``LocalEngine.audit`` call of this process spin for ``seconds`` first."""
+    real_audit = LocalEngine.audit
+    countdown = Countdown(1)
+
+    async def audit(
+        self: LocalEngine, events: Sequence[RefusalEvent], bundle: PolicyBundle
+    ) -> EngineOutput:
+        if countdown.fire():
+            log.warning(SLOW_STARTED, extra={"seconds": seconds})
+            busy(seconds)
+            log.warning(SLOW_FINISHED)
+        return await real_audit(self, events, bundle)
+
+    LocalEngine.audit = audit  # type: ignore[method-assign]
+
+
 if __name__ == "__main__":
+    kind, arg = fault()
+    if kind == "slow":
+        slow_engine(float(arg))
     run_worker(load_settings(), "info", wrap_sink=wrap)

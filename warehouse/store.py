@@ -39,11 +39,32 @@ _TRANSIENT_CODES = frozenset(
         209,  # SOCKET_TIMEOUT
         210,  # NETWORK_ERROR
         202,  # TOO_MANY_SIMULTANEOUS_QUERIES
-        252,  # TOO_MANY_PARTS
+        252,  # TOO_MANY_PARTS (merges behind: transient), but see _PERMANENT_MESSAGES
         279,  # ALL_CONNECTION_TRIES_FAILED
         999,  # KEEPER_EXCEPTION
     }
 )
+
+# Errors that share a transient code but fail the same way on every retry. ClickHouse
+# reports "Too many partitions for single INSERT block" (max_partitions_per_insert_block)
+# with code 252, the code of TOO_MANY_PARTS, so the message tells them apart.
+_PERMANENT_MESSAGES = ("too many partitions for",)
+
+# Settings sent with every insert.
+#
+# max_partitions_per_insert_block=0 (unlimited; default 100): refusal_events and
+# assessments are PARTITION BY toYYYYMM(event_time), so one flush of valid events whose
+# event times span more than 100 months (a backfill, a replay of old logs: event times
+# range over 1900..2299) would otherwise fail with code 252 on every attempt and, in the
+# worker, crash-loop on the same window. We lift the limit rather than split inserts by
+# partition key: the parts created are the same either way (one per partition touched),
+# their number is bounded by the rows of one flush (``AuditPipeline.flush_every``, a worker
+# window), a flush stays one insert per table with one content-derived dedup token, and the
+# code does not have to mirror each table's partition expression. It is an ordinary
+# per-query setting, accepted per insert by chDB and by a ClickHouse server over HTTP
+# (clickhouse-connect sends it as a query parameter; a server profile that makes it
+# read-only or constrains it fails the insert with a clear, non-transient error).
+_INSERT_SETTINGS: Mapping[str, Any] = {"max_partitions_per_insert_block": 0}
 
 EVENT_COLUMNS = (
     "log_id", "event_time", "schema_version", "request", "response", "model", "product",
@@ -102,11 +123,15 @@ def is_transient(exc: BaseException) -> bool:
     True for connection-level failures (``OperationalError``, ``ConnectionError``,
     ``TimeoutError``) and for server errors whose code means "busy" or "network"
     (timeouts, too many parts/queries, Keeper); False for everything else (bad data, bad SQL,
-    missing table), which would fail the same way again.
+    missing table, too many partitions in one insert block -- code 252 like TOO_MANY_PARTS,
+    told apart by its message), which would fail the same way again.
     """
     if isinstance(exc, OperationalError | ConnectionError | TimeoutError):
         return True
-    return isinstance(exc, DatabaseError) and getattr(exc, "code", None) in _TRANSIENT_CODES
+    if not isinstance(exc, DatabaseError) or getattr(exc, "code", None) not in _TRANSIENT_CODES:
+        return False
+    message = str(exc).lower()
+    return not any(marker in message for marker in _PERMANENT_MESSAGES)
 
 
 def _json_default(value: object) -> object:
@@ -307,7 +332,7 @@ class Warehouse:
                 rows,
                 column_names=list(columns),
                 database=self.database,
-                settings={"insert_deduplication_token": token},
+                settings={**_INSERT_SETTINGS, "insert_deduplication_token": token},
             )
 
         retrying = Retrying(
