@@ -22,6 +22,7 @@ from processors.intake import IntakeSettings
 from processors.redaction import Redactor
 from refusal_audit.bundles import load_bundles
 from refusal_audit.config import ConfigError, Settings
+from refusal_audit.drift import DriftConfig, bundle_baselines
 from refusal_audit.engines import close_engine, make_engine
 from refusal_audit.pipeline import AuditPipeline, InputSource, RunReport, Sink
 from refusal_audit.readers import default_model_for, read_records
@@ -164,10 +165,17 @@ def run_batch(
 ) -> RunReport:
     """Audit ``files`` into ``sink`` (default: the configured warehouse); return the report.
 
+    With the warehouse as sink, batch summaries' trend lines compare with the drift
+    baseline of the current window (``refusal_audit.drift.bundle_baselines``).
     Raises ``ConfigError`` for configuration problems (bundles, engine, undetectable format).
     """
     sources = [file_source(path, options, cfg) for path in files]
-    pipeline = build_pipeline(cfg, sink if sink is not None else Warehouse.open(cfg), engine_name)
+    target = sink if sink is not None else Warehouse.open(cfg)
+    pipeline = build_pipeline(cfg, target, engine_name)
+    if isinstance(target, Warehouse):  # trend lines compare batches with the drift baseline
+        config = DriftConfig.from_settings(cfg)
+        now = datetime.now(UTC)
+        pipeline.baselines = bundle_baselines(target.client, target.database, config, now=now)
 
     async def main(on_record: Callable[[], None] | None) -> RunReport:
         try:

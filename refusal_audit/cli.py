@@ -424,7 +424,7 @@ def produce(
         raise typer.Exit(EXIT_FAILURES)
 
 
-alerts_app = typer.Typer(help="Read alerts.", no_args_is_help=True)
+alerts_app = typer.Typer(help="Tail, list and evaluate alerts.", no_args_is_help=True)
 app.add_typer(alerts_app, name="alerts")
 
 
@@ -492,3 +492,7 @@ def config_reference() -> None:
 
 if __name__ == "__main__":
     app()
+
+
+# `alerts list` and `alerts evaluate` live in their own module; importing it registers them.
+from refusal_audit import cli_alerts  # noqa: E402,F401

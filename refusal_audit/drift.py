@@ -254,3 +254,28 @@ def to_alert(
         evidence_query=sql,
         created_at=now,
     )
+
+
+def bundle_baselines(
+    client: Client, database: str, config: DriftConfig, *, now: datetime
+) -> dict[str, WindowCounts]:
+    """Baseline counts per policy bundle for the window holding ``now`` (trend lines).
+
+    The same baseline period the detectors will use for that window, pooled over models and
+    products. Raises ClickHouse errors.
+    """
+    b0, b1, _ = baseline_bounds(window_start(now, config.window_seconds), config)
+    counts = window_counts(
+        client,
+        database,
+        window_seconds=config.window_seconds,
+        grace_seconds=config.grace_seconds,
+        start=b0,
+        end=b1,
+    )
+    out: dict[str, WindowCounts] = {}
+    for per_scope in counts.values():
+        for scope, c in per_scope.items():
+            bundle = scope.policy_bundle
+            out[bundle] = out[bundle] + c if bundle in out else c
+    return out

@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from processors.adapters import DecodeOptions, InputFormat, SourceRecord
 from processors.auditing import audit_batch, failed_batch_dead_letter, unresolved_dead_letters
 from processors.batching import AuditBatch, Batcher
+from processors.drift import WindowCounts
 from processors.engines.base import AuditEngine, EngineError
 from processors.intake import IntakeSettings, make_dead_letter, prepare
 from processors.validation import AuditValidationError, recompute_summary
@@ -113,7 +114,9 @@ class AuditPipeline:
     """Runs sources through intake, batching, audit and storage; see the module docstring.
 
     ``bundles`` maps policy-bundle names to parsed bundles; ``flush_every`` bounds the number
-    of decoded events held before they are written (memory bound).
+    of decoded events held before they are written (memory bound). ``baselines`` maps bundle
+    names to the drift baseline counts the batch summaries' trend lines compare with
+    (replaced as a whole by the caller, e.g. after each detector run; empty = no baseline).
     """
 
     def __init__(
@@ -138,6 +141,7 @@ class AuditPipeline:
         self.review_seed = review_seed
         self.clock = clock
         self.flush_every = flush_every
+        self.baselines: Mapping[str, WindowCounts] = {}
         self._batcher = Batcher(max_events, token_budget)
         self._pending_events: list[StoredEvent] = []
         self._pending_dead: list[DeadLetter] = []
@@ -241,6 +245,7 @@ class AuditPipeline:
                 review_rate=self.review_rate,
                 review_seed=self.review_seed,
                 now=now,
+                baseline=self.baselines.get(batch.policy_bundle),
             )
         except (EngineError, AuditValidationError, ValidationError) as exc:
             code = "invalid_result" if not isinstance(exc, EngineError) else "engine_error"

@@ -69,3 +69,25 @@ class WorkerMetrics:
             ["partition"],
             registry=r,
         )
+        self.alerts_published = Counter(
+            "refusal_audit_alerts_published_total",
+            "Alerts sent to their topic and stored (each alert id once).",
+            ["kind", "severity"],
+            registry=r,
+        )
+        self.detector_runs = Counter(
+            "refusal_audit_detector_runs_total",
+            "Detector passes by outcome (ok, failed) on the leader.",
+            ["outcome"],
+            registry=r,
+        )
+        self.detector_seconds = Histogram(
+            "refusal_audit_detector_seconds", "Time of one detector pass.", registry=r
+        )
+        self.detector_findings = Gauge(
+            "refusal_audit_detector_findings",
+            "Findings of the last detector pass by detector and status "
+            "(alert, no_change, insufficient_data).",
+            ["kind", "status"],
+            registry=r,
+        )

@@ -30,8 +30,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from processors.adapters import DecodeOptions, SourceRecord, decode_record
 from refusal_audit.pipeline import Sink
 from schemas.audit import BatchRecord, StoredAssessment
@@ -183,25 +181,6 @@ def dead_letter_message(
     return raw, key, headers
 
 
-def gap_flag_messages(batch: BatchRecord) -> list[bytes]:
-    """One JSON message per policy-gap flag of ``batch``, with its example log ids."""
-    return [
-        orjson.dumps(
-            {
-                "kind": "policy_gap_flag",
-                "batch_id": batch.batch_id,
-                "policy_bundle": batch.policy_bundle,
-                "bundle_version": batch.bundle_version,
-                "description": flag.description,
-                "example_log_ids": flag.example_log_ids,
-                "engine": batch.engine,
-                "audited_at": batch.audited_at.isoformat(),
-            }
-        )
-        for flag in batch.summary.policy_gap_flags
-    ]
-
-
 class StreamSink:
     """Warehouse + topics; see the module docstring. Methods block (call them off the loop).
 
@@ -254,14 +233,10 @@ class StreamSink:
                 self.writer.send(self.topics.review_queue, value, key)
 
     def insert_batches(self, batches: Sequence[BatchRecord]) -> None:
-        """Store the batch rows; publish their policy-gap flags to the policy-gap topic."""
+        """Store the batch rows. Their policy-gap flags reach the policy-gap topic grouped,
+        as alerts of the gap tracker (``refusal_audit.gaps``), not one message per flag."""
         with self._timed("audit_batches"):
             self.warehouse.insert_batches(batches)
-        for batch in batches:
-            for message in gap_flag_messages(batch):
-                self.writer.send(
-                    self.topics.policy_gap_alerts, message, batch.policy_bundle.encode()
-                )
 
     def insert_dead_letters(self, items: Sequence[DeadLetter]) -> None:
         """Store dead letters; publish their original bytes with the reason in headers.

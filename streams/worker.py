@@ -45,9 +45,10 @@ from refusal_audit.batch import build_pipeline
 from refusal_audit.config import Settings
 from refusal_audit.engines import close_engine
 from refusal_audit.pipeline import AuditPipeline, InputSource, RunReport, Sink
+from streams.detectors import DetectorRunner
 from streams.metrics import WorkerMetrics
 from streams.producer import TopicWriter, make_producer
-from streams.sink import StreamSink, kafka_location
+from streams.sink import StreamSink, kafka_location, window_originals
 from streams.topics import Topics, admin_client, require_topic
 from warehouse.store import Warehouse
 
@@ -127,7 +128,9 @@ class PipelineLoop:
 class WorkerContext:
     """Everything the agent needs, built once at start-up by ``build_context``.
 
-    ``pipeline_loop`` is the loop (in its own thread) every ``pipeline.run`` executes on.
+    ``pipeline_loop`` is the loop (in its own thread) every ``pipeline.run`` executes on;
+    ``detectors`` runs the drift and policy-gap detectors on a timer; ``io_lock`` (faust's
+    loop) serialises a window's storage with a detector pass.
     """
 
     settings: Settings
@@ -139,6 +142,8 @@ class WorkerContext:
     decode: DecodeOptions
     next_offsets: dict[int, int]
     pipeline_loop: PipelineLoop
+    detectors: DetectorRunner
+    io_lock: asyncio.Lock
 
 
 def build_context(cfg: Settings, wrap_sink: Callable[[Sink], Sink] | None = None) -> WorkerContext:
@@ -155,6 +160,7 @@ def build_context(cfg: Settings, wrap_sink: Callable[[Sink], Sink] | None = None
         topics.assessments,
         topics.review_queue,
         topics.policy_gap_alerts,
+        topics.drift_alerts,
         topics.dead_letters,
     ):
         require_topic(admin, name)
@@ -171,7 +177,21 @@ def build_context(cfg: Settings, wrap_sink: Callable[[Sink], Sink] | None = None
     )
     pipeline = build_pipeline(cfg, sink)
     decode = DecodeOptions(max_record_bytes=cfg.max_record_bytes, max_text_chars=cfg.max_text_chars)
-    return WorkerContext(cfg, topics, pipeline, writer, store, metrics, decode, {}, PipelineLoop())
+    detectors = DetectorRunner(cfg, store, topics, metrics, pipeline)
+    detectors.reconcile()
+    return WorkerContext(
+        cfg,
+        topics,
+        pipeline,
+        writer,
+        store,
+        metrics,
+        decode,
+        {},
+        PipelineLoop(),
+        detectors,
+        asyncio.Lock(),
+    )
 
 
 def window_records(events: Sequence[Any]) -> list[SourceRecord]:
@@ -255,13 +275,16 @@ async def process_window(ctx: WorkerContext, events: Sequence[Any]) -> RunReport
     Only after both succeed does this return, so the caller may ack ``events``.
     """
     records = window_records(events)
+    if isinstance(ctx.pipeline.sink, StreamSink):  # dead-letter copies keep key and headers
+        ctx.pipeline.sink.use_originals(window_originals(events))
     loop = asyncio.get_running_loop()
     started = loop.time()
     try:
-        report = await ctx.pipeline_loop.run(
-            ctx.pipeline.run([InputSource(records, "jsonl", ctx.decode)])
-        )
-        await asyncio.to_thread(ctx.writer.confirm)
+        async with ctx.io_lock:
+            report = await ctx.pipeline_loop.run(
+                ctx.pipeline.run([InputSource(records, "jsonl", ctx.decode)])
+            )
+            await asyncio.to_thread(ctx.writer.confirm)
     except Exception as exc:  # any failure here must stop the worker unacked
         crash("window could not be stored or dead-lettered", exc, events)
         raise  # unreachable; keeps type checkers honest
@@ -308,7 +331,8 @@ def record_metrics(metrics: WorkerMetrics, report: RunReport) -> None:
 
 
 def create_app(ctx: WorkerContext) -> faust.App:
-    """The faust app: the audit agent, ``/health``, ``/metrics`` and a consumer-lag timer."""
+    """The faust app: the audit agent, ``/health``, ``/metrics``, the detector timer (every
+    ``alerts_interval_seconds``) and a consumer-lag timer."""
     cfg = ctx.settings
     app = faust.App(
         cfg.kafka_consumer_group,
@@ -324,6 +348,7 @@ def create_app(ctx: WorkerContext) -> faust.App:
         web_bind=cfg.worker_web_host,
         web_port=cfg.worker_web_port,
         autodiscover=False,
+        datadir=str(cfg.data_dir / "faust"),
     )
     topic = app.topic(
         ctx.topics.input,
@@ -352,6 +377,10 @@ def create_app(ctx: WorkerContext) -> faust.App:
         status = await asyncio.to_thread(check_health, ctx)
         return web.json(status, status=200 if status["ok"] else 503)
 
+    @app.timer(interval=cfg.alerts_interval_seconds)  # type: ignore[untyped-decorator]
+    async def detect() -> None:
+        await ctx.detectors.tick(is_leader(app, ctx.topics.input), ctx.io_lock)
+
     @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
     async def update_lag() -> None:
         consumer = app.consumer
@@ -365,6 +394,11 @@ def create_app(ctx: WorkerContext) -> faust.App:
             ctx.metrics.consumer_lag.labels(str(tp.partition)).set(max(0, highwater - position))
 
     return app
+
+
+def is_leader(app: faust.App, input_topic: str) -> bool:
+    """Whether this worker owns partition 0 of the input topic (it runs the detectors)."""
+    return any(tp.topic == input_topic and tp.partition == 0 for tp in app.consumer.assignment())
 
 
 def check_health(ctx: WorkerContext) -> dict[str, Any]:

@@ -61,6 +61,7 @@ class Deployment:
                 "REFUSAL_AUDIT_WORKER_WEB_PORT": str(self.web_port),
                 "REFUSAL_AUDIT_WORKER_TAKE_WITHIN_SECONDS": "0.5",
                 "REFUSAL_AUDIT_WAREHOUSE_INSERT_RETRIES": "4",
+                "REFUSAL_AUDIT_ALERTS_INTERVAL_SECONDS": "2",
             }
         )
         env.update(self.extra)
@@ -193,6 +194,27 @@ class Deployment:
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.web_port}/metrics", timeout=5) as r:
             return str(r.read().decode())
+
+    def detector_passes(self) -> int:
+        """Successful detector passes so far (from the worker's /metrics)."""
+        for line in self.metrics().splitlines():
+            if line.startswith('refusal_audit_detector_runs_total{outcome="ok"}'):
+                return int(float(line.split()[-1]))
+        return 0
+
+    def wait_detector_passes(
+        self, worker: subprocess.Popen[bytes], passes: int = 2, timeout: float = 120
+    ) -> None:
+        """Wait until ``passes`` more detector passes have completed."""
+        target = self.detector_passes() + passes
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if worker.poll() is not None:
+                raise AssertionError(f"worker exited {worker.returncode}:\n{self.worker_logs()}")
+            if self.detector_passes() >= target:
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"no {passes} detector passes in {timeout}s:\n{self.worker_logs()}")
 
     def health(self) -> tuple[int, dict[str, Any]]:
         try:

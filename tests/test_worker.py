@@ -281,6 +281,8 @@ def test_health_and_metrics_answer_while_a_window_is_audited(
 
 
 def test_kcat_interop(dep: Deployment) -> None:
+    """kcat produces the input; kcat and `alerts tail` read the assessments and the grouped
+    policy-gap alerts (each alert id once, one per gap)."""
     kcat = shutil.which("kcat")
     assert kcat, "kcat is required (Debian package kcat; .ci/run installs it)"
     lines = [line for line in EXAMPLE_LOG.read_bytes().splitlines() if line.strip()]
@@ -293,51 +295,30 @@ def test_kcat_interop(dep: Deployment) -> None:
     worker = dep.start_worker()
     try:
         dep.wait_drained(worker)
+        wait_for_web(dep, worker)
+        dep.wait_detector_passes(worker, passes=2)  # a full pass after every batch is stored
     finally:
         stop(worker)
     assessed = assert_one_current_assessment_per_refusal(dep)
-    out = subprocess.run(
-        [
-            kcat,
-            "-C",
-            "-b",
-            dep.bootstrap,
-            "-t",
-            dep.topic("assessments"),
-            "-o",
-            "beginning",
-            "-e",
-            "-q",
-            "-f",
-            "%k\\n",
-        ],
-        capture_output=True,
-        check=True,
-        timeout=60,
-    )
-    assert set(out.stdout.decode().split()) == assessed
-    gaps = subprocess.run(
-        [
-            kcat,
-            "-C",
-            "-b",
-            dep.bootstrap,
-            "-t",
-            dep.topic("alerts.policy-gap"),
-            "-o",
-            "beginning",
-            "-e",
-            "-q",
-        ],
-        capture_output=True,
-        check=True,
-        timeout=60,
-    )
-    flags = [orjson.loads(line) for line in gaps.stdout.splitlines() if line.strip()]
-    stored = dep.sql("SELECT sum(length(policy_gap_flags)) AS n FROM audit_batches FINAL")
-    assert len(flags) == stored[0]["n"]
-    assert all(f["kind"] == "policy_gap_flag" and f["example_log_ids"] for f in flags)
-    assert flags, "the example log should raise at least one policy-gap flag"
+
+    def kcat_read(topic: str, fmt: str | None = None) -> bytes:
+        args = [kcat, "-C", "-b", dep.bootstrap, "-t", topic, "-o", "beginning", "-e", "-q"]
+        out = subprocess.run(
+            args + (["-f", fmt] if fmt else []), capture_output=True, check=True, timeout=60
+        )
+        return out.stdout
+
+    keys = kcat_read(dep.topic("assessments"), "%k\\n").decode().split()
+    assert set(keys) == assessed
+    alerts = [orjson.loads(x) for x in kcat_read(dep.topic("alerts.policy-gap")).splitlines() if x]
+    assert alerts, "the example log should raise at least one policy-gap alert"
+    assert all(a["kind"] == "policy_gap" and a["example_log_ids"] for a in alerts)
+    ids = [a["alert_id"] for a in alerts]
+    assert len(ids) == len(set(ids)), "an alert id reached the topic twice"
+    gaps = [orjson.loads(x) for x in dep.cli("gaps", "--json").stdout.splitlines() if x.strip()]
+    assert sorted(a["gap_id"] for a in alerts) == sorted(g["gap_id"] for g in gaps)
+    stored = dep.sql("SELECT alert_id FROM alerts FINAL WHERE kind = 'policy_gap'")
+    assert sorted(r["alert_id"] for r in stored) == sorted(ids)
     tailed = dep.cli(
         "alerts",
         "tail",
@@ -345,12 +326,12 @@ def test_kcat_interop(dep: Deployment) -> None:
         "policy-gap",
         "--from-beginning",
         "--max",
-        str(len(flags)),
+        str(len(alerts)),
         "--idle-timeout",
         "20",
     ).stdout
-    alerts = [orjson.loads(line)["alert"] for line in tailed.splitlines() if line.strip()]
-    assert sorted(a["description"] for a in alerts) == sorted(f["description"] for f in flags)
+    got = [orjson.loads(line)["alert"] for line in tailed.splitlines() if line.strip()]
+    assert sorted(a["alert_id"] for a in got) == sorted(ids)
 
 
 def test_worker_survives_a_broker_restart(dep: Deployment, broker_control: Any) -> None:

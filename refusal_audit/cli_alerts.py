@@ -1,0 +1,198 @@
+"""``refusal-audit alerts list`` and ``alerts evaluate`` (registered on the ``alerts`` group).
+
+``list`` reads alerts back from ClickHouse with filters; ``evaluate`` runs the drift
+detectors over the warehouse now (or at ``--at``) and prints every finding, including
+"insufficient data", and with ``--publish`` also tracks policy gaps and sends and stores the
+new alerts exactly like the worker's leader does.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import orjson
+import typer
+
+from refusal_audit.cli import (
+    EXIT_USAGE,
+    alerts_app,
+    console,
+    err,
+    fail_usage,
+    open_store,
+    settings,
+)
+from refusal_audit.output import OutputFormat, render
+from schemas.alerts import DRIFT_KINDS
+from warehouse.client import WarehouseError
+
+KINDS = (*DRIFT_KINDS, "policy_gap")
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+@alerts_app.command("list")
+def alerts_list(
+    kind: list[str] = typer.Option([], "--kind", "-k", help=f"Alert kind(s): {', '.join(KINDS)}."),
+    severity: str | None = typer.Option(None, help="warning or critical."),
+    bundle: str | None = typer.Option(None, "--bundle", "-b", help="Scope: policy bundle."),
+    model: str | None = typer.Option(None, help="Scope: model ('all' for roll-ups)."),
+    product: str | None = typer.Option(None, help="Scope: product ('all' for roll-ups)."),
+    since: datetime | None = typer.Option(None, help="Only windows starting at/after (UTC)."),
+    limit: int = typer.Option(50, min=1, help="At most this many alerts (newest first)."),
+    as_json: bool = typer.Option(False, "--json", help="Print each alert as a JSON line."),
+) -> None:
+    """List stored alerts, newest window first."""
+    from refusal_audit.alerting import list_alerts
+
+    unknown = sorted(set(kind) - set(KINDS))
+    if unknown:
+        raise fail_usage(f"unknown alert kind(s) {unknown}; choose from {', '.join(KINDS)}")
+    if severity not in (None, "warning", "critical"):
+        raise fail_usage("--severity must be warning or critical")
+    store = open_store(settings())
+    try:
+        found = list_alerts(
+            store,
+            kinds=kind,
+            severity=severity,
+            policy_bundle=bundle,
+            model=model,
+            product=product,
+            since=_utc(since),
+            limit=limit,
+        )
+    except WarehouseError as exc:
+        raise fail_usage(str(exc)) from exc
+    finally:
+        store.close()
+    if as_json:
+        for alert in found:
+            console.file.write(alert.model_dump_json() + "\n")
+        return
+    if not found:
+        console.print("no alerts")
+        return
+    rows = [
+        (
+            a.window.start,
+            a.kind,
+            a.severity,
+            a.scope.key,
+            f"{a.statistic.effect_size:.3g} {a.statistic.effect_size_name}",
+            "-" if a.statistic.q_value is None else f"{a.statistic.q_value:.2g}",
+            a.alert_id,
+            a.summary.split(" Reproduce")[0],
+        )
+        for a in found
+    ]
+    columns = ["window", "kind", "severity", "scope", "effect", "q", "alert_id", "summary"]
+    render(columns, rows, OutputFormat.table, console)
+
+
+@alerts_app.command("evaluate")
+def alerts_evaluate(
+    at: datetime | None = typer.Option(
+        None, help="Evaluate as if now were this time (UTC); default: now."
+    ),
+    window: list[datetime] = typer.Option(
+        [], "--window", "-w", help="Evaluate the window holding this time (repeatable)."
+    ),
+    publish: bool = typer.Option(
+        False, help="Also track policy gaps, send new alerts to their topics and store them."
+    ),
+    store_only: bool = typer.Option(
+        False, "--store", help="Like --publish but only store the new alerts (no broker)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print findings as JSON lines."),
+) -> None:
+    """Run the drift detectors over the warehouse and print every finding.
+
+    Without --window: the latest closed windows (``alerts_lookback_windows``). Exit 2 when
+    the warehouse cannot be read or, with --publish, the broker or topics are unavailable.
+    """
+    from refusal_audit.alerting import AlertPublisher, run_detectors
+    from refusal_audit.drift import DriftConfig, evaluate_windows
+
+    cfg = settings()
+    now = _utc(at) or datetime.now(UTC)
+    windows = [w for w in (_utc(x) for x in window) if w is not None] or None
+    store = open_store(cfg)
+    try:
+        if publish or store_only:
+            from streams.producer import DeliveryError, TopicWriter, make_producer
+            from streams.topics import Topics
+
+            publisher = AlertPublisher(store)
+            if publish:
+                publisher.writer = TopicWriter(make_producer(cfg.kafka_bootstrap_servers))
+                publisher.topics = Topics.from_prefix(cfg.kafka_topic_prefix)
+            try:
+                run = run_detectors(cfg, publisher, now=now, windows=windows)
+            except DeliveryError as exc:
+                err.print(f"[red]error:[/red] alerts not acknowledged by the broker: {exc}")
+                raise typer.Exit(EXIT_USAGE) from exc
+            evaluations, published = run.evaluations, run.published
+        else:
+            evaluations = evaluate_windows(
+                store.client,
+                store.database,
+                DriftConfig.from_settings(cfg),
+                now=now,
+                windows=windows,
+            )
+            published = []
+    except WarehouseError as exc:
+        raise fail_usage(str(exc)) from exc
+    finally:
+        store.close()
+    rows = []
+    for e in evaluations:
+        for f in e.evaluation.findings:
+            record = {
+                "window_start": e.window.start.isoformat(),
+                "scope": f.scope.key,
+                "kind": f.kind,
+                "status": f.status,
+                "statistic": f.statistic_name,
+                "value": f.statistic,
+                "p_value": f.p_value,
+                "q_value": f.q_value,
+                "effect": f.effect,
+                "effect_name": f.effect_name,
+                "note": f.note or "; ".join(f.moved),
+            }
+            rows.append(record)
+    if as_json:
+        for record in rows:
+            console.file.write(orjson.dumps(record).decode() + "\n")
+    elif rows:
+        columns = ["window_start", "scope", "kind", "status", "effect", "q_value", "note"]
+        render(
+            columns,
+            [
+                (
+                    r["window_start"],
+                    r["scope"],
+                    r["kind"],
+                    r["status"],
+                    f"{r['effect']:.3g} {r['effect_name']}".strip(),
+                    "-" if r["q_value"] is None else f"{r['q_value']:.2g}",
+                    r["note"],
+                )
+                for r in rows
+            ],
+            OutputFormat.table,
+            console,
+        )
+    else:
+        console.print("no refusals in the evaluated windows or their baselines")
+    alerting = sum(1 for r in rows if r["status"] == "alert")
+    msg = f"{len(evaluations)} window(s), {len(rows)} finding(s), {alerting} alerting"
+    if publish or store_only:
+        msg += f"; {len(published)} new alert(s) {'published' if publish else 'stored'}"
+    err.print(msg)
