@@ -6,62 +6,34 @@ Exit codes: 0 success; 1 some records or batches failed (they are in the dead-le
 
 from __future__ import annotations
 
-import sys
 from datetime import date, datetime
 from pathlib import Path
 
 import orjson
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from refusal_audit import cli_alerts
 from refusal_audit.batch import BatchOptions, run_batch
-from refusal_audit.config import ConfigError, Settings, load_settings
+from refusal_audit.cli_common import (
+    EXIT_FAILURES,
+    State,
+    console,
+    err,
+    fail_usage,
+    open_store,
+    settings,
+)
+from refusal_audit.config import ConfigError
 from refusal_audit.output import OutputFormat, render
 from refusal_audit.reporting import print_eval, print_report, report_json
 from warehouse.client import WarehouseError, redact_dsn
-from warehouse.store import Warehouse
 
 app = typer.Typer(
     help="Audit the refusals of production LLMs against your own policies.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-# Outside a terminal (CI logs, pipes) rich would wrap at 80 columns and cut table cells.
-console = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, soft_wrap=True)
-
-EXIT_FAILURES = 1
-EXIT_USAGE = 2
-
-
-class State:
-    """Per-invocation state: the config file named with ``--config``."""
-
-    config_file: Path | None = None
-
-
-def settings(**overrides: object) -> Settings:
-    """Load the settings, exiting with code 2 and a clear message when they are invalid."""
-    try:
-        return load_settings(State.config_file, **overrides)
-    except ConfigError as exc:
-        err.print(f"[red]configuration error:[/red] {exc}")
-        raise typer.Exit(EXIT_USAGE) from exc
-
-
-def open_store(cfg: Settings) -> Warehouse:
-    """Open the configured warehouse; exit 2 with the reason when it cannot be opened."""
-    try:
-        return Warehouse.open(cfg)
-    except WarehouseError as exc:
-        raise fail_usage(f"cannot open the warehouse: {exc}") from exc
-
-
-def fail_usage(message: str) -> typer.Exit:
-    """Print a usage error; return the Exit(2) to raise."""
-    err.print(f"[red]error:[/red] {message}")
-    return typer.Exit(EXIT_USAGE)
 
 
 def input_options(
@@ -426,6 +398,8 @@ def produce(
 
 alerts_app = typer.Typer(help="Tail, list and evaluate alerts.", no_args_is_help=True)
 app.add_typer(alerts_app, name="alerts")
+alerts_app.command("list")(cli_alerts.alerts_list)
+alerts_app.command("evaluate")(cli_alerts.alerts_evaluate)
 
 
 @alerts_app.command("tail")
@@ -492,7 +466,3 @@ def config_reference() -> None:
 
 if __name__ == "__main__":
     app()
-
-
-# `alerts list` and `alerts evaluate` live in their own module; importing it registers them.
-from refusal_audit import cli_alerts  # noqa: E402,F401

@@ -1,4 +1,4 @@
-"""``refusal-audit alerts list`` and ``alerts evaluate`` (registered on the ``alerts`` group).
+"""``refusal-audit alerts list`` and ``alerts evaluate`` (``refusal_audit.cli`` registers them).
 
 ``list`` reads alerts back from ClickHouse with filters; ``evaluate`` runs the drift
 detectors over the warehouse now (or at ``--at``) and prints every finding, including
@@ -13,15 +13,7 @@ from datetime import UTC, datetime
 import orjson
 import typer
 
-from refusal_audit.cli import (
-    EXIT_USAGE,
-    alerts_app,
-    console,
-    err,
-    fail_usage,
-    open_store,
-    settings,
-)
+from refusal_audit.cli_common import EXIT_USAGE, console, err, fail_usage, open_store, settings
 from refusal_audit.output import OutputFormat, render
 from schemas.alerts import DRIFT_KINDS
 from warehouse.client import WarehouseError
@@ -35,7 +27,6 @@ def _utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-@alerts_app.command("list")
 def alerts_list(
     kind: list[str] = typer.Option([], "--kind", "-k", help=f"Alert kind(s): {', '.join(KINDS)}."),
     severity: str | None = typer.Option(None, help="warning or critical."),
@@ -94,7 +85,6 @@ def alerts_list(
     render(columns, rows, OutputFormat.table, console)
 
 
-@alerts_app.command("evaluate")
 def alerts_evaluate(
     at: datetime | None = typer.Option(
         None, help="Evaluate as if now were this time (UTC); default: now."

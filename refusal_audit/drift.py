@@ -73,6 +73,19 @@ class DriftConfig:
         """The window length."""
         return timedelta(seconds=self.window_seconds)
 
+    def counts(
+        self, client: Client, database: str, start: datetime, end: datetime
+    ) -> dict[datetime, dict[Scope, WindowCounts]]:
+        """``warehouse.drift.window_counts`` for windows starting in [start, end)."""
+        return window_counts(
+            client,
+            database,
+            window_seconds=self.window_seconds,
+            grace_seconds=self.grace_seconds,
+            start=start,
+            end=end,
+        )
+
 
 def window_start(t: datetime, window_seconds: int) -> datetime:
     """Start of the tumbling window holding ``t`` (windows aligned to the Unix epoch, UTC).
@@ -129,17 +142,9 @@ def evaluate_windows(
         closed_windows(now, config)
     )
     bounds = {s: baseline_bounds(s, config) for s in starts}
-    first = min([s for s in starts] + [b[0] for b in bounds.values()])
-    last = max(s + config.window for s in starts)
-    last = max([last] + [b[1] for b in bounds.values()])
-    counts = window_counts(
-        client,
-        database,
-        window_seconds=config.window_seconds,
-        grace_seconds=config.grace_seconds,
-        start=first,
-        end=last,
-    )
+    first = min([*starts, *(b[0] for b in bounds.values())])
+    last = max([*(s + config.window for s in starts), *(b[1] for b in bounds.values())])
+    counts = config.counts(client, database, first, last)
     out = []
     for s in starts:
         b0, b1, n = bounds[s]
@@ -265,14 +270,7 @@ def bundle_baselines(
     products. Raises ClickHouse errors.
     """
     b0, b1, _ = baseline_bounds(window_start(now, config.window_seconds), config)
-    counts = window_counts(
-        client,
-        database,
-        window_seconds=config.window_seconds,
-        grace_seconds=config.grace_seconds,
-        start=b0,
-        end=b1,
-    )
+    counts = config.counts(client, database, b0, b1)
     out: dict[str, WindowCounts] = {}
     for per_scope in counts.values():
         for scope, c in per_scope.items():

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
@@ -23,23 +23,16 @@ ALERT_SCHEMA_VERSION: Literal["1"] = "1"
 ALL = "all"
 """The scope value that stands for every model, product or policy bundle."""
 
-AlertKind = Literal[
+DriftKind = Literal[
     "category_mix_drift",
     "false_positive_rate_shift",
     "policy_gap_rate_shift",
     "review_rate_shift",
     "volume_anomaly",
     "new_category",
-    "policy_gap",
 ]
-DRIFT_KINDS: tuple[AlertKind, ...] = (
-    "category_mix_drift",
-    "false_positive_rate_shift",
-    "policy_gap_rate_shift",
-    "review_rate_shift",
-    "volume_anomaly",
-    "new_category",
-)
+AlertKind = Literal[DriftKind, "policy_gap"]
+DRIFT_KINDS: tuple[DriftKind, ...] = get_args(DriftKind)
 Severity = Literal["warning", "critical"]
 
 

@@ -76,3 +76,19 @@ def warehouse(warehouse_db: tuple[Client, str]) -> Warehouse:
 
     client, database = warehouse_db
     return Warehouse(client, database, retries=3, retry_wait=0.0)
+
+
+@pytest.fixture
+def cli_env(chdb_dsn: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Environment for in-process CLI runs: no inherited REFUSAL_AUDIT_* settings, the
+    repository as working directory, and a fresh database in the session's chDB store."""
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("REFUSAL_AUDIT_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(REPO_ROOT)
+    return {
+        "REFUSAL_AUDIT_WAREHOUSE_DSN": chdb_dsn,
+        "REFUSAL_AUDIT_WAREHOUSE_DATABASE": f"cli_{uuid.uuid4().hex[:12]}",
+    }

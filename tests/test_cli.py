@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 
 import pytest
@@ -16,17 +15,8 @@ runner = CliRunner()
 
 
 @pytest.fixture
-def env(chdb_dsn: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    import os
-
-    for key in list(os.environ):
-        if key.startswith("REFUSAL_AUDIT_"):
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(REPO)
-    return {
-        "REFUSAL_AUDIT_WAREHOUSE_DSN": chdb_dsn,
-        "REFUSAL_AUDIT_WAREHOUSE_DATABASE": f"cli_{uuid.uuid4().hex[:12]}",
-    }
+def env(cli_env: dict[str, str]) -> dict[str, str]:
+    return cli_env
 
 
 def test_audit_then_query(env: dict[str, str], tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ shift audited by the local engine, one hourly window per model."""
 from __future__ import annotations
 
 import json
-import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,16 +18,9 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def env(chdb_dsn: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    import os
-
-    for key in list(os.environ):
-        if key.startswith("REFUSAL_AUDIT_"):
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(REPO)
+def env(cli_env: dict[str, str]) -> dict[str, str]:
     return {
-        "REFUSAL_AUDIT_WAREHOUSE_DSN": chdb_dsn,
-        "REFUSAL_AUDIT_WAREHOUSE_DATABASE": f"cli_{uuid.uuid4().hex[:12]}",
+        **cli_env,
         "REFUSAL_AUDIT_ALERTS_GRACE_SECONDS": str(7 * 24 * 3600),  # a replay arrives late
         "REFUSAL_AUDIT_ALERTS_BASELINE_WINDOWS": "1",
         "REFUSAL_AUDIT_ALERTS_MIN_EVENTS": "150",

@@ -1,0 +1,53 @@
+"""What every ``refusal-audit`` command shares: consoles, exit codes, settings, the store.
+
+Exit codes: 0 success; 1 some records or batches failed (they are in the dead-letter table);
+2 usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from refusal_audit.config import ConfigError, Settings, load_settings
+from warehouse.client import WarehouseError
+from warehouse.store import Warehouse
+
+# Outside a terminal (CI logs, pipes) rich would wrap at 80 columns and cut table cells.
+console = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, soft_wrap=True)
+
+EXIT_FAILURES = 1
+EXIT_USAGE = 2
+
+
+class State:
+    """Per-invocation state: the config file named with ``--config``."""
+
+    config_file: Path | None = None
+
+
+def settings(**overrides: object) -> Settings:
+    """Load the settings, exiting with code 2 and a clear message when they are invalid."""
+    try:
+        return load_settings(State.config_file, **overrides)
+    except ConfigError as exc:
+        err.print(f"[red]configuration error:[/red] {exc}")
+        raise typer.Exit(EXIT_USAGE) from exc
+
+
+def open_store(cfg: Settings) -> Warehouse:
+    """Open the configured warehouse; exit 2 with the reason when it cannot be opened."""
+    try:
+        return Warehouse.open(cfg)
+    except WarehouseError as exc:
+        raise fail_usage(f"cannot open the warehouse: {exc}") from exc
+
+
+def fail_usage(message: str) -> typer.Exit:
+    """Print a usage error; return the Exit(2) to raise."""
+    err.print(f"[red]error:[/red] {message}")
+    return typer.Exit(EXIT_USAGE)
