@@ -264,11 +264,14 @@ def read_topic(
             "enable.partition.eof": False,
         }
     )
-    consumer.subscribe([topic])
+    assigned: list[bool] = []
+    consumer.subscribe([topic], on_assign=lambda c, parts: assigned.append(True))
     try:
         last = start = time.monotonic()
         while time.monotonic() - last < idle and time.monotonic() - start < limit:
             msg = consumer.poll(0.5)
+            if not assigned:  # the idle clock starts once the group gave us the partitions
+                last = time.monotonic()
             if msg is None:
                 continue
             error = msg.error()
