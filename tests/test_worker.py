@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 import pytest
+from confluent_kafka import Producer
 from streaming import Deployment, read_topic, stop, wait_for_web
 
 from processors.adapters import DecodeFailure, DecodeOptions, decode_record
@@ -130,6 +131,11 @@ def test_bad_input_goes_to_the_dead_letter_topic(dep: Deployment, tmp_path: Path
         + b"\n"
     )
     dep.cli("produce", "--raw", str(MALFORMED), str(bad_bundle), "-f", "jsonl")
+    # one keyed record with headers and one tombstone, straight from a producer
+    producer = Producer({"bootstrap.servers": dep.bootstrap})
+    producer.produce(dep.input_topic, b"<not json>", b"k-1", headers=[("trace", b"abc")])
+    producer.produce(dep.input_topic, None, b"k-2")
+    assert producer.flush(30) == 0
     worker = dep.start_worker()
     try:
         dep.wait_drained(worker)
@@ -146,7 +152,13 @@ def test_bad_input_goes_to_the_dead_letter_topic(dep: Deployment, tmp_path: Path
     # Expected outcome per record, from the same decoder the worker uses.
     records = list(read_records(MALFORMED, "jsonl", 262_144))
     decoded = [decode_record(r, "jsonl", DecodeOptions()) for r in records]
-    bad = sum(isinstance(d, DecodeFailure) for d in decoded) + 1  # + the unknown bundle
+    bad = sum(isinstance(d, DecodeFailure) for d in decoded) + 3  # + bundle, keyed, tombstone
+    by_key = {m.key(): m for m in letters if m.key() in (b"k-1", b"k-2")}
+    keyed = dict(by_key[b"k-1"].headers() or [])
+    assert by_key[b"k-1"].value() == b"<not json>"
+    assert keyed["x-original-header-trace"] == b"abc"
+    assert by_key[b"k-2"].value() is None  # a tombstone stays a tombstone
+    assert dict(by_key[b"k-2"].headers() or [])["x-tombstone"] == b"true"
     good = {d.log_id for d in decoded if not isinstance(d, DecodeFailure)}
     assert sum(n for r, n in reasons.items() if r != "duplicate_log_id") == bad
     assert dep.sql("SELECT count() AS n FROM dead_letters FINAL")[0]["n"] == len(letters)
