@@ -8,7 +8,7 @@ new alerts exactly like the worker's leader does.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import orjson
 import typer
@@ -180,7 +180,19 @@ def alerts_evaluate(
             console,
         )
     else:
-        console.print("no refusals in the evaluated windows or their baselines")
+        console.print(
+            "no refusals counted in the evaluated windows or their baselines (events that "
+            "reached the warehouse after a window's end + alerts_grace_seconds count in the "
+            "window they arrived in)"
+        )
+    grace = timedelta(seconds=cfg.alerts_grace_seconds)
+    for e in evaluations:
+        if e.window.end + grace > now:
+            err.print(
+                f"[yellow]note:[/yellow] window {e.window.start:%Y-%m-%d %H:%M} is still open "
+                f"(closes at {e.window.end + grace:%Y-%m-%d %H:%M:%S} UTC): events may still "
+                "join it"
+            )
     alerting = sum(1 for r in rows if r["status"] == "alert")
     msg = f"{len(evaluations)} window(s), {len(rows)} finding(s), {alerting} alerting"
     if publish or store_only:
