@@ -114,7 +114,7 @@ class Settings(BaseSettings):
 
     # worker
     worker_take_max: int = Field(
-        default=200, ge=1, description="Max events the worker takes from the stream per window."
+        default=1000, ge=1, description="Max events the worker takes from the stream per window."
     )
     worker_take_within_seconds: float = Field(
         default=2.0,

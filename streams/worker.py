@@ -176,6 +176,11 @@ def build_context(cfg: Settings, wrap_sink: Callable[[Sink], Sink] | None = None
         lambda table, seconds: metrics.warehouse_write_seconds.labels(table).observe(seconds),
     )
     pipeline = build_pipeline(cfg, sink)
+    # One flush (one insert per table) per window: a window of W records holds at most 2W
+    # pending rows (an event row or a dead letter per record, an assessment per refusal),
+    # and its size already bounds the memory. Each chDB insert costs ~5-20 ms whatever its
+    # size, so flushing mid-window would only add inserts.
+    pipeline.flush_every = max(pipeline.flush_every, 2 * cfg.worker_take_max + 1)
     decode = DecodeOptions(max_record_bytes=cfg.max_record_bytes, max_text_chars=cfg.max_text_chars)
     detectors = DetectorRunner(cfg, store, topics, metrics, pipeline)
     detectors.reconcile()
