@@ -406,14 +406,18 @@ def evaluate(
     baseline: Mapping[Scope, WindowCounts],
     baseline_windows: int,
     settings: DetectorSettings,
+    active_windows: Mapping[Scope, int] | None = None,
 ) -> Evaluation:
     """Run every detector on every scope of one window and adjust p-values together.
 
     ``current`` and ``baseline`` map finest scopes (bundle, model, product) to their counts
     in the evaluated window and in the pooled baseline (``baseline_windows`` windows long);
-    roll-up scopes are added by ``rollup_scopes``. Returns every finding; alerting ones have
-    status ``alert`` and their BH-adjusted ``q_value`` set. Raises ``ValueError`` for
-    ``baseline_windows`` < 0.
+    ``active_windows`` optionally gives, per finest scope, how many of those windows it
+    existed in (from its first window with refusals): the volume test's per-window rate
+    divides by that, so a scope younger than the baseline is not compared with empty
+    windows from before it existed. Roll-up scopes are added by ``rollup_scopes``. Returns
+    every finding; alerting ones have status ``alert`` and their BH-adjusted ``q_value``
+    set. Raises ``ValueError`` for ``baseline_windows`` < 0.
     """
     if baseline_windows < 0:
         raise ValueError(f"baseline_windows={baseline_windows} must be >= 0")
@@ -423,7 +427,11 @@ def evaluate(
         base = pooled(baseline[m] for m in members if m in baseline)
         found = [category_mix(scope, cur, base, settings)]
         found += [rate_shift(kind, scope, cur, base, settings) for kind in RATE_DETECTORS]
-        found.append(volume(scope, cur, base, baseline_windows, settings))
+        windows = baseline_windows
+        if active_windows is not None:
+            known = [active_windows[m] for m in members if m in active_windows]
+            windows = min(baseline_windows, max(known)) if known else baseline_windows
+        found.append(volume(scope, cur, base, windows, settings))
         found += new_categories(scope, cur, base, settings)
         findings.extend(replace(f, late=cur.late) for f in found)
     return Evaluation(adjust(findings, settings))

@@ -75,6 +75,8 @@ MAX_GAP_DESCRIPTIONS = 20
 """Distinct flag descriptions a gap is compared by: the first ones seen, the opener first."""
 
 GAP_KIND = "policy_gap"
+MAX_ALERT_DESCRIPTION = 2000
+"""Characters of a gap's description kept in its alert (the sightings keep all of it)."""
 
 # A fixed background corpus of policy-gap descriptions on unrelated topics. It is part of
 # every IDF fit, so that words every gap description shares ("refused", "policy", "clause")
@@ -403,9 +405,14 @@ def gap_alert(
             f" (+{growth} since the alert of cooldown period {previous.period}, which "
             f"counted {prev_counts['log_ids']})"
         )
+    # an alert must fit a Kafka record: the description is cut (the full text stays in the
+    # sightings table)
+    description = evidence.description
+    if len(description) > MAX_ALERT_DESCRIPTION:
+        description = description[:MAX_ALERT_DESCRIPTION] + " [...]"
     summary = (
         f"{lead} in policy bundle '{evidence.policy_bundle}' (gap {evidence.gap_id}): "
-        f'"{evidence.description}". {evidence.log_ids} distinct refusal log id(s){change} '
+        f'"{description}". {evidence.log_ids} distinct refusal log id(s){change} '
         f"flagged by {evidence.batches} audited batch(es); first seen "
         f"{_iso(evidence.first_seen)}, last seen {_iso(evidence.last_seen)} (cooldown period "
         f"{k} of {cooldown}). No policy clause covers these refusals: clarify the policy. "
@@ -431,7 +438,7 @@ def gap_alert(
         baseline_counts=prev_counts,
         example_log_ids=list(evidence.example_log_ids)[:MAX_EXAMPLES],
         gap_id=evidence.gap_id,
-        gap_description=evidence.description,
+        gap_description=description,
         summary=summary,
         evidence_query=evidence_query,
         created_at=now,

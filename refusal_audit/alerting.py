@@ -12,7 +12,7 @@ the table once. ``run_detectors`` is one detector pass (drift windows + policy g
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -63,12 +63,17 @@ class AlertPublisher:
     """Sends new alerts to their topic and stores them; see the module docstring.
 
     ``writer``/``topics`` None means no broker (batch mode): alerts are only stored.
+    ``read_topics`` reads back every alert on the alert topics (``streams.alert_log``): after
+    a publish failed part-way (some alerts on the topic, none stored), the alerts found on
+    the topics are stored before anything else is sent, so none is sent twice.
     """
 
     warehouse: Warehouse
     writer: TopicWriter | None = None
     topics: Topics | None = None
+    read_topics: Callable[[], list[Alert]] | None = None
     published: int = field(default=0, init=False)
+    _dirty: bool = field(default=False, init=False)
 
     def known_ids(self, ids: Iterable[str]) -> set[str]:
         """Which of ``ids`` are already in the alerts table. Raises ClickHouse errors."""
@@ -94,10 +99,13 @@ class AlertPublisher:
     def publish(self, alerts: Sequence[Alert]) -> list[Alert]:
         """Send and store the alerts not yet emitted; return them (in input order).
 
-        Raises ``streams.producer.DeliveryError`` when the broker does not acknowledge them
-        (nothing is stored then, so they are retried at the next run) and ``WarehouseError``
-        when they cannot be stored (they will be reconciled from the topic at start-up).
+        Raises ``streams.producer.DeliveryError`` (or ``KafkaException``) when the broker
+        does not take or acknowledge them and ``WarehouseError`` when they cannot be stored;
+        either way the alerts that did reach a topic are stored from the topics right away,
+        or before the next publish (``recover``), and the rest are retried then.
         """
+        if self._dirty:
+            self.recover()
         unique: dict[str, Alert] = {}
         for alert in alerts:
             unique.setdefault(alert.alert_id, alert)
@@ -105,12 +113,16 @@ class AlertPublisher:
         new = [a for a in unique.values() if a.alert_id not in known]
         if not new:
             return []
-        if self.writer is not None:
-            for alert in new:
-                key, value, headers = alert_message(alert)
-                self.writer.send(self.topic_for(alert), value, key, headers)
-            self.writer.confirm()
-        self.warehouse.insert_alerts([alert_row(a) for a in new])
+        try:
+            if self.writer is not None:
+                for alert in new:
+                    key, value, headers = alert_message(alert)
+                    self.writer.send(self.topic_for(alert), value, key, headers)
+                self.writer.confirm()
+            self.warehouse.insert_alerts([alert_row(a) for a in new])
+        except Exception:
+            self._failed()
+            raise
         self.published += len(new)
         for alert in new:
             log.info(
@@ -123,6 +135,29 @@ class AlertPublisher:
                 },
             )
         return new
+
+    def _failed(self) -> None:
+        """After a failed publish: settle what was queued, then store what reached a topic."""
+        self._dirty = True
+        if self.writer is not None:
+            try:
+                self.writer.confirm(timeout=30.0)
+            except Exception as exc:  # the outcome is read back from the topics below
+                log.warning("alerts not all acknowledged: %s", exc)
+        try:
+            self.recover()
+        except Exception as exc:  # retried before the next publish
+            log.warning("could not reconcile alerts from the topics yet: %s", exc)
+
+    def recover(self) -> int:
+        """Store the alerts found on the topics but not in the table; return how many.
+
+        A no-op without ``read_topics``. Raises what reading the topics or storing raises
+        (then the publisher stays in need of recovery).
+        """
+        stored = self.reconcile(self.read_topics()) if self.read_topics is not None else 0
+        self._dirty = False
+        return stored
 
     def reconcile(self, on_topics: Iterable[Alert]) -> int:
         """Store alerts found on the topics but missing from the table; return how many."""

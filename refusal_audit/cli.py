@@ -274,11 +274,20 @@ def gaps(
     """List the open policy gaps (grouped policy-gap flags) with counts and example log ids."""
     from datetime import UTC
 
-    from refusal_audit.gaps import list_open_gaps
+    from refusal_audit.gaps import list_open_gaps, track_gaps
 
     cfg = settings()
     store = open_store(cfg)
     try:
+        # group the flags audited since the last run first (idempotent; alerts are left to
+        # the worker or `alerts evaluate --store/--publish`)
+        track_gaps(
+            store,
+            now=datetime.now(UTC),
+            similarity=cfg.gaps_similarity,
+            cooldown=cfg.gaps_cooldown_seconds,
+            margin=cfg.gaps_reread_margin_seconds,
+        )
         found = list_open_gaps(
             store, bundle, since.replace(tzinfo=UTC) if since is not None else None, limit
         )

@@ -19,6 +19,9 @@ from schemas.alerts import DRIFT_KINDS
 from warehouse.client import WarehouseError
 
 KINDS = (*DRIFT_KINDS, "policy_gap")
+# the warehouse's event-time range (DateTime64 and toStartOfInterval work from 1970)
+EARLIEST = datetime(1970, 2, 1, tzinfo=UTC)
+LATEST = datetime(2299, 1, 1, tzinfo=UTC)
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -111,19 +114,29 @@ def alerts_evaluate(
     cfg = settings()
     now = _utc(at) or datetime.now(UTC)
     windows = [w for w in (_utc(x) for x in window) if w is not None] or None
+    if any(not (EARLIEST <= w <= LATEST) for w in [now, *(windows or [])]):
+        raise fail_usage(f"--at and --window must lie between {EARLIEST:%Y} and {LATEST:%Y}")
     store = open_store(cfg)
     try:
         if publish or store_only:
+            from confluent_kafka import KafkaException
+
             from streams.producer import DeliveryError, TopicWriter, make_producer
             from streams.topics import Topics
 
             publisher = AlertPublisher(store)
             if publish:
+                from streams.alert_log import read_alerts
+
+                topics = Topics.from_prefix(cfg.kafka_topic_prefix)
                 publisher.writer = TopicWriter(make_producer(cfg.kafka_bootstrap_servers))
-                publisher.topics = Topics.from_prefix(cfg.kafka_topic_prefix)
+                publisher.topics = topics
+                publisher.read_topics = lambda: read_alerts(
+                    cfg.kafka_bootstrap_servers, topics.alert_topics()
+                )
             try:
                 run = run_detectors(cfg, publisher, now=now, windows=windows)
-            except DeliveryError as exc:
+            except (DeliveryError, KafkaException) as exc:
                 err.print(f"[red]error:[/red] alerts not acknowledged by the broker: {exc}")
                 raise typer.Exit(EXIT_USAGE) from exc
             evaluations, published = run.evaluations, run.published

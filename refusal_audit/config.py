@@ -216,15 +216,19 @@ class Settings(BaseSettings):
 
     # drift detectors and policy-gap alerts
     alerts_window_seconds: int = Field(
-        default=3600, ge=60, description="Tumbling event-time window of the drift detectors."
+        default=3600,
+        ge=60,
+        le=31 * 86400,
+        description="Tumbling event-time window of the drift detectors (60 s to 31 days).",
     )
     alerts_grace_seconds: int = Field(
         default=300,
         ge=0,
+        le=366 * 86400,
         description="Late events arriving within this after a window ends still count in it.",
     )
     alerts_baseline_windows: int = Field(
-        default=24, ge=1, description="Trailing windows pooled as the baseline."
+        default=24, ge=1, le=10_000, description="Trailing windows pooled as the baseline."
     )
     alerts_baseline_start: datetime | None = Field(
         default=None, description="Pinned reference period start (UTC); needs the end too."
@@ -251,7 +255,7 @@ class Settings(BaseSettings):
         default=20, ge=1, description="Refusals a category absent from the baseline needs."
     )
     alerts_lookback_windows: int = Field(
-        default=3, ge=1, description="Closed windows re-evaluated at each detector run."
+        default=3, ge=1, le=1000, description="Closed windows re-evaluated at each detector run."
     )
     alerts_interval_seconds: float = Field(
         default=60.0, gt=0, description="How often the worker runs the detectors."

@@ -150,11 +150,23 @@ def evaluate_windows(
         b0, b1, n = bounds[s]
         current = counts.get(s, {})
         baseline: dict[Scope, WindowCounts] = {}
-        for ws, per_scope in counts.items():
+        first_seen: dict[Scope, datetime] = {}
+        for ws, per_scope in sorted(counts.items()):
             if b0 <= ws < b1:
                 for scope, c in per_scope.items():
                     baseline[scope] = pooled([baseline[scope], c]) if scope in baseline else c
-        evaluation = run_detectors(current, baseline, n, config.detectors)
+                    first_seen.setdefault(scope, ws)
+        # a trailing baseline counts only the windows since the scope's first refusal; a
+        # pinned reference period is taken as it is
+        active = (
+            None
+            if config.pinned_baseline is not None
+            else {
+                sc: -(-int((b1 - t).total_seconds()) // config.window_seconds)
+                for sc, t in first_seen.items()
+            }
+        )
+        evaluation = run_detectors(current, baseline, n, config.detectors, active)
         window = TimeWindow(start=s, end=s + config.window)
         base = TimeWindow(start=b0, end=b1)
         alerts = [to_alert(f, window, base, database, config, now) for f in evaluation.alerts]

@@ -20,8 +20,8 @@ log = logging.getLogger("refusal_audit.alerts")
 def read_alerts(bootstrap_servers: str, topics: list[str], timeout: float = 10.0) -> list[Alert]:
     """All valid alerts on ``topics`` (oldest first per partition).
 
-    Raises ``confluent_kafka.KafkaException`` when the broker cannot be reached or a topic
-    does not exist.
+    A topic that does not exist holds no alerts (logged). Raises
+    ``confluent_kafka.KafkaException`` when the broker cannot be reached.
     """
     consumer = Consumer(
         {
@@ -38,8 +38,9 @@ def read_alerts(bootstrap_servers: str, topics: list[str], timeout: float = 10.0
         ends: dict[tuple[str, int], int] = {}
         for topic in topics:
             info = metadata.topics.get(topic)
-            if info is None or info.error is not None:
-                raise KeyError(f"alert topic {topic!r} does not exist")
+            if info is None or info.error is not None:  # no topic: no alert on it
+                log.warning("alert topic missing while reading alerts", extra={"topic": topic})
+                continue
             for partition in info.partitions:
                 low, high = consumer.get_watermark_offsets(
                     TopicPartition(topic, partition), timeout=timeout

@@ -24,6 +24,7 @@ from refusal_audit.alerting import AlertPublisher, DetectorRun, run_detectors
 from refusal_audit.config import Settings
 from refusal_audit.drift import DriftConfig, bundle_baselines
 from refusal_audit.pipeline import AuditPipeline
+from schemas.alerts import Alert
 from streams.alert_log import read_alerts
 from streams.metrics import WorkerMetrics
 from streams.producer import TopicWriter, make_producer
@@ -53,7 +54,11 @@ class DetectorRunner:
         self.metrics = metrics
         self.pipeline = pipeline
         writer = TopicWriter(make_producer(cfg.kafka_bootstrap_servers))
-        self.publisher = AlertPublisher(warehouse, writer, topics)
+        self.publisher = AlertPublisher(warehouse, writer, topics, self.read_topics)
+
+    def read_topics(self) -> list[Alert]:
+        """Every alert on the alert topics (blocking). Raises ``KafkaException``/``KeyError``."""
+        return read_alerts(self.cfg.kafka_bootstrap_servers, self.topics.alert_topics())
 
     def reconcile(self) -> int:
         """Store alerts that reached the topics but not the table (blocking; at start-up).
@@ -61,8 +66,7 @@ class DetectorRunner:
         Raises ``confluent_kafka.KafkaException``/``KeyError`` (no broker, no alert topic)
         and warehouse errors.
         """
-        found = read_alerts(self.cfg.kafka_bootstrap_servers, self.topics.alert_topics())
-        stored = self.publisher.reconcile(found)
+        stored = self.publisher.recover()
         if stored:
             log.warning(
                 "alerts found on the topics but not in the warehouse were stored",

@@ -8,13 +8,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from streaming import read_topic
 
 from refusal_audit.alerting import AlertPublisher, list_alerts
 from schemas.alerts import Alert, Scope, Statistic, TimeWindow, alert_id
 from streams.alert_log import read_alerts
-from streams.producer import TopicWriter, make_producer
+from streams.producer import DeliveryError, TopicWriter, make_producer
 from streams.topics import Topics, create_topics, topic_specs
 from warehouse.store import Warehouse
 
@@ -95,3 +96,26 @@ def test_each_alert_once_even_after_a_crash_before_the_insert(
     expected = sorted([*(a.alert_id for a in first), later.alert_id])
     assert sorted(a.alert_id for a in stored) == expected
     assert stored[0] == later  # newest window first, and the stored JSON round-trips
+
+
+def test_a_partly_delivered_publish_is_not_sent_twice(
+    warehouse: Warehouse, kafka_bootstrap: str, kafka_admin: AdminClient, unique_topic_prefix: str
+) -> None:
+    """One alert lands on its topic, the other's topic is missing: the publish fails, the
+    delivered one is stored from the topic, and the retry sends only the other one."""
+    topics = Topics.from_prefix(unique_topic_prefix)
+    specs = topic_specs(unique_topic_prefix, 1, 1)
+    create_topics(kafka_admin, [s for s in specs if s.name == topics.policy_gap_alerts])
+    writer = TopicWriter(make_producer(kafka_bootstrap))
+    publisher = AlertPublisher(
+        warehouse, writer, topics, lambda: read_alerts(kafka_bootstrap, topics.alert_topics())
+    )
+    gap, drift = make_alert("policy_gap", "all"), make_alert("volume_anomaly", "m1")
+    with pytest.raises((DeliveryError, KafkaException)):
+        publisher.publish([gap, drift])
+    assert [a.alert_id for a in list_alerts(warehouse)] == [gap.alert_id]  # reconciled
+    create_topics(kafka_admin, [s for s in specs if s.name == topics.drift_alerts])
+    publisher.writer = TopicWriter(make_producer(kafka_bootstrap))  # metadata of the new topic
+    assert [a.alert_id for a in publisher.publish([gap, drift])] == [drift.alert_id]
+    assert len(list(read_topic(kafka_bootstrap, topics.policy_gap_alerts))) == 1
+    assert len(list(read_topic(kafka_bootstrap, topics.drift_alerts))) == 1
