@@ -3,6 +3,7 @@ evidence, and the false-alarm rate of a stationary stream of more than 100,000 e
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -11,10 +12,11 @@ import pytest
 from drift_data import Row, stored_rows, xstest_refusals
 from scipy.stats import binom
 
-from processors.drift import DetectorSettings
+from processors.drift import DetectorSettings, WindowCounts
 from refusal_audit.drift import DriftConfig, closed_windows, evaluate_windows, window_start
 from schemas.alerts import Scope
-from warehouse.drift import window_counts
+from warehouse import connect, load_migrations, migrate
+from warehouse.drift import view_call, window_counts
 from warehouse.store import Warehouse
 
 pytestmark = pytest.mark.integration
@@ -97,6 +99,110 @@ def test_late_events_count_in_their_arrival_window(warehouse: Warehouse) -> None
     arrival = W0 + 3 * HOUR
     assert counts[arrival][scope].refusals == 4 and counts[arrival][scope].late == 4
     assert counts[arrival][scope].false_positives == 4
+
+
+def all_counts(warehouse: Warehouse) -> dict[datetime, dict[Scope, WindowCounts]]:
+    """Window counts over a wide range around W0 (every window the tests below can touch)."""
+    return window_counts(
+        warehouse.client,
+        warehouse.database,
+        window_seconds=3600,
+        grace_seconds=300,
+        start=W0 - 24 * HOUR,
+        end=W0 + 48 * HOUR,
+    )
+
+
+def merge_everything(warehouse: Warehouse) -> None:
+    """Force the merges (ReplacingMergeTree drops the older event versions)."""
+    for table in ("refusal_events", "assessments", "event_arrivals"):
+        warehouse.client.command(f"OPTIMIZE TABLE `{warehouse.database}`.{table} FINAL")
+
+
+def arrival_times(warehouse: Warehouse) -> dict[str, datetime]:
+    view = view_call(warehouse.database, 3600, 300)
+    rows = warehouse.client.query(f"SELECT log_id, ingested_at FROM {view}").result_rows
+    return {str(log_id): at for log_id, at in rows}
+
+
+def test_reprocessing_the_same_events_later_leaves_window_counts_unchanged(
+    warehouse: Warehouse,
+) -> None:
+    on_time = [Row(f"t{i}", "a", i % 2 == 0) for i in range(3)]
+    store(warehouse, on_time, W0 + timedelta(minutes=5))
+    before = all_counts(warehouse)
+    scope = Scope(policy_bundle="default", model="m", product="p")
+    assert set(before) == {W0}
+    assert before[W0][scope].refusals == 3 and before[W0][scope].late == 0
+    first = arrival_times(warehouse)
+    # the same input again: an identical re-run, then a redelivery / re-run of the job long
+    # after the grace period (a newer ingested_at replaces each event row)
+    store(warehouse, on_time, W0 + timedelta(minutes=5))
+    store(warehouse, on_time, W0 + timedelta(minutes=5), arrival_delay=timedelta(hours=3))
+    assert all_counts(warehouse) == before
+    assert arrival_times(warehouse) == first
+    # the newer version did replace the event row ...
+    newest = warehouse.client.query(
+        "SELECT max(ingested_at) FROM {db:Identifier}.refusal_events FINAL",
+        parameters={"db": warehouse.database},
+    ).result_rows[0][0]
+    assert newest == W0 + timedelta(minutes=5) + timedelta(hours=3)
+    # ... and after the merges (older versions gone) the counts still do not move
+    merge_everything(warehouse)
+    assert all_counts(warehouse) == before
+    assert arrival_times(warehouse) == first
+    store(warehouse, on_time, W0 + timedelta(minutes=5), arrival_delay=timedelta(hours=7))
+    merge_everything(warehouse)
+    assert all_counts(warehouse) == before
+
+
+def test_late_event_stays_in_its_first_arrival_window(warehouse: Warehouse) -> None:
+    late = [Row(f"l{i}", "a", True) for i in range(4)]
+    scope = Scope(policy_bundle="default", model="m", product="p")
+    # first arrival 2h40 after its event time: late, counted in the window it arrived in
+    store(warehouse, late, W0 + timedelta(minutes=30), arrival_delay=timedelta(hours=2, minutes=40))
+    arrival = W0 + 3 * HOUR
+    before = all_counts(warehouse)
+    assert set(before) == {arrival}
+    assert before[arrival][scope].refusals == 4 and before[arrival][scope].late == 4
+    # redelivered hours later: it stays in its first arrival window, not the redelivery's
+    store(warehouse, late, W0 + timedelta(minutes=30), arrival_delay=timedelta(hours=6))
+    assert all_counts(warehouse) == before
+    merge_everything(warehouse)
+    after = all_counts(warehouse)
+    assert after == before
+    assert W0 + 6 * HOUR not in after
+    assert set(arrival_times(warehouse).values()) == {W0 + timedelta(hours=3, minutes=10)}
+
+
+def test_upgrade_backfills_first_arrivals_of_existing_events(chdb_dsn: str) -> None:
+    """A database migrated up to 0008 with stored events gets their arrival times from
+    0009's backfill: the counts do not move on upgrade, nor on a redelivery afterwards."""
+    database = f"t_{uuid.uuid4().hex[:16]}"
+    client = connect(chdb_dsn, database)
+    try:
+        up_to_0008 = [m for m in load_migrations() if m.version <= "0008"]
+        migrate(client, database, migrations=up_to_0008)
+        wh = Warehouse(client, database, retries=1, retry_wait=0.0)
+        on_time = [Row(f"t{i}", "a", False) for i in range(3)]
+        late = [Row(f"l{i}", "a", True) for i in range(2)]
+        store(wh, on_time, W0 + timedelta(minutes=5))
+        store(wh, late, W0 + timedelta(minutes=30), arrival_delay=timedelta(hours=2, minutes=40))
+        before = all_counts(wh)
+        assert migrate(client, database) == ["0009_event_arrivals"]
+        assert all_counts(wh) == before
+        # re-running the backfill (an interrupted migration applied again) is harmless
+        [backfill] = [s for s in load_migrations()[-1].statements(database) if "INSERT INTO" in s]
+        client.command(backfill)
+        assert all_counts(wh) == before
+        # a redelivery of everything hours later, then the merges: still the same counts
+        store(wh, on_time, W0 + timedelta(minutes=5), arrival_delay=timedelta(hours=9))
+        store(wh, late, W0 + timedelta(minutes=30), arrival_delay=timedelta(hours=9))
+        merge_everything(wh)
+        assert all_counts(wh) == before
+    finally:
+        client.command(f"DROP DATABASE IF EXISTS `{database}`")
+        client.close()
 
 
 def test_closed_windows_wait_for_the_grace_period() -> None:

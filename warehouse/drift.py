@@ -2,7 +2,7 @@
 
 ``window_counts`` returns the audit counts per (window start, finest scope) from ClickHouse;
 ``evidence_query`` renders the SQL an alert quotes so anyone can reproduce its counts. Both
-use the parameterized view of migration 0008 (window assignment with the grace period for
+use the parameterized view of migrations 0008-0009 (window assignment with the grace period for
 late events), so detectors and analysts count the same rows.
 """
 

@@ -412,6 +412,14 @@ class Warehouse:
         """Store redacted events (an empty sequence is a no-op).
 
         Re-delivering an event (same ``log_id``) replaces it. Raises ``WarehouseError``.
+
+        The same insert records each event's first arrival: the materialized view
+        ``event_arrivals_mv`` (migration 0009) forwards every block ``refusal_events``
+        stores -- one insert, so this call's retry and dedup-token handling covers it -- to
+        ``event_arrivals``, whose ``min`` keeps the earliest ``ingested_at`` per ``log_id``.
+        The drift view decides lateness from that first arrival, so a re-delivery or a
+        re-run (a newer ``ingested_at`` replacing the event row) does not move an event
+        into a later window.
         """
         self._insert("refusal_events", EVENT_COLUMNS, [_event_row(e) for e in events])
 
