@@ -30,6 +30,7 @@ from processors.batching import AuditBatch, Batcher
 from processors.drift import WindowCounts
 from processors.engines.base import AuditEngine, EngineError
 from processors.intake import IntakeSettings, make_dead_letter, prepare
+from processors.trends import trend_lines
 from processors.validation import AuditValidationError, recompute_summary
 from schemas.audit import AuditSummary, BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
@@ -65,7 +66,7 @@ class RunReport:
     as dead letters, the first copy audited); ``rejected`` (records dead-lettered at decode
     or validation); ``failures`` (records dead-lettered at decode
     or validation, and batches whose audit failed); ``failed_events`` = events in failed
-    batches.
+    batches; ``trends`` the run's trend lines (``processors.trends``, per policy bundle).
     """
 
     records: int = 0
@@ -80,6 +81,7 @@ class RunReport:
     failures: list[Failure] = field(default_factory=list)
     assessments: list[StoredAssessment] = field(default_factory=list)
     batch_records: list[BatchRecord] = field(default_factory=list)
+    trends: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> int:
@@ -93,7 +95,7 @@ class RunReport:
     def summary(self) -> AuditSummary:
         """The audit summary over every assessment of the run, recomputed from them."""
         flags = [f for b in self.batch_records for f in b.summary.policy_gap_flags]
-        return recompute_summary(self.assessments, flags, [])
+        return recompute_summary(self.assessments, flags, self.trends)
 
 
 def utc_now() -> datetime:
@@ -171,7 +173,20 @@ class AuditPipeline:
         for batch in self._batcher.flush():
             await self._audit(batch, report)
         await self._flush()
+        report.trends = self._run_trends(report.assessments)
         return report
+
+    def _run_trends(self, assessments: Sequence[StoredAssessment]) -> list[str]:
+        """Trend lines of the whole run against each bundle's baseline (bundle-prefixed when
+        the run spans several bundles)."""
+        by_bundle: dict[str, list[StoredAssessment]] = {}
+        for a in assessments:
+            by_bundle.setdefault(a.policy_bundle, []).append(a)
+        lines: list[str] = []
+        for bundle, items in sorted(by_bundle.items()):
+            prefix = f"{bundle}: " if len(by_bundle) > 1 else ""
+            lines += [prefix + t for t in trend_lines(items, self.baselines.get(bundle))]
+        return lines
 
     def _take(
         self,

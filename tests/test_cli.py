@@ -27,6 +27,9 @@ def test_audit_then_query(env: dict[str, str], tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     assert doc["counts"]["failed_batches"] == 0
     assert doc["audit_summary"]["total_refusals"] == len(doc["individual_assessments"])
+    n = len(doc["individual_assessments"])
+    trends = doc["audit_summary"]["trends_identified"]
+    assert trends[0].startswith("over-refusal rate ") and f"(n={n})" in trends[0]
     q = runner.invoke(app, ["query", "false_positive_rate", "-o", "json"], env=env)
     assert q.exit_code == 0, q.output
     rows = [json.loads(line) for line in q.output.splitlines() if line.strip()]
