@@ -72,7 +72,6 @@ class AlertPublisher:
     writer: TopicWriter | None = None
     topics: Topics | None = None
     read_topics: Callable[[], list[Alert]] | None = None
-    published: int = field(default=0, init=False)
     _dirty: bool = field(default=False, init=False)
 
     def known_ids(self, ids: Iterable[str]) -> set[str]:
@@ -123,7 +122,6 @@ class AlertPublisher:
         except Exception:
             self._failed()
             raise
-        self.published += len(new)
         for alert in new:
             log.info(
                 "alert",

@@ -14,9 +14,8 @@ followed by the original record's headers, each renamed ``x-original-header-<nam
 its value unchanged (not redacted), in their original order (duplicates kept). When the
 worker passes the original records (``StreamSink.use_originals``): the key is the original
 key (none stays none), and a tombstone (null value) stays null with ``x-tombstone: true``.
-Without them the key is the log id, if known. For a decode failure whose log id the
-pipeline did not pass on, ``x-log-id`` is read from the record itself (the log id the
-decoder reads: a non-blank ``log_id`` string of a JSON object). Original headers beyond
+Without them the key is the log id, if known (intake keeps the log id a decode failure
+could read, so a record with a readable log id gets ``x-log-id``). Original headers beyond
 64 KiB in all are dropped (``x-original-headers-dropped`` says how many); a key over 64 KiB
 is cut (``x-original-key-truncated`` gives its length).
 """
@@ -30,7 +29,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from processors.adapters import DecodeOptions, SourceRecord, decode_record
 from refusal_audit.pipeline import Sink
 from schemas.audit import BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
@@ -97,22 +95,6 @@ def window_originals(events: Sequence[Any]) -> dict[tuple[str, str], OriginalRec
     return originals
 
 
-def known_log_id(letter: DeadLetter) -> str | None:
-    """The dead letter's log id, or for a decode failure the log id its record names.
-
-    The pipeline does not pass the decoder's log id on to decode-stage dead letters; it is
-    read again here with the same decoder (JSON Lines, limits lifted so only the content
-    matters). None when the record has none the decoder could read.
-    """
-    if letter.log_id or letter.stage != "decode" or not letter.raw:
-        return letter.log_id
-    options = DecodeOptions(max_record_bytes=len(letter.raw), max_text_chars=len(letter.raw))
-    decoded = decode_record(
-        SourceRecord(letter.source, letter.location, letter.raw), "jsonl", options
-    )
-    return decoded.log_id  # a DecodeFailure's, or the event's when it now decodes
-
-
 def dead_letter_headers(letter: DeadLetter) -> Headers:
     """Kafka headers of a dead letter: reason, stage, ids and the source topic/partition/offset."""
     headers: Headers = [
@@ -130,9 +112,8 @@ def dead_letter_headers(letter: DeadLetter) -> Headers:
             ("x-source-partition", match.group(1)),
             ("x-source-offset", match.group(2)),
         ]
-    log_id = known_log_id(letter)
-    if log_id:
-        headers.append(("x-log-id", log_id))
+    if letter.log_id:
+        headers.append(("x-log-id", letter.log_id))
     return headers
 
 

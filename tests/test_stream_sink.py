@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from processors.adapters import DecodeOptions, SourceRecord
+from processors.intake import IntakeSettings, prepare
 from schemas.deadletter import DeadLetter
 from streams.sink import (
     MAX_ORIGINAL_HEADERS_BYTES,
@@ -114,15 +116,25 @@ def test_a_tombstone_stays_null_with_a_header() -> None:
 
 
 def test_decode_failures_get_the_log_id_the_decoder_reads() -> None:
+    """Through intake, as the worker produces them: a decode failure whose record names a
+    log id carries it in ``x-log-id`` and as the key; one that names none has neither."""
+    intake = IntakeSettings(
+        decode=DecodeOptions(), known_bundles=frozenset({"default"}), redactor=None
+    )
+    now = datetime(2026, 11, 29, tzinfo=UTC)
+
+    def dead(raw: bytes) -> DeadLetter:
+        out = prepare(SourceRecord("t", "partition 0 offset 1", raw), "jsonl", intake, now)
+        assert isinstance(out, DeadLetter)
+        return out
+
     bad_time = b'{"log_id": " bt-1 ", "event_time": "yesterday", "request": "q", "response": "r"}'
-    headers = dict(dead_letter_headers(letter(bad_time, log_id=None)))
+    headers = dict(dead_letter_headers(dead(bad_time)))
     assert headers["x-log-id"] == "bt-1"
-    _, key, _ = dead_letter_message(letter(bad_time, log_id=None))
+    _, key, _ = dead_letter_message(dead(bad_time))
     assert key == b"bt-1"
     for raw in (b"not json", b'{"log_id": "  "}', b'{"log_id": 7}', b"[1]", b""):
-        assert "x-log-id" not in dict(dead_letter_headers(letter(raw, log_id=None))), raw
-    # other stages are taken as they are
-    assert "x-log-id" not in dict(dead_letter_headers(letter(bad_time, None, "audit")))
+        assert "x-log-id" not in dict(dead_letter_headers(dead(raw))), raw
 
 
 def test_large_original_headers_and_key_are_bounded_and_the_message_fits() -> None:
