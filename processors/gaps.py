@@ -6,7 +6,9 @@ grouped into *gaps*: within one policy bundle, a flag joins the existing gap who
 descriptions are most similar to its own (cosine similarity of TF-IDF vectors of character
 n-grams, see ``GapMatcher``) when that similarity reaches a threshold, else it opens a new
 gap. A gap's id is derived from its bundle and the description of the flag that opened it
-(``gap_id``), so it is stable across restarts.
+(``gap_id``), so it is stable across restarts. A gap is described by that opening description
+(``processors.gap_text.describe_gap``); its counts are its distinct log ids, never a
+number in the text.
 
 ``gap_alert`` decides, from a gap's evidence (``GapEvidence``) and what was already alerted,
 whether the gap needs an alert now and builds it (``schemas.alerts.Alert``): the first
@@ -315,6 +317,8 @@ class GapMatcher:
 class GapEvidence:
     """A gap's evidence as stored (distinct counts over its sightings).
 
+    ``description``: the text that describes the gap (``processors.gap_text.describe_gap`` of its
+    opening flag's).
     ``first_seen``/``last_seen``: the earliest/latest sighting (the audit time of the batch
     that flagged it, aware UTC). ``period``: ``floor((last_seen - first_seen) / cooldown)``,
     the period the gap is in now. ``log_ids``/``batches``: distinct log ids and batches of all

@@ -117,13 +117,22 @@ def recompute_summary(
 ) -> AuditSummary:
     """The summary implied by ``assessments``: totals, category counts and false positives.
 
-    Gap flags and trend lines are carried over (they are not counts).
+    Trend lines are carried over (they are not counts). Gap flags are carried over too, except
+    that flags with the same description (e.g. one gap flagged by several batches of a run)
+    become one flag, at the first one's place, with their example log ids merged (each once,
+    in order), so a description is listed once and its flag holds all its refusals.
     """
+    merged: dict[str, list[str]] = {}
+    for flag in policy_gap_flags:
+        merged.setdefault(flag.description, []).extend(flag.example_log_ids)
     return AuditSummary(
         total_refusals=len(assessments),
         categorization=dict(sorted(Counter(a.category for a in assessments).items())),
         estimated_false_positives=sum(a.is_estimated_false_positive for a in assessments),
-        policy_gap_flags=list(policy_gap_flags),
+        policy_gap_flags=[
+            PolicyGapFlag(description=d, example_log_ids=list(dict.fromkeys(ids)))
+            for d, ids in merged.items()
+        ],
         trends_identified=list(trends),
     )
 

@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
+from processors.gap_text import describe_gap
 from processors.gaps import (
     DEFAULT_COOLDOWN,
     DEFAULT_SIMILARITY,
@@ -78,10 +79,11 @@ _CHUNK = 1000  # ids per IN (...) parameter, to keep requests to a server small
 class GapSummary:
     """One gap as ``list_open_gaps`` reports it.
 
-    ``description``: the description of the flag that opened it; ``first_seen``/``last_seen``:
-    audit times (aware UTC) of its first and latest sighting; ``log_ids``/``batches``: distinct
-    refusal log ids and audited batches that reported it; ``example_log_ids``: up to 20, in
-    order of first sighting.
+    ``description``: the description of the flag that opened it, as ``describe_gap`` gives it
+    (without the one batch's count that older ``local`` engine descriptions began with);
+    ``first_seen``/``last_seen``: audit times (aware UTC) of its first and latest sighting;
+    ``log_ids``/``batches``: distinct refusal log ids and audited batches that reported it
+    (the gap's counts); ``example_log_ids``: up to 20, in order of first sighting.
     """
 
     policy_bundle: str
@@ -352,7 +354,7 @@ ORDER BY policy_bundle, gap_id
         evidence = GapEvidence(
             policy_bundle=str(bundle),
             gap_id=str(gap),
-            description=str(description),
+            description=describe_gap(str(description)),
             first_seen=to_utc(first),
             last_seen=to_utc(last),
             period=int(period),
@@ -504,7 +506,7 @@ def list_open_gaps(
         GapSummary(
             policy_bundle=str(b),
             gap_id=str(g),
-            description=str(d),
+            description=describe_gap(str(d)),
             first_seen=to_utc(first),
             last_seen=to_utc(last),
             log_ids=int(n),

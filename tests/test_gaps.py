@@ -8,19 +8,28 @@ the caller stores them (``alerts`` table, payload = the alert's JSON).
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
+import re
+from collections import Counter
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
+from processors.gap_text import describe_gap, describe_gap_sql
 from processors.gaps import DEFAULT_SIMILARITY, GapMatcher, gap_alert_id, gap_id, similarity
 from refusal_audit.cli import app
 from refusal_audit.gaps import list_open_gaps, track_gaps
-from schemas import AuditSummary, BatchRecord, EngineUsage, PolicyGapFlag
+from refusal_audit.pipeline import RunReport
+from refusal_audit.reporting import print_report
+from schemas import AuditSummary, BatchRecord, EngineUsage, PolicyGapFlag, StoredAssessment
 from schemas.alerts import Alert
-from warehouse import Warehouse
+from warehouse import Warehouse, connect
 
 pytestmark = pytest.mark.integration
 
@@ -427,3 +436,134 @@ def test_cli_lists_open_gaps(
     none = runner.invoke(app, ["gaps", "--since", "2026-03-03"], env=env)
     assert none.exit_code == 0 and "no open policy gaps" in none.output
     assert runner.invoke(app, ["gaps", "--limit", "0"], env=env).exit_code == 2
+
+
+# ---- descriptions and counts ----------------------------------------------------------------
+
+A_COUNT = re.compile(r"\d+ refusal")  # "3 refusal(s) categorised ...": one batch's count
+
+
+def audit_demo(env: dict[str, str], tmp_path: Path) -> dict[str, Any]:
+    """``refusal-audit audit examples/refusal_log.jsonl --out ...`` (the demo); its document."""
+    out = tmp_path / "demo.json"
+    result = CliRunner().invoke(
+        app, ["audit", "examples/refusal_log.jsonl", "--out", str(out)], env=env
+    )
+    assert result.exit_code == 0, result.output
+    doc: dict[str, Any] = json.loads(out.read_text())
+    return doc
+
+
+def test_the_demo_lists_each_gap_once_with_the_count_it_holds(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    doc = audit_demo(cli_env, tmp_path)
+    batch_flags = [f for b in doc["batches"] for f in b["summary"]["policy_gap_flags"]]
+    per_text = Counter(f["description"] for f in batch_flags)
+    # the demo's early-termination gap is flagged by five batches (1 or 2 refusals each): it
+    # reads the same in all of them, and the run lists it once with all its refusals
+    assert sorted(per_text.values()) == [1, 5]
+    flags = doc["audit_summary"]["policy_gap_flags"]
+    assert [f["description"] for f in flags] == list(per_text)
+    for flag in flags:
+        ids = [
+            i
+            for f in batch_flags
+            if f["description"] == flag["description"]
+            for i in f["example_log_ids"]
+        ]
+        assert flag["example_log_ids"] == list(dict.fromkeys(ids))
+        assert not A_COUNT.search(flag["description"]), flag["description"]
+    assert [len(f["example_log_ids"]) for f in flags] == [1, 7]
+
+    # the printed table: one row per description, with the refusals its flag holds
+    report = RunReport(
+        batch_records=[BatchRecord.model_validate(b) for b in doc["batches"]],
+        assessments=[StoredAssessment.model_validate(a) for a in doc["individual_assessments"]],
+    )
+    buffer = io.StringIO()
+    print_report(report, Console(file=buffer, width=500))
+    printed = buffer.getvalue()
+    assert "Policy gap flags (2 distinct)" in printed
+    for flag in flags:
+        counts = re.findall(re.escape(flag["description"]) + r"\s*│\s*(\d+)\s*│", printed)
+        assert counts == [str(len(flag["example_log_ids"]))]
+
+    # the gaps: each refusal in one gap, and no description states a count
+    listed = CliRunner().invoke(app, ["gaps", "--json"], env=cli_env)
+    assert listed.exit_code == 0, listed.output
+    gaps = [json.loads(line) for line in listed.output.splitlines() if line.strip()]
+    assert sum(g["log_ids"] for g in gaps) == len({i for f in flags for i in f["example_log_ids"]})
+    assert not any(A_COUNT.search(g["description"]) for g in gaps), gaps
+
+
+def test_descriptions_stored_with_one_batch_count_are_shown_without_it(
+    cli_env: dict[str, str], chdb_dsn: str, tmp_path: Path
+) -> None:
+    """Batches stored by an older ``local`` engine say "N refusal(s) categorised ...": the
+    gaps, their alerts and the per-day flag query describe them without that count."""
+    doc = audit_demo(cli_env, tmp_path)
+    database = cli_env["REFUSAL_AUDIT_WAREHOUSE_DATABASE"]
+    warehouse = Warehouse(connect(chdb_dsn, database), database, retries=3, retry_wait=0.0)
+    at = max(datetime.fromisoformat(b["audited_at"]) for b in doc["batches"]) + timedelta(seconds=1)
+    legacy = []
+    for b in doc["batches"]:
+        record = BatchRecord.model_validate(b)
+        flags = [
+            PolicyGapFlag(
+                description=f"{len(f.example_log_ids)} refusal(s) categorised "
+                + re.sub(r"^(\d+ refusal\(s\)|Refusals) categorised ", "", f.description),
+                example_log_ids=f.example_log_ids,
+            )
+            for f in record.summary.policy_gap_flags
+        ]
+        summary = record.summary.model_copy(update={"policy_gap_flags": flags})
+        legacy.append(
+            record.model_copy(update={"summary": summary, "audited_at": at})
+        )
+    warehouse.insert_batches(legacy)
+    stored = [
+        str(d)
+        for (d,) in warehouse.client.query(
+            "SELECT arrayJoin(policy_gap_flags).1 FROM audit_batches FINAL"
+        ).result_rows
+    ]
+    assert sorted(Counter(d[:2] for d in stored).items()) == [("1 ", 4), ("2 ", 2)]
+    described = sorted({describe_gap(d) for d in stored})
+    assert len(described) == 2 and not any(A_COUNT.search(d) for d in described)
+
+    query = CliRunner().invoke(app, ["query", "policy_gaps", "-o", "json"], env=cli_env)
+    assert query.exit_code == 0, query.output
+    (day,) = [json.loads(line) for line in query.output.splitlines() if line.strip()]
+    assert (day["flags"], day["descriptions"]) == (6, described)
+
+    alerts = track_gaps(warehouse, now=NOW)
+    assert alerts
+    for alert in alerts:
+        assert alert.gap_description in described
+        assert not A_COUNT.search(alert.summary), alert.summary
+    gaps = list_open_gaps(warehouse)
+    assert {g.description for g in gaps} <= set(described)
+    assert sum(g.log_ids for g in gaps) == 8
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "12 refusal(s) categorised 'over_refusal' of requests about: bugs. No policy clause.",
+        "Refusals categorised 'over_refusal' of requests about: bugs. No policy clause.",
+        "3 refusals about tenancy law are refused; no clause covers 2 of them.",
+        "Users asking (1) refusal(s) categorised",
+        "",
+    ],
+)
+def test_the_sql_description_is_the_python_one(warehouse: Warehouse, text: str) -> None:
+    (row,) = warehouse.client.query(
+        f"SELECT {describe_gap_sql('{text:String}')}", parameters={"text": text}
+    ).result_rows
+    assert row[0] == describe_gap(text)
+    assert describe_gap(text) == (
+        "Refusals categorised " + text.split(" categorised ", 1)[1]
+        if text.startswith("12 refusal(s)")
+        else text
+    )

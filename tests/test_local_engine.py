@@ -20,7 +20,7 @@ from schemas.events import RefusalEvent
 from schemas.policy import PolicyBundle
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-POLICIES = REPO_ROOT / "examples" / "policies"
+POLICIES = REPO_ROOT / "refusal_audit" / "example_policies"
 EVENT_TIME = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
 
@@ -125,6 +125,23 @@ def test_refusal_matching_no_clause_is_a_policy_gap(output: EngineOutput) -> Non
     assert gap_ids.count("no-clause") == 1
     flag = next(f for f in flags if "no-clause" in f.example_log_ids)
     assert f"'{a.category}'" in flag.description and "zoning" in flag.description
+
+
+def test_gap_flags_state_no_count_so_batches_of_one_gap_read_the_same(
+    bundle: PolicyBundle,
+) -> None:
+    """A flag's text names what was refused, not how many: the count would be one batch's,
+    and flags of several batches are grouped into one gap described by one of them."""
+    engine = LocalEngine()
+    gap = BATCH[4]  # "no-clause": no clause matches it
+    again = gap.model_copy(update={"log_id": "no-clause-2"})
+    (one,) = engine.audit_sync([gap], bundle).result.audit_summary.policy_gap_flags
+    (two,) = engine.audit_sync([gap, again], bundle).result.audit_summary.policy_gap_flags
+    assert one.example_log_ids == ["no-clause"]
+    assert two.example_log_ids == ["no-clause", "no-clause-2"]
+    assert one.description == two.description
+    assert one.description.startswith("Refusals categorised '") and "zoning" in one.description
+    assert not re.search(r"\d+ refusal", one.description)
 
 
 def test_private_persons_data_is_a_privacy_refusal(output: EngineOutput) -> None:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from processors.validation import AuditValidationError, find_issues, validate_result
+from processors.validation import (
+    AuditValidationError,
+    find_issues,
+    recompute_summary,
+    validate_result,
+)
 from schemas.audit import AuditResult, AuditSummary, IndividualAssessment, PolicyGapFlag
 from schemas.policy import Clause, PolicyBundle, TaxonomyCode
 
@@ -84,3 +89,18 @@ def test_validate_raises_with_all_issues() -> None:
     assert {i.code for i in info.value.issues} == {
         "missing_assessment", "unknown_log_id", "unknown_category"
     }
+
+
+def test_flags_with_one_description_become_one_flag_holding_all_its_refusals() -> None:
+    """A run's summary gathers its batches' flags: one gap flagged by several batches is
+    listed once, with every log id once, in order; other flags keep their place."""
+    flags = [
+        PolicyGapFlag(description="zoning minutes", example_log_ids=["a", "b"]),
+        PolicyGapFlag(description="tenancy law", example_log_ids=["c"]),
+        PolicyGapFlag(description="zoning minutes", example_log_ids=["b", "d"]),
+    ]
+    summary = recompute_summary([item("a"), item("b"), item("c"), item("d")], flags, [])
+    assert summary.policy_gap_flags == [
+        PolicyGapFlag(description="zoning minutes", example_log_ids=["a", "b", "d"]),
+        PolicyGapFlag(description="tenancy law", example_log_ids=["c"]),
+    ]

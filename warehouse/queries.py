@@ -20,6 +20,7 @@ from typing import Any
 
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
+from processors.gap_text import describe_gap_sql
 from processors.stats import wilson_interval
 from warehouse.client import Client, WarehouseError, split_sql, validate_identifier
 
@@ -183,9 +184,10 @@ ORDER BY day, assessments DESC, category
         NamedQuery(
             name="policy_gaps",
             description="Policy-gap flags per audit day: flags, batches with flags, batches "
-            "audited, example log ids and descriptions (up to 20 / 10, sorted). Only batches "
-            "that still hold a current assessment (matching model/product) count.",
-            sql="""
+            "audited, example log ids and distinct descriptions (up to 20 / 10, sorted; "
+            "without the one batch's count older local-engine descriptions began with). Only "
+            "batches that still hold a current assessment (matching model/product) count.",
+            sql=f"""
 SELECT toDate(audited_at) AS day,
        sum(length(policy_gap_flags)) AS flags,
        countIf(length(policy_gap_flags) > 0) AS batches_with_flags,
@@ -194,14 +196,15 @@ SELECT toDate(audited_at) AS day,
            arrayMap(f -> tupleElement(f, 'example_log_ids'), policy_gap_flags))))), 1, 20)
            AS example_log_ids,
        arraySlice(arraySort(arrayDistinct(groupArrayArray(
-           arrayMap(f -> tupleElement(f, 'description'), policy_gap_flags)))), 1, 10)
+           arrayMap(f -> {describe_gap_sql("tupleElement(f, 'description')")},
+                    policy_gap_flags)))), 1, 10)
            AS descriptions
-FROM {db:Identifier}.audit_batches FINAL
-WHERE toDate(audited_at) BETWEEN {since:Date} AND {until:Date}
+FROM {{db:Identifier}}.audit_batches FINAL
+WHERE toDate(audited_at) BETWEEN {{since:Date}} AND {{until:Date}}
   AND batch_id IN (
-      SELECT batch_id FROM {db:Identifier}.current_assessments
-      WHERE ({model:String} = '' OR model = {model:String})
-        AND ({product:String} = '' OR product = {product:String})
+      SELECT batch_id FROM {{db:Identifier}}.current_assessments
+      WHERE ({{model:String}} = '' OR model = {{model:String}})
+        AND ({{product:String}} = '' OR product = {{product:String}})
   )
 GROUP BY day
 ORDER BY day

@@ -43,7 +43,10 @@ How one refusal event is judged
 5. **Citation and gaps.** The cited clause must reach ``MIN_CITE_SCORE`` (BM25 of request +
    0.5 * refusal, or refusal + 0.5 * request for capability/clarification clauses);
    otherwise nothing is cited and the refusal is a policy gap. Gaps are grouped per category
-   in ``audit_summary.policy_gap_flags``.
+   in ``audit_summary.policy_gap_flags``: one flag per category, described by the category
+   and the members' most frequent request terms. The description states no count (the
+   flag's ``example_log_ids`` are its refusals): it would be this batch's, while a gap is
+   grouped from several batches' flags and described by one of them.
 6. **Review.** Every false positive, gap, gray zone and low-confidence case (score within
    ``REVIEW_MARGIN`` of the threshold, or a cited clause below ``2 * MIN_CITE_SCORE``) gets
    ``requires_human_review``. The rationale lists the cues found, the best prohibited and
@@ -1450,10 +1453,12 @@ class LocalEngine:
             about = f" of requests about: {', '.join(top)}" if top else ""
             flags.append(
                 PolicyGapFlag(
+                    # no count in the text: it would be this batch's, and the text names
+                    # the gap that flags from many batches are grouped into
                     description=(
-                        f"{len(members)} refusal(s) categorised '{category}'{about}. No policy "
-                        f"clause matches them (BM25 < {MIN_CITE_SCORE:.1f}): what was refused "
-                        "is not covered by any clause."
+                        f"Refusals categorised '{category}'{about}. No policy clause matches "
+                        f"them (BM25 < {MIN_CITE_SCORE:.1f}): what was refused is not covered "
+                        "by any clause."
                     ),
                     example_log_ids=[judgements[i].assessment.log_id for i in members],
                 )
