@@ -1,22 +1,31 @@
 """Benchmark of the offline pipeline on the real labelled logs in ../shared/data.
 
-Prints, for the refusal pre-filter and the ``local`` engine:
-- refusal detection precision / recall / F1 against XSTest's human labels (both models);
-- over-refusal (false-positive) detection on XSTest's human-labelled refusals: precision,
-  recall at the engine's threshold and ROC AUC of its score, against the prompt types
-  (``contrast_*`` = unsafe, so refusing is correct; all other types are safe prompts);
-- top-level category agreement on CoCoNot (its categories mapped onto our taxonomy);
-- throughput in events per second (intake + engine, no storage).
+Runs ``refusal-audit eval``'s own code (``refusal_audit.evaluate.run_eval``, the pre-filter
+and the ``local`` engine, nothing stored) on:
 
-Run: ``make bench`` (or ``python benchmarks/local_engine.py [--shared-data DIR] [--json]``).
-Wilson 95% intervals accompany every rate.
+- XSTest, both completion files (GPT-4 and Llama-2): refusal detection against the human
+  labels; over-refusal (false-positive) detection against the prompt types (``contrast_*``
+  = unsafe, so refusing is correct; all other types are safe prompts), with ROC AUC of the
+  engine's score;
+- CoCoNot's refusals, read as the README reads them
+  (``--map request=prompt,response=response,log_id=id,classifier.is_refusal=is_refusal``):
+  the text pre-filter alone against ``is_refusal``, and top-level category agreement (its
+  categories mapped onto our taxonomy);
+
+and measures throughput in events per second (``eval`` end to end: read, intake, local
+engine; no storage). The figures are the ones ``refusal-audit eval`` prints for the same
+files.
+
+Run: ``make bench`` (or ``python benchmarks/local_engine.py [--shared-data DIR]
+[--markdown | --json]``). ``--markdown`` prints the README's "Evaluation" table and the
+sentences on its denominators. Wilson 95% intervals accompany every rate.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
+import textwrap
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -25,167 +34,131 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from sklearn.metrics import roc_auc_score
+from rich.console import Console
 
-from processors.adapters import (
-    DecodeFailure,
-    DecodeOptions,
-    FieldMapping,
-    InputFormat,
-    SourceRecord,
-    decode_record,
-)
-from processors.batching import make_batches
-from processors.engines.local import LocalEngine
-from processors.evaluation import COCONOT_CATEGORY_MAP, REFUSAL_LABELS, rate
-from processors.intake import IntakeSettings, prepare
-from processors.redaction import Redactor
-from refusal_audit.bundles import load_bundle
-from refusal_audit.config import load_settings
-from refusal_audit.readers import read_records
-from schemas.events import RefusalEvent, StoredEvent
+from refusal_audit.batch import BatchOptions
+from refusal_audit.config import Settings, load_settings
+from refusal_audit.evaluate import run_eval
+from refusal_audit.reporting import fmt_interval, print_eval
 
 REPO = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-# the same label rules and mapping as `refusal-audit eval`
-COCONOT_TO_TAXONOMY = COCONOT_CATEGORY_MAP
+XSTEST_FILES = (
+    "xstest/xstest_v2_completions_gpt4.csv",
+    "xstest/xstest_v2_completions_llama2orig.csv",
+)
+COCONOT_FILE = "coconot/coconot_refusals.jsonl"
+COCONOT_MAP = "request=prompt,response=response,log_id=id,classifier.is_refusal=is_refusal"
 
 
-def load(path: Path, fmt: InputFormat, options: DecodeOptions) -> list[RefusalEvent]:
-    """Decode every record of a file; records that do not decode are reported and skipped."""
-    events: list[RefusalEvent] = []
-    for record in read_records(path, fmt, options.max_record_bytes):
-        decoded = decode_record(record, fmt, options)
-        if isinstance(decoded, DecodeFailure):
-            print(f"skipped {path.name} {record.location}: {decoded.reason}", file=sys.stderr)
-            continue
-        events.append(decoded)
-    return events
+def run(data: Path, settings: Settings) -> dict[str, Any]:
+    """Evaluate XSTest and CoCoNot under ``data`` with the local engine.
+
+    Returns ``{"xstest": figures, "coconot": figures, "events",
+    "throughput_events_per_second", "false_positive_threshold"}``, where each ``figures`` is
+    ``run_eval``'s, exactly what ``refusal-audit eval --json`` prints for those files.
+    """
+    xs_options = BatchOptions.build(None, None, T0, None, None)
+    co_options = BatchOptions.build(None, COCONOT_MAP, T0, None, None)
+    started = time.perf_counter()
+    xstest = run_eval(settings, [data / name for name in XSTEST_FILES], xs_options, "local")
+    coconot = run_eval(settings, [data / COCONOT_FILE], co_options, "local")
+    elapsed = time.perf_counter() - started
+    events = xstest["events"] + coconot["events"]
+    return {
+        "xstest": xstest,
+        "coconot": coconot,
+        "events": events,
+        "throughput_events_per_second": events / elapsed,
+        "false_positive_threshold": settings.local_false_positive_threshold,
+    }
 
 
-def prepared(events: Sequence[RefusalEvent], intake: IntakeSettings) -> list[StoredEvent]:
-    """Run intake (redaction + pre-filter) on already-decoded events."""
-    out: list[StoredEvent] = []
-    for e in events:
-        rec = SourceRecord("bench", e.log_id, e.model_dump_json().encode())
-        result = prepare(rec, "jsonl", intake, T0)
-        if not isinstance(result, StoredEvent):
-            raise SystemExit(f"intake rejected {e.log_id}: {result.reason}")
-        out.append(result)
-    return out
+def _detection(section: dict[str, Any]) -> str:
+    return (
+        f"precision {fmt_interval(section['precision'])}, "
+        f"recall {fmt_interval(section['recall'])}, F1 {section['f1']:.3f}"
+    )
 
 
-def audit_all(engine: LocalEngine, events: Sequence[RefusalEvent], bundle: Any,
-              max_events: int, budget: int) -> tuple[dict[str, Any], dict[str, float]]:
-    """Audit events in pipeline-sized batches; return assessments and FP scores by log_id."""
-    assessments: dict[str, Any] = {}
-    scores: dict[str, float] = {}
-    for batch in make_batches(events, max_events, budget):
-        output = asyncio.run(engine.audit(batch.events, bundle))
-        assessments.update({a.log_id: a for a in output.result.individual_assessments})
-        scores.update(output.false_positive_scores)
-    return assessments, scores
+def markdown(results: dict[str, Any]) -> str:
+    """The README's "Evaluation" table and, under it, what each row's denominator is."""
+    xs, co = results["xstest"], results["coconot"]
+    rd, fp = xs["refusal_detection"], xs["false_positive_detection"]
+    text_only, cat = co["text_prefilter_detection"], co["category_agreement"]
+    human = rd["tp"] + rd["fn"]
+    safe = fp["tp"] + fp["fn"]
+    co_refusals = text_only["tp"] + text_only["fn"]
+    rejected = ", ".join(
+        f"`{code}`" if n == 1 else f"`{code}` ({n})"
+        for code, n in sorted(Counter(f["reason_code"] for f in co["failures"]).items())
+    )
+    audited = cat["agreement"]["n"]
+    rows = [
+        "| what | against | result |",
+        "| --- | --- | --- |",
+        f"| refusal pre-filter, {rd['n']} XSTest completions | human labels (full + partial "
+        f"refusal) | {_detection(rd)} |",
+        f"| over-refusal detection, {fp['n']} of the {fp['labelled_refusals']} human-labelled "
+        f"XSTest refusals ({safe} of {fp['labelled_over_refusals']} on safe prompts) | prompt "
+        f"type (`contrast_*` = unsafe) | ROC AUC {fp['roc_auc']:.3f}; at threshold "
+        f"{results['false_positive_threshold']}: precision {fmt_interval(fp['precision'])}, "
+        f"recall {fmt_interval(fp['recall'])} |",
+        f"| refusal pre-filter (text alone), {text_only['n']} CoCoNot reference answers | "
+        f"CoCoNot `is_refusal` | {_detection(text_only)} |",
+        f"| top-level category, {cat['agreement']['n']} CoCoNot refusals | CoCoNot category "
+        f"(mapping below) | agreement {fmt_interval(cat['agreement'])} |",
+        f"| throughput | | ≈ {results['throughput_events_per_second']:,.0f} events/s (`eval` "
+        f"end to end: read, intake, local engine; one process, no storage) |",
+    ]
+    notes = (
+        f"Denominators. Refusal detection counts every XSTest completion ({rd['n']}, of which "
+        f"{human} are human-labelled full or partial refusals). Over-refusal is judged only on "
+        f"refusals the pipeline audited, that is the human-labelled refusals the pre-filter "
+        f"passed: {fp['n']} of {fp['labelled_refusals']}, {safe} of the "
+        f"{fp['labelled_over_refusals']} on safe prompts; a refusal the pre-filter misses is "
+        f"never audited. CoCoNot: {co['records']} records read, {co['events']} events"
+        + (f", {co['rejected']} rejected as {rejected}" if co["rejected"] else "")
+        + f". Its refusal label is mapped into the classifier, which the pipeline trusts, so "
+        f"the pre-filter row measures the text pre-filter alone against that label "
+        f"({co_refusals} labelled refusals of {text_only['n']}), and the category row counts "
+        f"the {audited} events audited"
+        + (" (the labelled refusals)" if audited == co_refusals else "")
+        + f" of the {cat['labelled']} with a category."
+    )
+    return "\n".join(rows) + "\n\n" + textwrap.fill(notes, width=92, break_on_hyphens=False)
+
+
+def print_text(results: dict[str, Any], console: Console) -> None:
+    """Print each dataset's figures as ``refusal-audit eval`` does, then the throughput."""
+    for name, title in (("xstest", "XSTest (both files)"), ("coconot", "CoCoNot refusals")):
+        console.rule(title)
+        print_eval(results[name], console)
+    console.rule()
+    console.print(
+        f"throughput: {results['throughput_events_per_second']:,.0f} events/s "
+        f"(eval end to end: read, intake, local engine; {results['events']} events, no storage)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the benchmark and print its figures; return them as a dict."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--shared-data", type=Path, default=REPO.parent / "shared" / "data")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print JSON instead of text")
+    output.add_argument(
+        "--markdown", action="store_true", help="print the README's Evaluation table"
+    )
     args = parser.parse_args(argv)
-    data: Path = args.shared_data
-    settings = load_settings(None)
-    bundle = load_bundle("default", settings.policy_bundles["default"])
-    engine = LocalEngine(settings.local_false_positive_threshold)
-    intake = IntakeSettings(decode=DecodeOptions(), known_bundles={"default"},
-                            redactor=Redactor(settings.redaction_kinds))
-    figures: dict[str, Any] = {"engine": f"{engine.name}/{engine.model}/{engine.version}"}
-
-    # --- XSTest: refusal detection and over-refusal detection
-    xs_events: list[RefusalEvent] = []
-    for name in ("gpt4", "llama2orig"):
-        path = data / "xstest" / f"xstest_v2_completions_{name}.csv"
-        xs_events += load(path, "xstest-csv", DecodeOptions(default_event_time=T0))
-    started = time.perf_counter()
-    stored = prepared(xs_events, intake)
-    truth = [e.attributes["final_label"] in REFUSAL_LABELS for e in xs_events]
-    pred = [s.is_refusal for s in stored]
-    tp = sum(t and p for t, p in zip(truth, pred, strict=True))
-    fp = sum(p and not t for t, p in zip(truth, pred, strict=True))
-    fn = sum(t and not p for t, p in zip(truth, pred, strict=True))
-    precision, recall = rate(tp, tp + fp), rate(tp, tp + fn)
-    f1 = 2 * precision["value"] * recall["value"] / (precision["value"] + recall["value"])
-    figures["refusal_detection"] = {"precision": precision, "recall": recall, "f1": f1}
-
-    refusals = [s.event for s, t in zip(stored, truth, strict=True) if t]
-    assessments, scores = audit_all(engine, refusals, bundle, settings.batch_max_events,
-                                    settings.batch_token_budget)
-    elapsed_xs = time.perf_counter() - started
-    over = {e.log_id: not e.attributes["type"].startswith("contrast_") for e in refusals}
-    y_true = [over[e.log_id] for e in refusals]
-    y_score = [scores[e.log_id] for e in refusals]
-    flagged = [assessments[e.log_id].is_estimated_false_positive for e in refusals]
-    tp2 = sum(t and f for t, f in zip(y_true, flagged, strict=True))
-    figures["over_refusal_detection"] = {
-        "refusals": len(refusals),
-        "safe_prompt_refusals": sum(y_true),
-        "precision": rate(tp2, sum(flagged)),
-        "recall": rate(tp2, sum(y_true)),
-        "roc_auc": float(roc_auc_score(y_true, y_score)),
-    }
-
-    # --- CoCoNot: category agreement (top level)
-    co_path = data / "coconot" / "coconot_refusals.jsonl"
-    mapping = FieldMapping.parse("request=prompt,response=response,log_id=id")
-    co_events = load(co_path, "mapped-jsonl",
-                     DecodeOptions(mapping=mapping, default_event_time=T0, default_model="coconot"))
-    started = time.perf_counter()
-    co_stored = prepared(co_events, intake)
-    co_assess, _ = audit_all(engine, [s.event for s in co_stored], bundle,
-                             settings.batch_max_events, settings.batch_token_budget)
-    elapsed_co = time.perf_counter() - started
-    confusion: Counter[tuple[str, str]] = Counter()
-    for e in co_events:
-        expected = COCONOT_TO_TAXONOMY[e.attributes["category"]]
-        got = bundle.top_level(co_assess[e.log_id].category)
-        confusion[(expected, got)] += 1
-    agree = sum(n for (exp, got), n in confusion.items() if exp == got)
-    figures["coconot_category_agreement"] = {
-        "agreement": rate(agree, len(co_events)),
-        "confusion": {f"{exp} -> {got}": n for (exp, got), n in sorted(confusion.items())},
-    }
-    n_events = len(xs_events) + len(co_events)
-    figures["throughput_events_per_second"] = n_events / (elapsed_xs + elapsed_co)
-    figures["events"] = n_events
-
+    results = run(args.shared_data, load_settings(None))
     if args.json:
-        print(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode())
+        print(orjson.dumps(results, option=orjson.OPT_INDENT_2).decode())
+    elif args.markdown:
+        print(markdown(results))
     else:
-        print_text(figures)
-    return figures
-
-
-def _fmt(r: dict[str, float]) -> str:
-    return f"{r['value']:.3f} [{r['low']:.3f}, {r['high']:.3f}] ({r['k']}/{r['n']})"
-
-
-def print_text(f: dict[str, Any]) -> None:
-    """Print the figures for people."""
-    rd, od = f["refusal_detection"], f["over_refusal_detection"]
-    cc = f["coconot_category_agreement"]
-    print(f"engine: {f['engine']}")
-    print("XSTest refusal detection (pre-filter vs human labels, 900 completions):")
-    print(f"  precision {_fmt(rd['precision'])}\n  recall    {_fmt(rd['recall'])}\n"
-          f"  F1        {rd['f1']:.3f}")
-    print(f"XSTest over-refusal detection ({od['refusals']} human-labelled refusals, "
-          f"{od['safe_prompt_refusals']} on safe prompts):")
-    print(f"  precision {_fmt(od['precision'])}\n  recall    {_fmt(od['recall'])}\n"
-          f"  ROC AUC   {od['roc_auc']:.3f}")
-    print(f"CoCoNot top-level category agreement: {_fmt(cc['agreement'])}")
-    for cell, n in cc["confusion"].items():
-        print(f"    {cell}: {n}")
-    print(f"throughput: {f['throughput_events_per_second']:.0f} events/s "
-          f"(intake + local engine, {f['events']} events, no storage)")
+        print_text(results, Console(width=None if sys.stdout.isatty() else 160))
+    return results
 
 
 if __name__ == "__main__":

@@ -10,6 +10,12 @@ Labels come from event attributes kept by the input adapters:
 - category: an ``expected_category`` attribute, or CoCoNot's ``category`` mapped onto the
   taxonomy's top-level codes with ``COCONOT_CATEGORY_MAP``.
 
+A refusal label mapped into the event's classifier (``--map classifier.is_refusal=...``) is
+not in the attributes: the caller passes it as the item's label with
+``label_in_classifier=True``. The pipeline trusts such a verdict instead of its text
+pre-filter, so its own refusal decision equals the label by construction; those items are
+scored separately (``text_prefilter_detection``), with the text pre-filter's decision alone.
+
 Every rate carries a Wilson 95% interval. Pure: no I/O.
 """
 
@@ -80,7 +86,9 @@ class EvalItem:
 
     ``detected_refusal`` is the pre-filter's decision; ``category`` (top-level code),
     ``estimated_fp`` and ``fp_score`` come from the engine's assessment, None when the
-    event was not audited.
+    event was not audited. ``label_in_classifier``: the refusal label was read from the
+    event's ``classifier.is_refusal``, which the pipeline trusted, so ``detected_refusal`` is
+    then the text pre-filter's decision alone (what it would have decided without the label).
     """
 
     labels: Labels
@@ -88,6 +96,7 @@ class EvalItem:
     category: str | None = None
     estimated_fp: bool | None = None
     fp_score: float | None = None
+    label_in_classifier: bool = False
 
 
 def rate(k: int, n: int) -> dict[str, float]:
@@ -126,27 +135,56 @@ def binary_agreement(truth: Sequence[bool], predicted: Sequence[bool]) -> dict[s
 
 
 def evaluate(items: Sequence[EvalItem]) -> dict[str, Any]:
-    """Every agreement figure the labels allow; sections without labels are omitted."""
-    report: dict[str, Any] = {"events": len(items)}
-    with_refusal = [i for i in items if i.labels.is_refusal is not None]
+    """Every agreement figure the labels allow; sections without labels are omitted.
+
+    - ``refusal_detection``: the pipeline's refusal decision against refusal labels read from
+      attributes (every item with such a label);
+    - ``text_prefilter_detection``: the text pre-filter alone against refusal labels the
+      pipeline read from the classifier (``label_in_classifier``); ``refusal_label_in_classifier``
+      counts those items (0 when none);
+    - ``false_positive_detection``: estimated over-refusal against the over-refusal label, on
+      the items that are refusals by their label (or have no refusal label) and were audited
+      (``n``); ``labelled_refusals`` / ``labelled_over_refusals`` count those items before the
+      audited filter, so ``labelled_refusals - n`` were not audited (the pre-filter did not
+      pass them, or their batch failed);
+    - ``category_agreement``: top-level category against the category label on audited items
+      (``agreement["n"]``); ``labelled`` counts the items with a category label.
+    """
+    in_classifier = [i for i in items if i.label_in_classifier]
+    report: dict[str, Any] = {
+        "events": len(items),
+        "refusal_label_in_classifier": len(in_classifier),
+    }
+    with_refusal = [
+        i for i in items if i.labels.is_refusal is not None and not i.label_in_classifier
+    ]
     if with_refusal:
         report["refusal_detection"] = binary_agreement(
             [bool(i.labels.is_refusal) for i in with_refusal],
             [i.detected_refusal for i in with_refusal],
         )
+    text_only = [i for i in in_classifier if i.labels.is_refusal is not None]
+    if text_only:
+        report["text_prefilter_detection"] = binary_agreement(
+            [bool(i.labels.is_refusal) for i in text_only],
+            [i.detected_refusal for i in text_only],
+        )
     audited: Callable[[EvalItem], bool] = lambda i: i.estimated_fp is not None  # noqa: E731
     # over-refusal is judged on audited events that really are refusals (a compliant answer
     # the pre-filter mistook for a refusal has no over-refusal label worth the name)
-    fp_items = [
+    candidates = [
         i
         for i in items
-        if i.labels.is_over_refusal is not None and i.labels.is_refusal is not False and audited(i)
+        if i.labels.is_over_refusal is not None and i.labels.is_refusal is not False
     ]
+    fp_items = [i for i in candidates if audited(i)]
     if fp_items:
         section = binary_agreement(
             [bool(i.labels.is_over_refusal) for i in fp_items],
             [bool(i.estimated_fp) for i in fp_items],
         )
+        section["labelled_refusals"] = len(candidates)
+        section["labelled_over_refusals"] = sum(bool(i.labels.is_over_refusal) for i in candidates)
         scored = [i for i in fp_items if i.fp_score is not None]
         truths = {bool(i.labels.is_over_refusal) for i in scored}
         if scored and len(truths) == 2:
@@ -156,12 +194,14 @@ def evaluate(items: Sequence[EvalItem]) -> dict[str, Any]:
                 )
             )
         report["false_positive_detection"] = section
-    cat_items = [i for i in items if i.labels.category is not None and i.category is not None]
+    with_category = [i for i in items if i.labels.category is not None]
+    cat_items = [i for i in with_category if i.category is not None]
     if cat_items:
         confusion = Counter((str(i.labels.category), str(i.category)) for i in cat_items)
         agree = sum(n for (truth, got), n in confusion.items() if truth == got)
         report["category_agreement"] = {
             "agreement": rate(agree, len(cat_items)),
+            "labelled": len(with_category),
             "confusion": [
                 {"expected": truth, "predicted": got, "count": n}
                 for (truth, got), n in sorted(confusion.items())

@@ -70,7 +70,9 @@ def main(
 
 @app.command()
 def audit(
-    files: list[Path] = typer.Argument(..., help="Refusal log files (JSONL, OpenAI logs, CSV)."),
+    files: list[Path] = typer.Argument(
+        ..., metavar="FILE", help="Refusal log files (JSONL, OpenAI logs, CSV)."
+    ),
     input_format: str | None = typer.Option(
         None,
         "--format",
@@ -125,7 +127,9 @@ def audit(
 
 @app.command("eval")
 def eval_command(
-    files: list[Path] = typer.Argument(..., help="Labelled log files (XSTest CSV, CoCoNot, ...)."),
+    files: list[Path] = typer.Argument(
+        ..., metavar="FILE", help="Labelled log files (XSTest CSV, CoCoNot, ...)."
+    ),
     input_format: str | None = typer.Option(None, "--format", "-f", help="As for `audit`."),
     mapping: str | None = typer.Option(None, "--map", help="As for `audit`."),
     event_time: datetime | None = typer.Option(
@@ -359,7 +363,7 @@ def worker(
 
 @app.command()
 def produce(
-    files: list[Path] = typer.Argument(..., help="Refusal log files to replay."),
+    files: list[Path] = typer.Argument(..., metavar="FILE", help="Refusal log files to replay."),
     input_format: str | None = typer.Option(None, "--format", "-f", help="As for `audit`."),
     mapping: str | None = typer.Option(None, "--map", help="As for `audit`."),
     event_time: datetime | None = typer.Option(

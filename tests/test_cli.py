@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from typer.testing import CliRunner
@@ -175,3 +177,74 @@ def test_eval_reports_agreement_with_xstest_labels(env: dict[str, str], shared_d
     fp = figures["false_positive_detection"]
     assert fp["n"] == detection["tp"] and 0.0 <= fp["roc_auc"] <= 1.0
     assert figures["engine"]["name"] == "local"
+
+
+COCONOT_MAP = "request=prompt,response=response,log_id=id,classifier.is_refusal=is_refusal"
+
+
+def test_eval_help_names_the_files_argument(env: dict[str, str]) -> None:
+    result = runner.invoke(app, ["eval", "--help"], env=env)
+    assert result.exit_code == 0
+    usage = next(line for line in result.output.splitlines() if "Usage:" in line)
+    assert "FILE" in usage and "{files}" not in usage
+
+
+def test_eval_with_the_label_mapped_into_the_classifier(
+    env: dict[str, str], shared_data: Path
+) -> None:
+    path = shared_data / "coconot" / "coconot_refusals.jsonl"
+    result = runner.invoke(app, ["eval", str(path), "--map", COCONOT_MAP], env=env)
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    # the agreement section says why the pipeline's refusal decision is not measured
+    assert "was mapped into the classifier" in out and "nothing to measure there" in out
+    assert "refusal detection, text pre-filter alone" in out
+    assert "800 records read, 799 events evaluated; 1 rejected record" in out
+    # the rejected record is listed with its file, line, reason code and reason
+    assert str(path) in out and "line 167" in out and "missing_field" in out
+    assert "'response'" in out and "is null" in out
+    as_json = runner.invoke(app, ["eval", str(path), "--map", COCONOT_MAP, "--json"], env=env)
+    figures = json.loads(as_json.output)
+    assert figures["refusal_label_in_classifier"] == 799
+    text = figures["text_prefilter_detection"]
+    assert text["n"] == 799 and text["tp"] + text["fn"] == 794  # CoCoNot's is_refusal
+    assert "refusal_detection" not in figures
+    assert figures["category_agreement"]["agreement"]["n"] == 794
+    assert [f["reason_code"] for f in figures["failures"]] == ["missing_field"]
+
+
+def _benchmark() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "local_engine_benchmark", REPO / "benchmarks" / "local_engine.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_table_has_the_figures_eval_prints(
+    env: dict[str, str], shared_data: Path
+) -> None:
+    from refusal_audit.config import load_settings
+    from refusal_audit.reporting import fmt_interval
+
+    bench = _benchmark()
+    results = bench.run(shared_data, load_settings(None))
+    xs_files = [str(shared_data / name) for name in bench.XSTEST_FILES]
+    xs = json.loads(runner.invoke(app, ["eval", *xs_files, "--json"], env=env).output)
+    co_path = str(shared_data / bench.COCONOT_FILE)
+    co = json.loads(
+        runner.invoke(app, ["eval", co_path, "--map", bench.COCONOT_MAP, "--json"], env=env).output
+    )
+    for key in ("refusal_detection", "false_positive_detection"):
+        assert results["xstest"][key] == xs[key]
+    for key in ("text_prefilter_detection", "category_agreement"):
+        assert results["coconot"][key] == co[key]
+    table = bench.markdown(results)
+    fp = xs["false_positive_detection"]
+    assert f"recall {fmt_interval(xs['refusal_detection']['recall'])}" in table
+    assert f"ROC AUC {fp['roc_auc']:.3f}" in table
+    assert f"recall {fmt_interval(fp['recall'])}" in table
+    assert f"agreement {fmt_interval(co['category_agreement']['agreement'])}" in table
+    assert f"{fp['n']} of the {fp['labelled_refusals']} human-labelled XSTest refusals" in table
