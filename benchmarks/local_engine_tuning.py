@@ -47,7 +47,7 @@ COCONOT_TOP_LEVEL = {
 
 
 def load_bundle() -> PolicyBundle:
-    d = REPO / "examples" / "policies"
+    d = REPO / "refusal_audit" / "example_policies"
     return parse_bundle(
         "wren",
         (d / "allowed_use_policy.md").read_text(encoding="utf-8"),

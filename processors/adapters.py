@@ -39,7 +39,7 @@ Formats (``InputFormat``):
 Reason codes (``REASON_CODES``): ``encoding``, ``not_json``, ``not_object``,
 ``malformed_row``, ``oversized``, ``missing_log_id``, ``missing_field``, ``wrong_type``,
 ``unknown_field``, ``bad_timestamp``, ``naive_timestamp``, ``empty_text``,
-``invalid_value``, ``unsupported_version``, ``bad_mapping``.
+``invalid_value``, ``unsupported_version``, ``bad_mapping``, ``tombstone``.
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ REASON_CODES: Final[frozenset[str]] = frozenset(
         "not_object",  # valid JSON, but not an object
         "malformed_row",  # a CSV row that cannot be parsed or has the wrong number of columns
         "oversized",  # record over max_record_bytes, or request/response over max_text_chars
+        "tombstone",  # a Kafka record with a null value (a deletion marker, no event)
         "missing_log_id",  # no log_id (absent, null or blank)
         "missing_field",  # a required field is absent or null
         "wrong_type",  # a field has the wrong JSON type
@@ -110,12 +111,18 @@ class SourceRecord:
     ``oversized``). For CSV, ``raw`` is the file's header line followed by the row's original
     lines, so a dead-lettered row can be replayed on its own; ``fields`` is the pre-parsed row
     (column -> value) or ``None``, in which case ``decode_record`` parses ``raw`` itself.
+    When the reader cut ``raw``, ``full_length`` and ``full_sha256`` (hex SHA-256) describe
+    the whole original value (None: ``raw`` is whole). ``tombstone`` marks a Kafka record
+    with a null value (``raw`` is then ``b""``); it is dead-lettered as ``tombstone``.
     """
 
     source: str
     location: str
     raw: bytes
     fields: Mapping[str, str] | None = None
+    full_length: int | None = None
+    full_sha256: str | None = None
+    tombstone: bool = False
 
 
 @dataclass(frozen=True)
@@ -927,6 +934,12 @@ def decode_record(
     if decoder is None:
         raise ValueError(f"unknown input format {fmt!r}; expected one of {INPUT_FORMATS}")
     ctx = _Ctx()
+    if record.tombstone:
+        return DecodeFailure(
+            "tombstone",
+            "a tombstone (null value): a deletion marker carries no refusal event to audit",
+            None,
+        )
     try:
         _check_size(record.raw, options)
         return decoder(record, options, ctx)

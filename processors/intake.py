@@ -12,6 +12,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
+import orjson
+
 from processors.adapters import (
     DecodeFailure,
     DecodeOptions,
@@ -24,7 +26,7 @@ from processors.redaction import Redactor, redact_bytes, redact_event
 from schemas.deadletter import DeadLetter, DeadLetterStage
 from schemas.events import RefusalEvent, StoredEvent
 
-MAX_DEAD_LETTER_RAW_BYTES = 1_048_576
+DEFAULT_DEAD_LETTER_MAX_RAW_BYTES = 1_048_576
 
 
 def dead_letter_id(source: str, location: str, raw: bytes) -> str:
@@ -36,6 +38,18 @@ def dead_letter_id(source: str, location: str, raw: bytes) -> str:
     return h.hexdigest()
 
 
+def content_fingerprint(event: RefusalEvent) -> str:
+    """Identity of an event's content: BLAKE2b-128 (32 hex) of its canonical JSON.
+
+    Every field of the decoded ``RefusalEvent`` counts (log id, event time, texts, model,
+    product, bundle, conversation, classifier, attributes), keys sorted, before redaction,
+    so a redelivered copy has the same fingerprint whatever the redaction settings, and a
+    copy that differs in any field has another one.
+    """
+    canonical = orjson.dumps(event.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(canonical, digest_size=16).hexdigest()
+
+
 def make_dead_letter(
     record: SourceRecord,
     stage: DeadLetterStage,
@@ -44,13 +58,19 @@ def make_dead_letter(
     now: datetime,
     log_id: str | None = None,
     redactor: Redactor | None = None,
+    max_raw_bytes: int = DEFAULT_DEAD_LETTER_MAX_RAW_BYTES,
 ) -> DeadLetter:
-    """A dead letter for ``record`` keeping its raw bytes (truncated at 1 MiB) and its reason.
+    """A dead letter for ``record`` keeping its raw bytes and its reason.
 
-    With a ``redactor``, PII in the raw bytes and the reason is replaced by placeholders
-    (the id is still derived from the original bytes, so it stays stable).
+    The bytes are kept whole up to ``max_raw_bytes``, else their first ``max_raw_bytes``
+    (``raw_truncated``); ``raw_length`` and ``raw_sha256`` describe the whole original value
+    (the reader's ``full_length``/``full_sha256`` when it already cut the record). With a
+    ``redactor``, PII in the kept bytes and the reason is replaced by placeholders (the id
+    is still derived from the original bytes, so it stays stable).
     """
-    raw = record.raw[:MAX_DEAD_LETTER_RAW_BYTES]
+    full_length = record.full_length if record.full_length is not None else len(record.raw)
+    full_sha256 = record.full_sha256 or hashlib.sha256(record.raw).hexdigest()
+    raw = record.raw[:max_raw_bytes]
     if redactor is not None:
         raw = redact_bytes(raw, redactor)
         reason = redactor.redact(reason).text
@@ -62,6 +82,9 @@ def make_dead_letter(
         source=record.source,
         location=record.location,
         raw=raw,
+        raw_length=full_length,
+        raw_sha256=full_sha256,
+        raw_truncated=full_length > min(len(record.raw), max_raw_bytes),
         log_id=log_id,
         created_at=now,
     )
@@ -73,13 +96,15 @@ class IntakeSettings:
 
     ``known_bundles`` are the configured policy-bundle names (an event naming another is
     dead-lettered as ``unknown_policy_bundle``); ``redactor`` None disables redaction;
-    ``prefilter`` False treats every event as a refusal.
+    ``prefilter`` False treats every event as a refusal; a dead letter keeps a record's
+    bytes whole up to ``dead_letter_max_raw_bytes``.
     """
 
     decode: DecodeOptions
     known_bundles: Collection[str]
     redactor: Redactor | None
     prefilter: bool = True
+    dead_letter_max_raw_bytes: int = DEFAULT_DEAD_LETTER_MAX_RAW_BYTES
 
 
 def _decision(event: RefusalEvent, prefilter: bool) -> RefusalDecision:
@@ -107,6 +132,7 @@ def prepare(
             now,
             decoded.log_id,
             settings.redactor,
+            settings.dead_letter_max_raw_bytes,
         )
     if decoded.policy_bundle not in settings.known_bundles:
         known = ", ".join(sorted(settings.known_bundles))
@@ -118,8 +144,10 @@ def prepare(
             now,
             decoded.log_id,
             settings.redactor,
+            settings.dead_letter_max_raw_bytes,
         )
     redactions: dict[str, int] = {}
+    fingerprint = content_fingerprint(decoded)
     event = decoded
     if settings.redactor is not None:
         event, redactions = redact_event(decoded, settings.redactor)
@@ -133,4 +161,5 @@ def prepare(
         refusal_cues=list(decision.cues),
         source=record.source,
         ingested_at=now,
+        content_fingerprint=fingerprint,
     )

@@ -106,7 +106,10 @@ def file_source(path: Path, options: BatchOptions, cfg: Settings) -> InputSource
     fmt = options.input_format or detect_file_format(path, cfg.max_record_bytes)
     if fmt == "xstest-csv":
         try:  # the header is checked now, not halfway through a multi-file run
-            next(iter(read_records(path, fmt, cfg.max_record_bytes)), None)
+            next(
+                iter(read_records(path, fmt, cfg.max_record_bytes, cfg.dead_letter_max_raw_bytes)),
+                None,
+            )
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
     decode = DecodeOptions(
@@ -118,7 +121,9 @@ def file_source(path: Path, options: BatchOptions, cfg: Settings) -> InputSource
         default_product=options.product,
         mapping=options.mapping,
     )
-    return InputSource(read_records(path, fmt, cfg.max_record_bytes), fmt, decode)
+    return InputSource(
+        read_records(path, fmt, cfg.max_record_bytes, cfg.dead_letter_max_raw_bytes), fmt, decode
+    )
 
 
 def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) -> AuditPipeline:
@@ -134,6 +139,7 @@ def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) ->
         known_bundles=frozenset(bundles),
         redactor=redactor,
         prefilter=cfg.prefilter_enabled,
+        dead_letter_max_raw_bytes=cfg.dead_letter_max_raw_bytes,
     )
     engine = make_engine(cfg, engine_name)
     budget = cfg.batch_token_budget

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 from processors.policy import PolicyParseError, parse_bundle
-from refusal_audit.config import ConfigError, PolicyBundlePaths
+from refusal_audit.config import (
+    EXAMPLE_POLICIES_DIR,
+    ConfigError,
+    PolicyBundlePaths,
+    example_bundle_paths,
+)
 from schemas.policy import PolicyBundle
+
+log = logging.getLogger("refusal_audit.bundles")
 
 
 def load_bundle(name: str, paths: PolicyBundlePaths) -> PolicyBundle:
@@ -33,4 +41,13 @@ def load_bundles(bundles: Mapping[str, PolicyBundlePaths]) -> dict[str, PolicyBu
     """Load every configured bundle by name. Raises ``ConfigError`` when none is configured."""
     if not bundles:
         raise ConfigError("no policy bundle configured (setting policy_bundles)")
+    example = example_bundle_paths()
+    for name, paths in bundles.items():
+        if paths == example:
+            log.warning(
+                "policy bundle %r is the example bundle shipped with refusal-audit (%s); "
+                "set policy_bundles to audit against your own policies",
+                name,
+                EXAMPLE_POLICIES_DIR,
+            )
     return {name: load_bundle(name, paths) for name, paths in bundles.items()}

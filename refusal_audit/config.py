@@ -12,6 +12,7 @@ import os
 import tomllib
 from contextvars import ContextVar
 from datetime import datetime
+from importlib import resources
 from pathlib import Path
 from typing import Literal
 
@@ -48,15 +49,24 @@ class PolicyBundlePaths(BaseModel):
     taxonomy: Path
 
 
+EXAMPLE_POLICIES_DIR = Path(str(resources.files("refusal_audit") / "example_policies"))
+
+
+def example_bundle_paths() -> PolicyBundlePaths:
+    """The example policy bundle shipped inside the package (absolute paths).
+
+    It resolves wherever the package is installed, from any working directory; it is the
+    default ``policy_bundles`` entry ``default`` until a team configures its own.
+    """
+    return PolicyBundlePaths(
+        allowed_use=EXAMPLE_POLICIES_DIR / "allowed_use_policy.md",
+        product_safety=EXAMPLE_POLICIES_DIR / "product_safety_policy.md",
+        taxonomy=EXAMPLE_POLICIES_DIR / "refusal_taxonomy.md",
+    )
+
+
 def _example_bundle() -> dict[str, PolicyBundlePaths]:
-    base = Path("examples/policies")
-    return {
-        "default": PolicyBundlePaths(
-            allowed_use=base / "allowed_use_policy.md",
-            product_safety=base / "product_safety_policy.md",
-            taxonomy=base / "refusal_taxonomy.md",
-        )
-    }
+    return {"default": example_bundle_paths()}
 
 
 class ModelPrice(BaseModel):
@@ -111,6 +121,25 @@ class Settings(BaseSettings):
     kafka_replication_factor: int = Field(
         default=1, ge=1, description="Replication factor of the topics `topics create` makes."
     )
+    kafka_static_membership: bool = Field(
+        default=True,
+        description="Join the consumer group as a static member (KIP-345): a restarted "
+        "worker takes its partitions back at once.",
+    )
+    kafka_group_instance_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=249,
+        description="The worker's group.instance.id; unset: <host name>-<hash of data_dir>. "
+        "Unique per live worker.",
+    )
+    kafka_session_timeout_seconds: float = Field(
+        default=45.0,
+        ge=6.0,
+        le=300.0,
+        description="Consumer session timeout: how long a worker that died without leaving "
+        "keeps its partitions when no process with its instance id comes back.",
+    )
 
     # worker
     worker_take_max: int = Field(
@@ -133,7 +162,7 @@ class Settings(BaseSettings):
     policy_bundles: dict[str, PolicyBundlePaths] = Field(
         default_factory=_example_bundle,
         description="Bundle name -> {allowed_use, product_safety, taxonomy} Markdown paths; "
-        "default: the example bundle under examples/policies/.",
+        "default: the example bundle shipped in the package (refusal_audit/example_policies/).",
     )
 
     # engine
@@ -191,6 +220,13 @@ class Settings(BaseSettings):
     )
     max_text_chars: int = Field(
         default=32_000, ge=100, description="Longer request/response texts are dead-lettered."
+    )
+    dead_letter_max_raw_bytes: int = Field(
+        default=1_048_576,
+        ge=1024,
+        le=64 * 1_048_576,
+        description="A dead letter keeps a record's bytes whole up to this; beyond, the first "
+        "bytes plus the full length and SHA-256 (raw_truncated).",
     )
 
     # redaction and pre-filter

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from processors.evaluation import EvalItem, evaluate, labels_from_attributes
+from processors.prefilter import detect_refusal_text
 from refusal_audit.batch import BatchOptions, build_pipeline, file_source
 from refusal_audit.config import Settings
 from refusal_audit.engines import close_engine
 from refusal_audit.pipeline import RunReport
 from schemas.audit import BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
-from schemas.events import StoredEvent
+from schemas.events import StoredEvent, StoredIdentity
 
 
 @dataclass
@@ -28,16 +29,53 @@ class MemorySink:
     dead_letters: list[DeadLetter] = field(default_factory=list)
 
     def insert_events(self, events: Sequence[StoredEvent]) -> None:
+        """Keep the stored events."""
         self.events.extend(events)
 
     def insert_assessments(self, items: Sequence[StoredAssessment]) -> None:
+        """Keep the assessments."""
         self.assessments.extend(items)
 
     def insert_batches(self, batches: Sequence[BatchRecord]) -> None:
+        """Keep the batch records."""
         self.batches.extend(batches)
 
     def insert_dead_letters(self, items: Sequence[DeadLetter]) -> None:
+        """Keep the dead letters."""
         self.dead_letters.extend(items)
+
+    def stored_identities(self, log_ids: Sequence[str]) -> dict[str, StoredIdentity]:
+        """Nothing was stored before an evaluation: every log id is new."""
+        return {}
+
+
+def eval_item(
+    stored: StoredEvent, assessment: StoredAssessment | None, top_level: str | None
+) -> EvalItem:
+    """The ``EvalItem`` of one stored event and its assessment (None when not audited).
+
+    ``top_level`` is the assessment's category at the taxonomy's top level. Labels come from
+    the event's attributes; when they carry no refusal label but the event's
+    ``classifier.is_refusal`` does (a label mapped there with ``--map``), that verdict is the
+    label, and since the pipeline trusted it, the item is scored with the text pre-filter's
+    decision alone (``label_in_classifier``).
+    """
+    labels = labels_from_attributes(stored.event.attributes)
+    detected = stored.is_refusal
+    in_classifier = False
+    classifier = stored.event.classifier
+    if labels.is_refusal is None and classifier is not None and classifier.is_refusal is not None:
+        labels = replace(labels, is_refusal=classifier.is_refusal)
+        detected = detect_refusal_text(stored.event.response).is_refusal
+        in_classifier = True
+    return EvalItem(
+        labels=labels,
+        detected_refusal=detected,
+        category=top_level,
+        estimated_fp=assessment.is_estimated_false_positive if assessment else None,
+        fp_score=assessment.false_positive_score if assessment else None,
+        label_in_classifier=in_classifier,
+    )
 
 
 def run_eval(
@@ -45,8 +83,11 @@ def run_eval(
 ) -> dict[str, Any]:
     """Audit ``files`` with the configured pipeline into memory and return agreement figures.
 
-    Categories are compared at the taxonomy's top level. Raises ``ConfigError`` for bad
-    configuration or input options.
+    The figures are ``processors.evaluation.evaluate``'s, plus ``engine``, the run's counts
+    (``records`` read, ``rejected`` records, ``duplicates``, ``failed_batches``,
+    ``failed_events``) and ``failures`` (source, location, reason_code and reason of every
+    record or batch that failed, as ``audit`` lists them). Categories are compared at the
+    taxonomy's top level. Raises ``ConfigError`` for bad configuration or input options.
     """
     sink = MemorySink()
     pipeline = build_pipeline(cfg, sink, engine_name)
@@ -64,15 +105,8 @@ def run_eval(
     for stored in sink.events:
         assessment = by_id.get(stored.event.log_id)
         bundle = pipeline.bundles[stored.event.policy_bundle]
-        items.append(
-            EvalItem(
-                labels=labels_from_attributes(stored.event.attributes),
-                detected_refusal=stored.is_refusal,
-                category=bundle.top_level(assessment.category) if assessment else None,
-                estimated_fp=assessment.is_estimated_false_positive if assessment else None,
-                fp_score=assessment.false_positive_score if assessment else None,
-            )
-        )
+        top_level = bundle.top_level(assessment.category) if assessment else None
+        items.append(eval_item(stored, assessment, top_level))
     figures = evaluate(items)
     figures["engine"] = {
         "name": pipeline.engine.name,
@@ -82,5 +116,8 @@ def run_eval(
     }
     figures["records"] = report.records
     figures["rejected"] = report.rejected
+    figures["duplicates"] = report.duplicates
     figures["failed_batches"] = report.failed_batches
+    figures["failed_events"] = report.failed_events
+    figures["failures"] = [asdict(f) for f in report.failures]
     return figures

@@ -1,9 +1,10 @@
 """The audit pipeline shared by batch mode and the streaming worker.
 
-read (caller) -> ``processors.intake.prepare`` (decode, check, redact, pre-filter) ->
-``processors.batching.Batcher`` -> ``processors.auditing.audit_batch`` (engine, validation,
-review sampling) -> sink (the warehouse). Results are buffered and written one insert per
-table (every ``flush_every`` rows and at the end of ``run``) in the order events, dead
+read (caller) -> ``processors.intake.prepare`` (decode, check, redact, pre-filter) -> the
+duplicate-log-id rule (below) -> ``processors.batching.Batcher`` ->
+``processors.auditing.audit_batch`` (engine, validation, review sampling) -> sink (the
+warehouse). Results are buffered and written one insert per table (every ``flush_every``
+rows and at the end of ``run``) in the order events, dead
 letters, assessments, batch rows; a caller acknowledges input only after ``run`` returns,
 which gives at-least-once. Every failure becomes a dead letter. Blocking sink calls run in
 a worker thread (``asyncio.to_thread``) so they never block the loop ``run`` is awaited on.
@@ -11,15 +12,28 @@ Intake and the engine's audit run on that loop itself: batch mode runs it with
 ``asyncio.run``; the streaming worker runs it on a dedicated loop in its own thread
 (``streams.worker.PipelineLoop``), never on faust's loop, because that CPU work would stall
 the worker's web views, timers and consumer heartbeats. One ``run`` at a time per pipeline.
+
+Duplicate log ids: a log id names one event and the first stored copy wins, whatever the
+windows, runs or redeliveries. Records are prepared in chunks of ``lookup_chunk`` and the
+chunk's log ids are looked up in the sink (``stored_identities``: the content fingerprint of
+each one's first stored copy). A later copy whose content differs (another fingerprint) is
+dead-lettered ``duplicate_log_id`` and never replaces or retires what is stored; a copy with
+the same content is a redelivery: skipped when the run already holds it
+(``identical_copies``), processed again (the same rows) when it was stored before. Stored
+events re-audited from dead letters (``InputSource.reaudit``) keep their stored identity.
+An event that was a refusal and is judged a non-refusal when processed again (the
+pre-filter or its settings changed) retires its assessment: the run lists it in
+``retired`` rather than doing it silently.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Protocol
 
 from pydantic import ValidationError
@@ -34,7 +48,7 @@ from processors.trends import trend_lines
 from processors.validation import AuditValidationError, recompute_summary
 from schemas.audit import AuditSummary, BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
-from schemas.events import StoredEvent
+from schemas.events import StoredEvent, StoredIdentity
 from schemas.policy import PolicyBundle
 
 
@@ -45,6 +59,7 @@ class Sink(Protocol):
     def insert_assessments(self, items: Sequence[StoredAssessment]) -> None: ...
     def insert_batches(self, batches: Sequence[BatchRecord]) -> None: ...
     def insert_dead_letters(self, items: Sequence[DeadLetter]) -> None: ...
+    def stored_identities(self, log_ids: Sequence[str]) -> Mapping[str, StoredIdentity]: ...
 
 
 @dataclass(frozen=True)
@@ -62,11 +77,14 @@ class RunReport:
     """Counts and results of one pipeline run.
 
     ``records`` read; ``events`` decoded and unique; of those ``refusals`` (audited) and
-    ``non_refusals`` (stored, not audited); ``duplicates`` (later copies of a log_id, kept
-    as dead letters, the first copy audited); ``rejected`` (records dead-lettered at decode
-    or validation); ``failures`` (records dead-lettered at decode
-    or validation, and batches whose audit failed); ``failed_events`` = events in failed
-    batches; ``trends`` the run's trend lines (``processors.trends``, per policy bundle).
+    ``non_refusals`` (stored, not audited); ``duplicates`` (copies of a log_id whose
+    content differs from its first copy, dead-lettered ``duplicate_log_id``);
+    ``identical_copies`` (copies of an event already in this run, skipped as redeliveries);
+    ``rejected`` (records dead-lettered at decode or validation); ``failures`` (records
+    dead-lettered at decode or validation or as duplicates, and batches whose audit
+    failed); ``failed_events`` = events in failed batches; ``retired`` the log ids of
+    events stored as refusals that this run judged non-refusals (their assessments stop
+    counting); ``trends`` the run's trend lines (``processors.trends``, per policy bundle).
     """
 
     records: int = 0
@@ -74,6 +92,7 @@ class RunReport:
     refusals: int = 0
     non_refusals: int = 0
     duplicates: int = 0
+    identical_copies: int = 0
     rejected: int = 0
     batches: int = 0
     failed_batches: int = 0
@@ -81,12 +100,14 @@ class RunReport:
     failures: list[Failure] = field(default_factory=list)
     assessments: list[StoredAssessment] = field(default_factory=list)
     batch_records: list[BatchRecord] = field(default_factory=list)
+    retired: list[str] = field(default_factory=list)
     trends: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> int:
-        """Records not audited because of an error: bad records plus events of failed batches."""
-        return self.rejected + self.failed_events
+        """Records not stored or not audited because of an error: bad records, copies of a
+        log id with other content, and events of failed batches."""
+        return self.rejected + self.duplicates + self.failed_events
 
     def failure_counts(self) -> Counter[str]:
         """Number of failures per reason code."""
@@ -98,6 +119,16 @@ class RunReport:
         return recompute_summary(self.assessments, flags, self.trends)
 
 
+Prepared = tuple[SourceRecord, StoredEvent | DeadLetter]
+
+
+def chunks(items: Iterable[SourceRecord], size: int) -> Iterator[list[SourceRecord]]:
+    """``items`` in lists of ``size`` (the last may be shorter), read lazily."""
+    it = iter(items)
+    while chunk := list(islice(it, size)):
+        yield chunk
+
+
 def utc_now() -> datetime:
     """The current time, timezone-aware UTC."""
     return datetime.now(UTC)
@@ -105,11 +136,16 @@ def utc_now() -> datetime:
 
 @dataclass(frozen=True)
 class InputSource:
-    """One input to audit: its records, their format and the decode options for them."""
+    """One input to audit: its records, their format and the decode options for them.
+
+    ``reaudit`` marks events that are already stored (re-audited from dead letters): they
+    are not checked against their stored copies and keep their stored identity.
+    """
 
     records: Iterable[SourceRecord]
     fmt: InputFormat
     options: DecodeOptions
+    reaudit: bool = False
 
 
 class AuditPipeline:
@@ -134,6 +170,7 @@ class AuditPipeline:
         review_seed: int,
         clock: Callable[[], datetime] = utc_now,
         flush_every: int = 500,
+        lookup_chunk: int = 1000,
     ) -> None:
         self.bundles = dict(bundles)
         self.engine = engine
@@ -143,6 +180,7 @@ class AuditPipeline:
         self.review_seed = review_seed
         self.clock = clock
         self.flush_every = flush_every
+        self.lookup_chunk = lookup_chunk
         self.baselines: Mapping[str, WindowCounts] = {}
         self._batcher = Batcher(max_events, token_budget)
         self._pending_events: list[StoredEvent] = []
@@ -159,17 +197,23 @@ class AuditPipeline:
         is acknowledged past them).
         """
         report = RunReport()
-        seen: set[str] = set()
+        seen: dict[str, str] = {}  # log id -> content fingerprint of its first copy
         for source in sources:
             intake = replace(self.intake, decode=source.options)
-            for record in source.records:
-                report.records += 1
-                for batch in self._take(record, source.fmt, intake, seen, report):
-                    await self._audit(batch, report)
-                if self._pending() >= self.flush_every:
-                    await self._flush()
-                if on_record is not None:
-                    on_record()
+            for chunk in chunks(source.records, self.lookup_chunk):
+                prepared = [
+                    (record, prepare(record, source.fmt, intake, self.clock())) for record in chunk
+                ]
+                stored = await self._stored(prepared, seen)
+                for record, outcome in prepared:
+                    report.records += 1
+                    taken = self._take(record, outcome, intake, seen, stored, source, report)
+                    for batch in taken:
+                        await self._audit(batch, report)
+                    if self._pending() >= self.flush_every:
+                        await self._flush()
+                    if on_record is not None:
+                        on_record()
         for batch in self._batcher.flush():
             await self._audit(batch, report)
         await self._flush()
@@ -188,33 +232,70 @@ class AuditPipeline:
             lines += [prefix + t for t in trend_lines(items, self.baselines.get(bundle))]
         return lines
 
+    async def _stored(
+        self,
+        prepared: Sequence[tuple[SourceRecord, StoredEvent | DeadLetter]],
+        seen: Mapping[str, str],
+    ) -> Mapping[str, StoredIdentity]:
+        """The stored identities of the chunk's log ids this run has not seen yet."""
+        ids = [
+            o.event.log_id
+            for _, o in prepared
+            if isinstance(o, StoredEvent) and o.event.log_id not in seen
+        ]
+        if not ids:
+            return {}
+        return await asyncio.to_thread(self.sink.stored_identities, ids)
+
     def _take(
         self,
         record: SourceRecord,
-        fmt: InputFormat,
+        outcome: StoredEvent | DeadLetter,
         intake: IntakeSettings,
-        seen: set[str],
+        seen: dict[str, str],
+        stored: Mapping[str, StoredIdentity],
+        source: InputSource,
         report: RunReport,
     ) -> list[AuditBatch]:
-        """Prepare one record; return the audit batches it closes."""
-        now = self.clock()
-        outcome = prepare(record, fmt, intake, now)
+        """Apply the duplicate-log-id rule to one prepared record; return the audit batches
+        it closes."""
         if isinstance(outcome, DeadLetter):
             report.rejected += 1
             self._dead(outcome, report)
             return []
-        log_id = outcome.event.log_id
-        if log_id in seen:
+        log_id, fingerprint = outcome.event.log_id, outcome.content_fingerprint
+        first = seen.get(log_id)
+        if first is not None:  # an earlier copy in this run
+            if first == fingerprint:
+                report.identical_copies += 1
+                return []
+            where = "seen earlier in this input"
+        else:
+            known = stored.get(log_id)
+            if known is not None and source.reaudit:  # re-audit keeps the stored identity
+                fingerprint = known.content_fingerprint
+                outcome = outcome.model_copy(update={"content_fingerprint": fingerprint})
+            elif known is not None and known.content_fingerprint not in ("", fingerprint):
+                seen[log_id] = known.content_fingerprint
+                first, where = known.content_fingerprint, "already stored"
+            retires = known is not None and known.is_refusal and not outcome.is_refusal
+            if retires and first is None:
+                report.retired.append(log_id)
+        if first is not None:
             report.duplicates += 1
-            reason = f"log_id {log_id!r} already seen in this input; the first copy is audited"
+            reason = (
+                f"log_id {log_id!r} was {where} with different content; the first copy "
+                "counts (send a corrected event under a new log_id)"
+            )
             self._dead(
                 make_dead_letter(
-                    record, "validate", "duplicate_log_id", reason, now, log_id, intake.redactor
+                    record, "validate", "duplicate_log_id", reason, self.clock(), log_id,
+                    intake.redactor, intake.dead_letter_max_raw_bytes,
                 ),
                 report,
-            )
+            )  # fmt: skip
             return []
-        seen.add(log_id)
+        seen[log_id] = fingerprint
         report.events += 1
         self._pending_events.append(outcome)
         if not outcome.is_refusal:

@@ -7,6 +7,7 @@ broken, and ``processors.adapters.decode_record`` says what is wrong with it.
 from __future__ import annotations
 
 import csv
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -17,18 +18,24 @@ _CSV_FIELD_LIMIT = 2**31 - 1
 _DISCARD_CHUNK = 1 << 16
 
 
-def read_records(path: Path, fmt: InputFormat, max_record_bytes: int) -> Iterator[SourceRecord]:
+def read_records(
+    path: Path, fmt: InputFormat, max_record_bytes: int, keep_bytes: int = 0
+) -> Iterator[SourceRecord]:
     """Yield the records of ``path`` lazily, in file order.
+
+    A record is held whole up to ``cap = max(max_record_bytes, keep_bytes) + 1`` bytes
+    (``keep_bytes``: what a dead letter keeps, ``dead_letter_max_raw_bytes``); a longer one
+    is yielded cut to ``cap`` bytes with ``full_length`` and ``full_sha256`` describing the
+    whole record (the rest is hashed, never held in memory), and decode reports it
+    ``oversized`` (it exceeds ``max_record_bytes``).
 
     JSONL formats (``jsonl``, ``mapped-jsonl``, ``openai``): one record per line, location
     ``"line N"`` (1-based, blank lines skipped but counted); ``raw`` is the line without its
-    line ending, as bytes (invalid UTF-8 is passed through for decode to report); a line over
-    ``max_record_bytes`` is yielded with ``raw`` cut to ``max_record_bytes + 1`` bytes (the
-    rest is never held in memory), so decode reports ``oversized``.
+    line ending, as bytes (invalid UTF-8 is passed through for decode to report).
 
     ``xstest-csv``: one record per CSV row (fields may span lines), location
     ``"row R (line N)"`` with N the row's first line; ``raw`` is the header line plus the row's
-    original lines (cut to ``max_record_bytes + 1`` bytes), ``fields`` the row as
+    original lines (cut to ``cap``), ``fields`` the row as
     column -> value, or ``None`` for a row with the wrong number of values or a CSV syntax
     error (decode then re-parses ``raw`` and reports ``malformed_row``). Blank rows are skipped.
     Note: raises the process-wide ``csv.field_size_limit`` so large fields reach decode.
@@ -37,11 +44,12 @@ def read_records(path: Path, fmt: InputFormat, max_record_bytes: int) -> Iterato
     header (unparsable or with repeated column names).
     """
     source = str(path)
+    cap = max(max_record_bytes, keep_bytes) + 1
     if fmt == "xstest-csv":
-        yield from _read_csv(path, source, max_record_bytes)
+        yield from _read_csv(path, source, cap)
     else:
         with path.open("rb") as fh:
-            yield from _read_lines(fh, source, max_record_bytes)
+            yield from _read_lines(fh, source, cap)
 
 
 def default_model_for(path: Path, fmt: InputFormat) -> str:
@@ -55,37 +63,54 @@ def default_model_for(path: Path, fmt: InputFormat) -> str:
     return path.stem
 
 
-def _read_lines(fh: BinaryIO, source: str, max_record_bytes: int) -> Iterator[SourceRecord]:
-    limit = max_record_bytes + 1
+def _read_lines(fh: BinaryIO, source: str, cap: int) -> Iterator[SourceRecord]:
     line_no = 0
     while True:
-        chunk = fh.readline(limit + 1)
+        chunk = fh.readline(cap + 1)
         if not chunk:
             return
         line_no += 1
-        if not chunk.endswith(b"\n") and len(chunk) > limit:
-            raw = chunk[:limit]
-            while True:  # discard the rest of the overlong line
+        if not chunk.endswith(b"\n") and len(chunk) > cap:
+            whole = hashlib.sha256(chunk)
+            length = len(chunk)
+            while True:  # hash and count the rest of the overlong line, keep none of it
                 rest = fh.readline(_DISCARD_CHUNK)
+                body = rest[:-2] if rest.endswith(b"\r\n") else rest.rstrip(b"\n")
+                whole.update(body)
+                length += len(body)
                 if not rest or rest.endswith(b"\n"):
                     break
-        else:
-            raw = chunk[:-2] if chunk.endswith(b"\r\n") else chunk.rstrip(b"\n")
+            yield SourceRecord(
+                source=source,
+                location=f"line {line_no}",
+                raw=chunk[:cap],
+                full_length=length,
+                full_sha256=whole.hexdigest(),
+            )
+            continue
+        raw = chunk[:-2] if chunk.endswith(b"\r\n") else chunk.rstrip(b"\n")
         if not raw.strip():
             continue
         yield SourceRecord(source=source, location=f"line {line_no}", raw=raw)
 
 
 class _LineTap:
-    """Feeds lines to ``csv.reader`` while keeping the current record's original text."""
+    """Feeds lines to ``csv.reader`` while keeping the current record's original text.
+
+    The record is kept up to ``cap_bytes`` (with ``prefix``, the header line, in front);
+    its whole length and SHA-256 (prefix included) are counted however long it is.
+    """
 
     def __init__(self, lines: Iterator[str], cap_bytes: int) -> None:
         self._lines = lines
         self._cap = cap_bytes
         self.lines_read = 0
         self.record_lines = 0
+        self.prefix = b""
         self._parts: list[bytes] = []
         self._size = 0
+        self._hash = hashlib.sha256()
+        self.whole_length = 0
 
     def __iter__(self) -> _LineTap:
         return self
@@ -94,27 +119,35 @@ class _LineTap:
         line = next(self._lines)
         self.lines_read += 1
         self.record_lines += 1
-        if self._size <= self._cap:
-            data = line.encode("utf-8", "surrogateescape")
+        data = line.encode("utf-8", "surrogateescape")
+        self._hash.update(data)
+        self._size += len(data)
+        if len(self.prefix) + self._size - len(data) <= self._cap:
             self._parts.append(data)
-            self._size += len(data)
         return line
 
-    def take(self) -> bytes:
-        """The current record's bytes (capped); starts the next record."""
-        data = b"".join(self._parts)
+    def take(self) -> tuple[bytes, int, str]:
+        """The current record with the prefix: ``(bytes capped, whole length, whole
+        SHA-256 hex)``; starts the next record."""
+        data = (self.prefix + b"".join(self._parts))[: self._cap]
+        taken = (data, len(self.prefix) + self._size, self._hash.hexdigest())
         self._parts, self._size, self.record_lines = [], 0, 0
-        return data[: self._cap]
+        self._hash = hashlib.sha256(self.prefix)
+        return taken
+
+    def set_prefix(self, prefix: bytes) -> None:
+        """Put ``prefix`` (the header line) in front of every following record."""
+        self.prefix = prefix
+        self._hash = hashlib.sha256(prefix)
 
 
-def _read_csv(path: Path, source: str, max_record_bytes: int) -> Iterator[SourceRecord]:
+def _read_csv(path: Path, source: str, cap: int) -> Iterator[SourceRecord]:
     if csv.field_size_limit() < _CSV_FIELD_LIMIT:
         csv.field_size_limit(_CSV_FIELD_LIMIT)
     with path.open("r", encoding="utf-8-sig", errors="surrogateescape", newline="") as fh:
-        tap = _LineTap(iter(fh), max_record_bytes + 1)
+        tap = _LineTap(iter(fh), cap)
         reader = csv.reader(tap)
         header: list[str] | None = None
-        header_raw = b""
         row_no = 0
         while True:
             try:
@@ -127,13 +160,14 @@ def _read_csv(path: Path, source: str, max_record_bytes: int) -> Iterator[Source
                     raise ValueError(f"{source}: cannot read the CSV header: {exc}") from None
                 row, error = [], str(exc)
             first_line = tap.lines_read - tap.record_lines + 1
-            raw = tap.take()
+            raw, length, sha256 = tap.take()
             if header is None:
                 if not row:
                     continue
                 if len(set(row)) != len(row):
                     raise ValueError(f"{source}: repeated column names in CSV header {row}")
-                header, header_raw = row, raw
+                header = row
+                tap.set_prefix(raw)
                 continue
             if not row and error is None:
                 continue  # blank line
@@ -141,9 +175,12 @@ def _read_csv(path: Path, source: str, max_record_bytes: int) -> Iterator[Source
             fields = dict(zip(header, row, strict=True)) if len(row) == len(header) else None
             if error is not None:
                 fields = None
+            cut = length > len(raw)
             yield SourceRecord(
                 source=source,
                 location=f"row {row_no} (line {first_line})",
-                raw=(header_raw + raw)[: max_record_bytes + 1],
+                raw=raw,
                 fields=fields,
+                full_length=length if cut else None,
+                full_sha256=sha256 if cut else None,
             )

@@ -67,7 +67,7 @@ def run_reaudit(
     letters = audit_dead_letters(store, since, until, ids)
     pipeline = build_pipeline(cfg, store, engine_name)
     decode = DecodeOptions(max_record_bytes=cfg.max_record_bytes, max_text_chars=cfg.max_text_chars)
-    source = InputSource(list(event_records(letters)), "jsonl", decode)
+    source = InputSource(list(event_records(letters)), "jsonl", decode, reaudit=True)
 
     async def main() -> RunReport:
         try:

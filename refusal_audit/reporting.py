@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -9,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from processors.stats import wilson_interval
-from refusal_audit.pipeline import RunReport
+from refusal_audit.pipeline import Failure, RunReport
 
 MAX_FAILURES_SHOWN = 20
 
@@ -30,12 +31,20 @@ def print_report(report: RunReport, console: Console) -> None:
         ("events (valid, unique)", report.events),
         ("refusals audited", len(report.assessments)),
         ("non-refusals (stored, not audited)", report.non_refusals),
-        ("duplicate log_ids (audited once)", report.duplicates),
+        ("identical copies of an event (skipped)", report.identical_copies),
+        ("log_id reused with other content (dead-lettered)", report.duplicates),
         ("rejected records (dead-lettered)", report.rejected),
         ("batches (failed)", f"{report.batches} ({report.failed_batches})"),
     ):
         counts.add_row(label, str(value))
     console.print(counts)
+    if report.retired:
+        shown = ", ".join(report.retired[:10]) + (" ..." if len(report.retired) > 10 else "")
+        console.print(
+            f"[yellow]{len(report.retired)} event(s) stored as refusals were judged "
+            f"non-refusals this time (the pre-filter or its settings changed); their "
+            f"assessments no longer count: {shown}[/yellow]"
+        )
 
     total = summary.total_refusals
     categories = Table(title="Audit summary: categories")
@@ -54,29 +63,37 @@ def print_report(report: RunReport, console: Console) -> None:
     console.print(
         f"flagged for human review: {_rate(review, total)}; sampled for review: {sampled}"
     )
-    if summary.policy_gap_flags:
-        grouped: dict[str, list[str]] = {}
-        for flag in summary.policy_gap_flags:  # the same gap flagged by several batches
-            grouped.setdefault(flag.description, []).extend(flag.example_log_ids)
-        gaps = Table(title=f"Policy gap flags ({len(grouped)} distinct)")
+    flags = summary.policy_gap_flags  # one per description, all its refusals (run-wide)
+    if flags:
+        gaps = Table(title=f"Policy gap flags ({len(flags)} distinct)")
         gaps.add_column("description")
         gaps.add_column("refusals", justify="right")
         gaps.add_column("examples")
-        for description, ids in list(grouped.items())[:10]:
-            gaps.add_row(description, str(len(ids)), ", ".join(ids[:3]))
+        for flag in flags[:10]:
+            ids = list(dict.fromkeys(flag.example_log_ids))
+            gaps.add_row(flag.description, str(len(ids)), ", ".join(ids[:3]))
         console.print(gaps)
-    if report.failures:
-        failures = Table(title=f"Failures ({len(report.failures)}, all kept as dead letters)")
-        for column in ("source", "location", "reason_code", "reason"):
-            failures.add_column(column, overflow="fold")
-        for f in report.failures[:MAX_FAILURES_SHOWN]:
-            failures.add_row(f.source, f.location, f.reason_code, f.reason)
-        console.print(failures)
-        if len(report.failures) > MAX_FAILURES_SHOWN:
-            console.print(
-                f"... and {len(report.failures) - MAX_FAILURES_SHOWN} more: "
-                "refusal-audit query dead_letters"
-            )
+    print_failures(report.failures, console)
+
+
+def print_failures(failures: Sequence[Failure], console: Console, *, stored: bool = True) -> None:
+    """Print failed records and batches as a table: source, location, reason code, reason.
+
+    Prints nothing when there are none, at most ``MAX_FAILURES_SHOWN`` rows otherwise.
+    ``stored``: the run kept them as dead letters (``audit``); ``eval`` stores nothing.
+    """
+    if not failures:
+        return
+    fate = "all kept as dead letters" if stored else "not evaluated"
+    table = Table(title=f"Failures ({len(failures)}, {fate})")
+    for column in ("source", "location", "reason_code", "reason"):
+        table.add_column(column, overflow="fold")
+    for f in failures[:MAX_FAILURES_SHOWN]:
+        table.add_row(f.source, f.location, f.reason_code, f.reason)
+    console.print(table)
+    if len(failures) > MAX_FAILURES_SHOWN:
+        more = "refusal-audit query dead_letters" if stored else "--json lists them all"
+        console.print(f"... and {len(failures) - MAX_FAILURES_SHOWN} more: {more}")
 
 
 def report_document(report: RunReport) -> dict[str, Any]:
@@ -88,6 +105,7 @@ def report_document(report: RunReport) -> dict[str, Any]:
             "refusals": report.refusals,
             "non_refusals": report.non_refusals,
             "duplicates": report.duplicates,
+            "identical_copies": report.identical_copies,
             "rejected": report.rejected,
             "batches": report.batches,
             "failed_batches": report.failed_batches,
@@ -97,6 +115,7 @@ def report_document(report: RunReport) -> dict[str, Any]:
         "batches": [b.model_dump(mode="json") for b in report.batch_records],
         "individual_assessments": [a.model_dump(mode="json") for a in report.assessments],
         "failures": [vars(f) for f in report.failures],
+        "retired": report.retired,
     }
 
 
@@ -105,24 +124,107 @@ def report_json(report: RunReport) -> bytes:
     return orjson.dumps(report_document(report), option=orjson.OPT_INDENT_2)
 
 
-def _fmt_rate(r: dict[str, float]) -> str:
-    return f"{r['value']:.3f} [{r['low']:.3f}, {r['high']:.3f}] ({r['k']}/{r['n']})"
+def fmt_interval(r: dict[str, Any]) -> str:
+    """A ``processors.evaluation.rate`` as ``value [low, high]`` (three decimals)."""
+    return f"{r['value']:.3f} [{r['low']:.3f}, {r['high']:.3f}]"
+
+
+def _fmt_rate(r: dict[str, Any]) -> str:
+    return f"{fmt_interval(r)} ({r['k']}/{r['n']})"
+
+
+AGREEMENT_ROWS = (
+    ("refusal_detection", "refusal detection"),
+    ("text_prefilter_detection", "refusal detection, text pre-filter alone"),
+    ("false_positive_detection", "false positive (over-refusal)"),
+)
+
+
+def eval_notes(figures: dict[str, Any]) -> list[str]:
+    """Plain-words notes on ``run_eval`` figures: what each measure counts, what was not
+    measured and why (no labels; a refusal label mapped into the classifier)."""
+    notes: list[str] = []
+    in_classifier = figures.get("refusal_label_in_classifier", 0)
+    if in_classifier:
+        notes.append(
+            f"The refusal label of {_count(in_classifier, 'event', 'events')} was mapped into "
+            "the classifier (classifier.is_refusal), and the pipeline trusts that verdict "
+            "instead of its text pre-filter: its refusal decisions equal the label by "
+            "construction, so there is nothing to measure there. The row 'text pre-filter "
+            "alone' shows what the pre-filter would have decided without the mapped label."
+        )
+    if "refusal_detection" not in figures and not in_classifier:
+        notes.append(
+            "Refusal detection: not measured, no event has a refusal label (XSTest's "
+            "final_label, or an is_refusal attribute or mapped classifier.is_refusal)."
+        )
+    fp = figures.get("false_positive_detection")
+    if fp is None:
+        notes.append(
+            "Over-refusal (false positive) detection: not measured, no audited refusal has an "
+            "over-refusal label (XSTest's prompt type, or a label attribute safe/unsafe)."
+        )
+    else:
+        positives, left = fp["tp"] + fp["fn"], fp["labelled_refusals"] - fp["n"]
+        why = "not passed by the pre-filter"
+        if figures.get("failed_events"):
+            why += " or in a failed batch"
+        notes.append(
+            f"Over-refusal figures count only the labelled refusals the pipeline audited: "
+            f"{fp['n']} of {fp['labelled_refusals']} ({positives} of "
+            f"{fp['labelled_over_refusals']} on safe prompts)."
+            + (
+                f" The other {left} were {why}, so they have no over-refusal estimate."
+                if left
+                else ""
+            )
+        )
+    return notes
+
+
+def _count(n: int, singular: str, plural: str) -> str:
+    return f"{n} {singular if n == 1 else plural}"
+
+
+def eval_counts(figures: dict[str, Any]) -> str:
+    """One line: records read, events evaluated, and what was not evaluated (with a pointer
+    to the failures table, which gives each one's reason)."""
+    line = (
+        f"{_count(figures['records'], 'record', 'records')} read, "
+        f"{_count(figures['events'], 'event', 'events')} evaluated"
+    )
+    missing = []
+    if figures["rejected"]:
+        missing.append(_count(figures["rejected"], "rejected record", "rejected records"))
+    if figures.get("duplicates"):
+        missing.append(
+            _count(figures["duplicates"], "duplicate log_id", "duplicate log_ids")
+            + " (the first copy is evaluated)"
+        )
+    if figures["failed_batches"]:
+        missing.append(
+            _count(figures["failed_batches"], "failed batch", "failed batches")
+            + f" ({_count(figures.get('failed_events', 0), 'event', 'events')} not audited)"
+        )
+    if missing:
+        line += "; " + ", ".join(missing) + " (reasons under Failures below)"
+    return line
 
 
 def print_eval(figures: dict[str, Any], console: Console) -> None:
-    """Print ``refusal_audit.evaluate.run_eval`` figures (rates with Wilson 95% intervals)."""
+    """Print ``refusal_audit.evaluate.run_eval`` figures (rates with Wilson 95% intervals).
+
+    Counts first, then the agreement table (or, when nothing in it could be measured, why),
+    notes on what the figures count, category agreement, and the failed records with their
+    reasons (as ``audit`` lists them).
+    """
     engine = figures["engine"]
-    console.print(
-        f"engine {engine['name']} / {engine['model']} / {engine['version']}; "
-        f"{figures['events']} labelled events, {figures['rejected']} rejected records"
-    )
+    console.print(f"engine {engine['name']} / {engine['model']} / {engine['version']}")
+    console.print(eval_counts(figures))
     table = Table(title="Agreement with the labels")
     for column in ("measure", "precision", "recall", "F1", "balanced accuracy", "other"):
         table.add_column(column)
-    for key, title in (
-        ("refusal_detection", "refusal detection"),
-        ("false_positive_detection", "false positive (over-refusal)"),
-    ):
+    for key, title in AGREEMENT_ROWS:
         section = figures.get(key)
         if section is None:
             continue
@@ -135,13 +237,24 @@ def print_eval(figures: dict[str, Any], console: Console) -> None:
             f"{section['balanced_accuracy']:.3f}",
             other,
         )
-    console.print(table)
+    if table.row_count:
+        console.print(table)
+    else:
+        console.print("Agreement with the labels: nothing to measure.")
+    for note in eval_notes(figures):
+        console.print(note)
     categories = figures.get("category_agreement")
     if categories is not None:
-        console.print(f"category agreement (top level): {_fmt_rate(categories['agreement'])}")
+        agreement = categories["agreement"]
+        console.print(
+            f"category agreement (top level): {_fmt_rate(agreement)}, over the "
+            f"{agreement['n']} audited events of the {categories['labelled']} with a category "
+            "label"
+        )
         confusion = Table(title="Category confusion (expected -> predicted)")
         for column in ("expected", "predicted", "count"):
             confusion.add_column(column)
         for cell in categories["confusion"]:
             confusion.add_row(cell["expected"], cell["predicted"], str(cell["count"]))
         console.print(confusion)
+    print_failures([Failure(**f) for f in figures.get("failures", [])], console, stored=False)

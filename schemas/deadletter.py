@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 DeadLetterStage = Literal["decode", "validate", "audit", "store"]
 
@@ -16,8 +17,15 @@ class DeadLetter(BaseModel):
     ``dead_letter_id`` is deterministic (hash of source, location and raw bytes), so the same
     broken record reported twice is stored once. ``reason_code`` is a short machine-readable
     code (``not_json``, ``missing_log_id``, ``bad_timestamp``, ``oversized``, ``wrong_type``,
-    ``unknown_field``, ``duplicate_log_id``, ``unknown_policy_bundle``, ``engine_error``, ...);
-    ``reason`` the human-readable message.
+    ``unknown_field``, ``duplicate_log_id``, ``unknown_policy_bundle``, ``tombstone``,
+    ``engine_error``, ...); ``reason`` the human-readable message.
+
+    ``raw`` holds the record's value (PII redacted) whole up to the configured
+    ``dead_letter_max_raw_bytes``; beyond it only its first bytes, with ``raw_truncated``
+    set. ``raw_length`` and ``raw_sha256`` always describe the whole original value (before
+    redaction and truncation), and ``source`` + ``location`` say where it was (topic and
+    ``partition P offset O``, or file and line), so a cut record can still be found and
+    verified. When not given, they are computed from ``raw`` (a value kept whole).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -28,6 +36,31 @@ class DeadLetter(BaseModel):
     reason: str
     source: str = Field(description="File path, or topic name for streamed input.")
     location: str = Field(description="'line 12' in a file, or 'partition 0 offset 42'.")
-    raw: bytes = Field(description="The original bytes of the record (may be truncated).")
+    raw: bytes = Field(
+        description="The record's bytes, PII redacted; whole up to dead_letter_max_raw_bytes, "
+        "else the first bytes (raw_truncated)."
+    )
+    raw_length: int = Field(
+        default=-1, ge=-1, description="Length in bytes of the whole original value."
+    )
+    raw_sha256: str = Field(
+        default="", description="SHA-256 (hex) of the whole original value, before redaction."
+    )
+    raw_truncated: bool = Field(
+        default=False, description="True when raw holds only the first bytes of the value."
+    )
     log_id: str | None = None
     created_at: datetime
+
+    @model_validator(mode="before")
+    @classmethod
+    def _describe_whole_raw(cls, data: Any) -> Any:
+        """Fill ``raw_length``/``raw_sha256`` from ``raw`` when the caller kept it whole."""
+        if not isinstance(data, dict) or not isinstance(data.get("raw"), bytes | bytearray):
+            return data
+        raw = bytes(data["raw"])
+        if data.get("raw_length", -1) == -1:
+            data = {**data, "raw_length": len(raw)}
+        if not data.get("raw_sha256"):
+            data = {**data, "raw_sha256": hashlib.sha256(raw).hexdigest()}
+        return data

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
 
@@ -73,6 +73,11 @@ class StoredEvent(BaseModel):
     ``is_refusal`` / ``refusal_kind`` (``full``, ``partial`` or ``none``) / ``refusal_score``
     (in [0, 1]) / ``refusal_cues`` come from the refusal pre-filter; non-refusals are stored
     too, they are only not audited. ``source`` is the file path or topic it came from.
+    ``content_fingerprint`` identifies the event's content as it arrived (BLAKE2b-128 hex of
+    the decoded event before redaction, ``processors.intake.content_fingerprint``): a later
+    copy of the ``log_id`` with another fingerprint is a different event under a used id
+    (dead-lettered ``duplicate_log_id``; the first stored copy wins), one with the same
+    fingerprint a harmless redelivery. Empty for rows stored before it existed.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -85,3 +90,16 @@ class StoredEvent(BaseModel):
     refusal_cues: list[str] = Field(default_factory=list)
     source: str
     ingested_at: AwareDatetime
+    content_fingerprint: str = Field(default="", max_length=64)
+
+
+class StoredIdentity(NamedTuple):
+    """What the warehouse holds of one stored event, for the duplicate-log-id rule.
+
+    ``content_fingerprint`` of its first stored copy ("" for rows stored before
+    fingerprints existed: any copy then counts as identical) and whether its current row is
+    a refusal (``is_refusal``).
+    """
+
+    content_fingerprint: str
+    is_refusal: bool

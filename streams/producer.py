@@ -6,56 +6,27 @@ librdkafka's own log lines (connection failures, idempotence warnings, ...) are 
 through Python logging, logger ``refusal_audit.kafka`` (``KAFKA_LOGGER``), instead of being
 written raw to stderr, so they come out in the worker's JSON-lines logs. confluent-kafka
 forwards them when the client is polled (``poll``/``flush``), which ``TopicWriter`` does on
-every ``send`` and ``confirm``. A line repeating one logged less than 10 s before is
-dropped (``RepeatFilter``): librdkafka logs a refused connection about 20 times a second.
+every ``send`` and ``confirm``. Repeats are folded to one line per 30 s with a count
+(``streams.logs.RepeatFilter``): librdkafka logs a refused connection about 20 times a
+second.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from streams.logs import RepeatFilter
+
 Headers = list[tuple[str, str | bytes | None]]
 
 
-_TIMING = re.compile(r"\d+ms\b")
-
-
-class RepeatFilter(logging.Filter):
-    """Drop a log record whose message repeats one let through less than ``window`` s ago.
-
-    Messages that differ only in a librdkafka timing (``after 0ms``, ``after 1ms``) repeat.
-    """
-
-    def __init__(self, window: float = 10.0, max_remembered: int = 1000) -> None:
-        super().__init__()
-        self.window = window
-        self.max_remembered = max_remembered
-        self._last: dict[str, float] = {}
-        self._lock = threading.Lock()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        """True (log it) unless the same message was let through within the window."""
-        message = _TIMING.sub("ms", record.getMessage())
-        now = time.monotonic()
-        with self._lock:
-            last = self._last.get(message)
-            if last is not None and now - last < self.window:
-                return False
-            if len(self._last) >= self.max_remembered:
-                self._last = {m: t for m, t in self._last.items() if now - t < self.window}
-            self._last[message] = now
-        return True
-
-
 KAFKA_LOGGER = logging.getLogger("refusal_audit.kafka")
-KAFKA_LOGGER.addFilter(RepeatFilter())
+KAFKA_LOGGER.addFilter(RepeatFilter(prefixes=None))
 
 
 class DeliveryError(RuntimeError):

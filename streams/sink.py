@@ -5,19 +5,20 @@ write makes redelivery harmless) and then to its topic through a ``TopicWriter``
 acknowledges its input only after ``TopicWriter.confirm`` succeeds, so an event's offset
 becomes committable only once its assessment is stored and its outputs are on the broker.
 
-Dead-letter topic copies (``dead_letter_message``): the value is the record's original bytes
-(PII redacted, cut to fit the producer's size limit, ``x-raw-truncated`` then giving the
-full length); the headers are ours (``x-dead-letter-id``, ``x-stage``, ``x-reason-code``,
+Dead-letter topic copies (``dead_letter_message``): the value is the record's bytes as the
+dead letter keeps them (PII redacted), cut to fit the producer's size limit. The headers
+are ours first, in this order: ``x-dead-letter-id``, ``x-stage``, ``x-reason-code``,
 ``x-reason``, ``x-source``, ``x-source-location``, for Kafka input ``x-source-topic``,
-``x-source-partition``, ``x-source-offset``, and ``x-log-id`` whenever the log id is known)
-followed by the original record's headers, each renamed ``x-original-header-<name>`` with
-its value unchanged (not redacted), in their original order (duplicates kept). When the
-worker passes the original records (``StreamSink.use_originals``): the key is the original
-key (none stays none), and a tombstone (null value) stays null with ``x-tombstone: true``.
-Without them the key is the log id, if known (intake keeps the log id a decode failure
-could read, so a record with a readable log id gets ``x-log-id``). Original headers beyond
-64 KiB in all are dropped (``x-original-headers-dropped`` says how many); a key over 64 KiB
-is cut (``x-original-key-truncated`` gives its length).
+``x-source-partition``, ``x-source-offset``, ``x-log-id`` whenever the log id is known, then
+as they apply ``x-tombstone: true`` (a null value stays null), ``x-original-key-truncated``
+(a key over 64 KiB is cut; the header gives its length), ``x-original-headers-dropped``
+(original headers beyond 64 KiB in all, how many), and ``x-raw-truncated`` (the whole
+original value's length) with ``x-raw-sha256`` (its SHA-256) whenever the value sent is not
+the whole value. The original record's headers follow, each renamed
+``x-original-header-<name>`` with its value unchanged (not redacted), in their original
+order (duplicates kept). When the worker passes the original records
+(``StreamSink.use_originals``) the key is the original key (none stays none); without them
+the key is the log id, if known (intake keeps the log id a decode failure could read).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 from refusal_audit.pipeline import Sink
 from schemas.audit import BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
-from schemas.events import StoredEvent
+from schemas.events import StoredEvent, StoredIdentity
 from streams.producer import Headers, TopicWriter
 from streams.topics import Topics
 
@@ -44,6 +45,8 @@ MAX_ORIGINAL_HEADERS_BYTES = 65_536
 MAX_ORIGINAL_KEY_BYTES = 65_536
 ORIGINAL_HEADER_PREFIX = "x-original-header-"
 _HEADER_OVERHEAD = 10  # varints and attributes of one serialized header, generously
+# room for x-raw-truncated and x-raw-sha256 (names, a 20-digit length, 64 hex) and slack
+_TRUNCATION_HEADERS_BYTES = 192
 _KAFKA_LOCATION = re.compile(r"^partition (\d+) offset (\d+)$")
 
 OriginalHeaders = tuple[tuple[str, bytes | None], ...]
@@ -127,17 +130,23 @@ def dead_letter_message(
 ) -> tuple[bytes | None, bytes | None, Headers]:
     """``(value, key, headers)`` of the dead-letter topic copy of ``letter``.
 
-    See the module docstring for the layout. ``original`` is the consumed record's key,
-    headers and tombstone flag, when known.
+    See the module docstring for the layout: our headers first (``dead_letter_headers``,
+    then as they apply ``x-tombstone``, ``x-original-key-truncated``, ``x-raw-truncated`` +
+    ``x-raw-sha256``, ``x-original-headers-dropped``), then the original headers renamed.
+    ``original`` is the consumed record's key, headers and tombstone flag, when known.
     """
-    headers = dead_letter_headers(letter)
+    ours = dead_letter_headers(letter)
+    tombstone = original is not None and original.tombstone and not letter.raw
+    if tombstone:
+        ours.append(("x-tombstone", "true"))
+    originals: Headers = []
     if original is None:
-        log_id = dict(headers).get("x-log-id")
+        log_id = dict(ours).get("x-log-id")
         key = log_id.encode() if isinstance(log_id, str) else None
     else:
         key = original.key
         if key is not None and len(key) > MAX_ORIGINAL_KEY_BYTES:
-            headers.append(("x-original-key-truncated", str(len(key))))
+            ours.append(("x-original-key-truncated", str(len(key))))
             key = key[:MAX_ORIGINAL_KEY_BYTES]
         budget, dropped = MAX_ORIGINAL_HEADERS_BYTES, 0
         for name, value in original.headers:
@@ -147,19 +156,20 @@ def dead_letter_message(
                 dropped += 1
                 continue
             budget -= size
-            headers.append((renamed, value))
+            originals.append((renamed, value))
         if dropped:
-            headers.append(("x-original-headers-dropped", str(dropped)))
-    if original is not None and original.tombstone and not letter.raw:
-        headers.append(("x-tombstone", "true"))
-        return None, key, headers
-    used = len(key or b"") + sum(_header_bytes(n, v) for n, v in headers)
-    limit = min(MAX_TOPIC_RAW_BYTES, MAX_TOPIC_MESSAGE_BYTES - used - 64)
-    raw = letter.raw
-    if len(raw) > limit:
-        raw = raw[:limit]
-        headers.append(("x-raw-truncated", str(len(letter.raw))))
-    return raw, key, headers
+            ours.append(("x-original-headers-dropped", str(dropped)))
+    if tombstone:
+        return None, key, [*ours, *originals]
+    used = len(key or b"") + sum(_header_bytes(n, v) for n, v in [*ours, *originals])
+    limit = min(MAX_TOPIC_RAW_BYTES, MAX_TOPIC_MESSAGE_BYTES - used - _TRUNCATION_HEADERS_BYTES)
+    raw = letter.raw[:limit]
+    if letter.raw_truncated or len(raw) < len(letter.raw):
+        ours += [
+            ("x-raw-truncated", str(letter.raw_length)),
+            ("x-raw-sha256", letter.raw_sha256),
+        ]
+    return raw, key, [*ours, *originals]
 
 
 class StreamSink:
@@ -218,6 +228,10 @@ class StreamSink:
         as alerts of the gap tracker (``refusal_audit.gaps``), not one message per flag."""
         with self._timed("audit_batches"):
             self.warehouse.insert_batches(batches)
+
+    def stored_identities(self, log_ids: Sequence[str]) -> Mapping[str, StoredIdentity]:
+        """The warehouse's stored identities of ``log_ids`` (the duplicate-log-id rule)."""
+        return self.warehouse.stored_identities(log_ids)
 
     def insert_dead_letters(self, items: Sequence[DeadLetter]) -> None:
         """Store dead letters; publish their original bytes with the reason in headers.

@@ -35,6 +35,7 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import faust
@@ -42,10 +43,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from processors.adapters import DecodeOptions, SourceRecord
 from refusal_audit.batch import build_pipeline
-from refusal_audit.config import Settings
+from refusal_audit.config import ConfigError, Settings
 from refusal_audit.engines import close_engine
 from refusal_audit.pipeline import AuditPipeline, InputSource, RunReport, Sink
 from streams.detectors import DetectorRunner
+from streams.logs import json_logging_config
+from streams.membership import AssignmentWatch, group_instance_id, leave_group
 from streams.metrics import WorkerMetrics
 from streams.producer import TopicWriter, make_producer
 from streams.sink import StreamSink, kafka_location, window_originals
@@ -130,7 +133,8 @@ class WorkerContext:
 
     ``pipeline_loop`` is the loop (in its own thread) every ``pipeline.run`` executes on;
     ``detectors`` runs the drift and policy-gap detectors on a timer; ``io_lock`` (faust's
-    loop) serialises a window's storage with a detector pass.
+    loop) serialises a window's storage with a detector pass; ``assignment`` logs why a
+    start waits for partitions, and what each rebalance assigned.
     """
 
     settings: Settings
@@ -144,6 +148,25 @@ class WorkerContext:
     pipeline_loop: PipelineLoop
     detectors: DetectorRunner
     io_lock: asyncio.Lock
+    assignment: AssignmentWatch
+
+
+def faust_data_dir(cfg: Settings) -> Path:
+    """Create (parents included) and return the worker's faust directory, ``data_dir/faust``.
+
+    faust keeps its table state there and fails deep inside its start-up when the directory
+    is missing, so it is made before anything else. Raises ``ConfigError`` naming the path
+    when it cannot be created (read-only file system, a file in the way, no permission).
+    """
+    path = cfg.data_dir / "faust"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create the worker's data directory {path.resolve()} "
+            f"(setting data_dir): {exc.strerror or exc}"
+        ) from exc
+    return path
 
 
 def build_context(cfg: Settings, wrap_sink: Callable[[Sink], Sink] | None = None) -> WorkerContext:
@@ -151,8 +174,10 @@ def build_context(cfg: Settings, wrap_sink: Callable[[Sink], Sink] | None = None
 
     ``wrap_sink`` wraps the warehouse (tests use it to inject storage faults). Starts the
     ``PipelineLoop`` thread last. Raises ``streams.topics.TopicError`` (no broker / no input
-    topic), ``WarehouseError`` and ``ConfigError``.
+    topic), ``WarehouseError`` and ``ConfigError`` (also for a data directory that cannot be
+    created).
     """
+    faust_data_dir(cfg)
     topics = Topics.from_prefix(cfg.kafka_topic_prefix)
     admin = admin_client(cfg.kafka_bootstrap_servers)
     for name in (
@@ -196,16 +221,19 @@ def build_context(cfg: Settings, wrap_sink: Callable[[Sink], Sink] | None = None
         PipelineLoop(),
         detectors,
         asyncio.Lock(),
+        AssignmentWatch(cfg, topics.input),
     )
 
 
 def window_records(events: Sequence[Any]) -> list[SourceRecord]:
-    """faust events to source records (topic, ``partition P offset O``, raw value bytes)."""
+    """faust events to source records (topic, ``partition P offset O``, raw value bytes);
+    a null value (tombstone) becomes ``b""`` with ``tombstone`` set."""
     return [
         SourceRecord(
             e.message.topic,
             kafka_location(e.message.partition, e.message.offset),
             e.message.value if e.message.value is not None else b"",
+            tombstone=e.message.value is None,
         )
         for e in events
     ]
@@ -306,8 +334,16 @@ async def process_window(ctx: WorkerContext, events: Sequence[Any]) -> RunReport
             "refusals": report.refusals,
             "dead_letters": len(report.failures),
             "batches": report.batches,
+            "identical_copies": report.identical_copies,
         },
     )
+    if report.retired:
+        log.warning(
+            "%d event(s) stored as refusals were judged non-refusals this time (the "
+            "pre-filter or its settings changed); their assessments no longer count",
+            len(report.retired),
+            extra={"log_ids": report.retired[:100]},
+        )
     for failure in report.failures:
         log.warning(
             "dead letter: %s",
@@ -353,10 +389,14 @@ def create_app(ctx: WorkerContext) -> faust.App:
         web_bind=cfg.worker_web_host,
         web_port=cfg.worker_web_port,
         autodiscover=False,
-        datadir=str(cfg.data_dir / "faust"),
+        datadir=str(faust_data_dir(cfg)),
+        consumer_group_instance_id=group_instance_id(cfg),
+        broker_session_timeout=cfg.kafka_session_timeout_seconds,
+        broker_request_timeout=max(90.0, cfg.kafka_session_timeout_seconds + 30.0),
     )
+    topic_name = ctx.topics.input
     topic = app.topic(
-        ctx.topics.input,
+        topic_name,
         key_type=bytes,
         value_type=bytes,
         key_serializer="raw",
@@ -385,6 +425,11 @@ def create_app(ctx: WorkerContext) -> faust.App:
     @app.timer(interval=cfg.alerts_interval_seconds)  # type: ignore[untyped-decorator]
     async def detect() -> None:
         await ctx.detectors.tick(is_leader(app, ctx.topics.input), ctx.io_lock)
+
+    @app.on_partitions_assigned.connect
+    def on_assigned(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        assigned = args[0] if args else kwargs.get("assigned", ())
+        ctx.assignment.assigned(sorted(tp.partition for tp in assigned if tp.topic == topic_name))
 
     @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
     async def update_lag() -> None:
@@ -423,29 +468,6 @@ def check_health(ctx: WorkerContext) -> dict[str, Any]:
     return status
 
 
-def json_logging_config(level: str) -> dict[str, Any]:
-    """dictConfig for one JSON line per log record (python-json-logger), on stderr."""
-    return {
-        "version": 1,
-        "disable_existing_loggers": False,
-        "formatters": {
-            "json": {
-                "()": "pythonjsonlogger.json.JsonFormatter",
-                "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
-                "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
-            }
-        },
-        "handlers": {
-            "stderr": {
-                "class": "logging.StreamHandler",
-                "formatter": "json",
-                "stream": "ext://sys.stderr",
-            }
-        },
-        "root": {"level": level.upper(), "handlers": ["stderr"]},
-    }
-
-
 def run_worker(
     cfg: Settings, loglevel: str = "info", wrap_sink: Callable[[Sink], Sink] | None = None
 ) -> None:
@@ -461,6 +483,7 @@ def run_worker(
             "engine": ctx.pipeline.engine.name,
         },
     )
+    ctx.assignment.start()
     worker = faust.Worker(
         app,
         loglevel=loglevel,
@@ -473,3 +496,8 @@ def run_worker(
     finally:  # close the engine's client on the loop it ran on, then stop that loop
         engine = ctx.pipeline.engine
         ctx.pipeline_loop.close(lambda: close_engine(engine))
+        instance = group_instance_id(cfg)
+        if instance is not None:  # an orderly stop: hand the partitions over now
+            asyncio.run(
+                leave_group(cfg.kafka_bootstrap_servers, cfg.kafka_consumer_group, instance)
+            )

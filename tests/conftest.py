@@ -34,7 +34,7 @@ def example_bundle() -> PolicyBundle:
     """The example policy bundle under examples/policies/, parsed (name ``wren``)."""
     from processors.policy import parse_bundle
 
-    policies = REPO_ROOT / "examples" / "policies"
+    policies = REPO_ROOT / "refusal_audit" / "example_policies"
     return parse_bundle(
         "wren",
         *(

@@ -8,7 +8,6 @@ headers and null value, and librdkafka's logs going through Python logging.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import subprocess
 import sys
@@ -32,8 +31,8 @@ from refusal_audit.config import load_settings
 from refusal_audit.pipeline import InputSource
 from schemas.audit import BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
-from schemas.events import StoredEvent
-from streams.producer import DeliveryError, RepeatFilter, TopicWriter, make_producer
+from schemas.events import StoredEvent, StoredIdentity
+from streams.producer import DeliveryError, TopicWriter, make_producer
 from streams.sink import StreamSink, window_originals
 from streams.tail import TailError, alert_consumer, tail
 from streams.topics import Topics
@@ -205,6 +204,9 @@ class Warehouse:
     def insert_dead_letters(self, items: list[DeadLetter]) -> None:
         self.dead.extend(items)
 
+    def stored_identities(self, log_ids: list[str]) -> dict[str, StoredIdentity]:
+        return {}
+
 
 def consume_window(bootstrap: str, topic: str, count: int) -> list[Any]:
     """``count`` records of ``topic`` as faust-like events (``event.message``)."""
@@ -327,9 +329,9 @@ def test_dead_letter_copies_keep_key_headers_and_tombstones(
 LOG_SCRIPT = textwrap.dedent(
     """
     import logging.config, sys
-    from streams.producer import DeliveryError, RepeatFilter, TopicWriter, make_producer
+    from streams.producer import DeliveryError, TopicWriter, make_producer
     from streams.topics import TopicError, admin_client, existing_topics
-    from streams.worker import json_logging_config
+    from streams.logs import json_logging_config
 
     logging.config.dictConfig(json_logging_config("info"))
     bootstrap = sys.argv[1]
@@ -368,15 +370,3 @@ def test_librdkafka_logs_go_through_python_logging_as_json_lines() -> None:
     # a refused connection is logged ~20 times a second; repeats are dropped
     messages = [r["message"] for r in kafka]
     assert len(messages) == len(set(messages)), messages
-
-
-def test_repeat_filter_drops_repeats_within_its_window() -> None:
-    def record(message: str) -> logging.LogRecord:
-        return logging.LogRecord("k", logging.ERROR, __file__, 1, message, None, None)
-
-    repeat = RepeatFilter(window=0.5)
-    assert repeat.filter(record("Connect failed (after 0ms in state CONNECT)"))
-    assert not repeat.filter(record("Connect failed (after 1ms in state CONNECT)"))
-    assert repeat.filter(record("another message"))
-    time.sleep(0.6)
-    assert repeat.filter(record("Connect failed (after 0ms in state CONNECT)"))

@@ -21,7 +21,7 @@ EXAMPLE_LOG = REPO / "examples" / "refusal_log.jsonl"
 
 
 def settings(server: FakeOpenAIServer, **overrides: Any) -> Settings:
-    base = REPO / "examples" / "policies"
+    base = REPO / "refusal_audit" / "example_policies"
     bundle = PolicyBundlePaths(
         allowed_use=base / "allowed_use_policy.md",
         product_safety=base / "product_safety_policy.md",

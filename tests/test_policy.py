@@ -20,7 +20,7 @@ from processors.policy import (
 from schemas.policy import PolicyBundle
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-POLICIES = REPO_ROOT / "examples" / "policies"
+POLICIES = REPO_ROOT / "refusal_audit" / "example_policies"
 
 TAXONOMY = """\
 - `over_refusal`: Refused a compliant request.

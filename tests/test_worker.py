@@ -159,6 +159,7 @@ def test_bad_input_goes_to_the_dead_letter_topic(dep: Deployment, tmp_path: Path
     assert keyed["x-original-header-trace"] == b"abc"
     assert by_key[b"k-2"].value() is None  # a tombstone stays a tombstone
     assert dict(by_key[b"k-2"].headers() or [])["x-tombstone"] == b"true"
+    assert dict(by_key[b"k-2"].headers() or [])["x-reason-code"] == b"tombstone"
     good = {d.log_id for d in decoded if not isinstance(d, DecodeFailure)}
     assert sum(n for r, n in reasons.items() if r != "duplicate_log_id") == bad
     assert dep.sql("SELECT count() AS n FROM dead_letters FINAL")[0]["n"] == len(letters)
@@ -353,10 +354,107 @@ def test_worker_survives_a_broker_restart(dep: Deployment, broker_control: Any) 
     try:
         wait_for_web(dep, worker)  # running (the worker refuses to start without a broker)
         time.sleep(1.0)
-        broker_control.restart()
+        broker_control.stop()
+        time.sleep(15)  # aiokafka tries to reconnect about ten times a second meanwhile
+        broker_control.start()
         dep.cli("produce", str(many_events(dep.data_dir, copies=1)))
         dep.wait_drained(worker)
     finally:
         stop(worker)
+    # the outage's repeated client errors are folded: one line per kind per 30 s
+    client_errors = Counter(
+        (r["logger"], r["message"].split(" [")[0])
+        for r in dep.log_records(worker)
+        if r.get("level") in ("ERROR", "WARNING") and r.get("logger", "").startswith("aiokafka")
+    )
+    assert client_errors, "the outage left no trace in the log"
+    assert max(client_errors.values()) <= 2, client_errors.most_common(3)
     assert dep.sql("SELECT count() AS n FROM refusal_events FINAL") == [{"n": 2 * total}]
     assert_one_current_assessment_per_refusal(dep)
+
+
+def group_members(dep: Deployment) -> list[str | None]:
+    """The group.instance.id of every member of the worker's consumer group right now."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": dep.bootstrap})
+    group = admin.describe_consumer_groups([dep.group])[dep.group].result(timeout=30)
+    return [m.group_instance_id for m in group.members]
+
+
+def test_a_restarted_worker_takes_its_partitions_back_at_once(dep: Deployment) -> None:
+    """Static membership (KIP-345): after SIGKILL the same worker rejoins under its
+    group.instance.id and gets its partitions without waiting for the dead member's session
+    (60 s here) to time out; an orderly stop leaves the group at once."""
+    dep.extra["REFUSAL_AUDIT_KAFKA_SESSION_TIMEOUT_SECONDS"] = "60"
+    worker = dep.start_worker()
+    first = dep.wait_for_log(worker, "partitions assigned")
+    assert first["assigned"] == [0, 1, 2] and first["group_instance_id"]
+    worker.kill()
+    worker.wait()
+    again = dep.start_worker()
+    try:
+        back = dep.wait_for_log(again, "partitions assigned", timeout=120)
+        assert back["assigned"] == [0, 1, 2]
+        assert back["group_instance_id"] == first["group_instance_id"]
+        assert back["waited_seconds"] < 30, back  # not the 60 s session timeout
+        dep.cli("produce", str(first_events(dep.data_dir, 20)))
+        dep.wait_drained(again)
+    finally:
+        stop(again)
+    assert again.returncode == 0
+    assert any(r.get("message") == "left the consumer group" for r in dep.log_records(again))
+    assert group_members(dep) == []
+
+
+def test_a_start_that_waits_for_a_dead_member_says_why(dep: Deployment) -> None:
+    dep.extra.update(
+        REFUSAL_AUDIT_KAFKA_STATIC_MEMBERSHIP="false",
+        REFUSAL_AUDIT_KAFKA_SESSION_TIMEOUT_SECONDS="12",
+    )
+    worker = dep.start_worker()
+    dep.wait_for_log(worker, "partitions assigned")
+    worker.kill()
+    worker.wait()
+    again = dep.start_worker()
+    try:
+        back = dep.wait_for_log(again, "partitions assigned", timeout=120)
+    finally:
+        stop(again)
+    notes = [
+        r["message"]
+        for r in dep.log_records(again)
+        if str(r.get("message", "")).startswith("no partitions assigned")
+    ]
+    assert back["waited_seconds"] >= 5 and notes, back
+    assert "session times out (kafka_session_timeout_seconds=12)" in notes[0]
+
+
+def test_a_log_id_reused_in_a_later_window_is_dead_lettered(
+    dep: Deployment, tmp_path: Path
+) -> None:
+    """The duplicate-log-id rule in the worker: a different event under a stored log id
+    (here a compliant answer after a refusal) goes to the dead-letter topic and retires
+    nothing; the identical record sent again is harmless."""
+    first = orjson.loads(EXAMPLE_LOG.read_bytes().splitlines()[0])
+    first["response"] = "I can't help with that."
+    reused = {**first, "response": "Sure, here is how: step one ..."}
+    worker = dep.start_worker()
+    try:
+        for event in (first, reused, first):
+            path = tmp_path / "one.jsonl"
+            path.write_bytes(orjson.dumps(event) + b"\n")
+            dep.cli("produce", str(path))
+            dep.wait_drained(worker)  # each in a window of its own
+    finally:
+        stop(worker)
+    letters = list(read_topic(dep.bootstrap, dep.topic("dead-letters")))
+    (letter,) = letters
+    headers = dict(letter.headers() or [])
+    assert headers["x-reason-code"] == b"duplicate_log_id"
+    assert headers["x-log-id"] == first["log_id"].encode()
+    rows = dep.sql("SELECT log_id, response FROM refusal_events FINAL")
+    assert rows == [{"log_id": first["log_id"], "response": first["response"]}]
+    assert [r["log_id"] for r in dep.sql("SELECT log_id FROM current_assessments")] == [
+        first["log_id"]
+    ]

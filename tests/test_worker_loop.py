@@ -19,7 +19,7 @@ from refusal_audit.config import PolicyBundlePaths, Settings
 from refusal_audit.pipeline import InputSource
 from schemas.audit import BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
-from schemas.events import StoredEvent
+from schemas.events import StoredEvent, StoredIdentity
 from streams.worker import PipelineLoop, describe_window, window_partitions, window_topic
 
 REPO = Path(__file__).resolve().parents[1]
@@ -152,11 +152,15 @@ class ThreadRecordingSink:
     def insert_dead_letters(self, items: Sequence[DeadLetter]) -> None:
         self._record("dead_letters", items)
 
+    def stored_identities(self, log_ids: Sequence[str]) -> dict[str, StoredIdentity]:
+        self.threads.add(threading.current_thread())
+        return {}
+
 
 def test_the_pipeline_runs_on_the_loop_with_its_sink_calls_in_worker_threads(
     pipeline_loop: PipelineLoop,
 ) -> None:
-    policies = REPO / "examples" / "policies"
+    policies = REPO / "refusal_audit" / "example_policies"
     bundle = PolicyBundlePaths(
         allowed_use=policies / "allowed_use_policy.md",
         product_safety=policies / "product_safety_policy.md",

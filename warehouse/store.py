@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from clickhouse_connect.driver.exceptions import ClickHouseError, DatabaseError, OperationalError
@@ -28,9 +28,12 @@ from tenacity import (
 
 from refusal_audit.config import Settings
 from schemas import BatchRecord, DeadLetter, StoredAssessment, StoredEvent
+from schemas.events import StoredIdentity
 from warehouse.client import Client, WarehouseError, connect, validate_identifier
 
 __all__ = ["ALERT_COLUMNS", "Warehouse", "dedup_token", "is_transient", "to_utc"]
+
+_R = TypeVar("_R")
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +76,7 @@ EVENT_COLUMNS = (
     "policy_bundle", "conversation_id", "has_classifier", "classifier_flagged",
     "classifier_score", "classifier_labels", "classifier_is_refusal", "attributes",
     "redactions", "is_refusal", "refusal_kind", "refusal_score", "refusal_cues", "source",
-    "ingested_at",
+    "ingested_at", "content_fingerprint",
 )  # fmt: skip
 
 ASSESSMENT_COLUMNS = (
@@ -92,8 +95,8 @@ BATCH_COLUMNS = (
 )  # fmt: skip
 
 DEAD_LETTER_COLUMNS = (
-    "dead_letter_id", "stage", "reason_code", "reason", "source", "location", "raw", "log_id",
-    "created_at",
+    "dead_letter_id", "stage", "reason_code", "reason", "source", "location", "raw",
+    "raw_length", "raw_sha256", "raw_truncated", "log_id", "created_at",
 )  # fmt: skip
 
 #: Columns of the ``alerts`` table: name -> default for an optional key (``...``: required).
@@ -134,6 +137,13 @@ def is_transient(exc: BaseException) -> bool:
         return False
     message = str(exc).lower()
     return not any(marker in message for marker in _PERMANENT_MESSAGES)
+
+
+def _transient_cause(exc: BaseException) -> bool:
+    """``is_transient`` of ``exc`` or, for a ``WarehouseError`` wrapping one, of its cause."""
+    if isinstance(exc, WarehouseError) and exc.__cause__ is not None:
+        return is_transient(exc.__cause__)
+    return is_transient(exc)
 
 
 def _json_default(value: object) -> object:
@@ -190,6 +200,7 @@ def _event_row(item: StoredEvent) -> list[Any]:
         list(item.refusal_cues),
         item.source,
         to_utc(item.ingested_at),
+        item.content_fingerprint,
     ]
 
 
@@ -251,6 +262,9 @@ def _dead_letter_row(item: DeadLetter) -> list[Any]:
         item.source,
         item.location,
         bytes(item.raw),
+        item.raw_length,
+        item.raw_sha256,
+        item.raw_truncated,
         item.log_id,
         to_utc(item.created_at),
     ]
@@ -360,25 +374,33 @@ class Warehouse:
                     self._column_types.pop(key, None)
                 raise
 
-        retrying = Retrying(
-            stop=stop_after_attempt(self.insert_attempts),
-            wait=wait_exponential(multiplier=self._retry_wait, max=self._retry_wait_max),
-            retry=retry_if_exception(is_transient),
-            before_sleep=self._before_retry(table),
-            reraise=False,
-        )
         try:
-            retrying(attempt)
-        except RetryError as exc:
-            cause = exc.last_attempt.exception()
-            raise WarehouseError(
-                f"insert of {len(rows)} row(s) into {self.database}.{table} failed after "
-                f"{self.insert_attempts} attempt(s): {cause}"
-            ) from cause
+            self._with_retries(table, f"insert of {len(rows)} row(s) into", attempt)
         except (ClickHouseError, OSError, ValueError, TypeError) as exc:
             raise WarehouseError(
                 f"insert of {len(rows)} row(s) into {self.database}.{table} failed: {exc}"
             ) from exc
+
+    def _with_retries(self, table: str, what: str, call: Callable[[], _R]) -> _R:
+        """``call()`` with up to ``insert_attempts`` attempts and exponential backoff on
+        transient errors (``is_transient``). Raises ``WarehouseError`` naming ``what`` (e.g.
+        "insert of 3 row(s) into") and ``table`` once the attempts are spent; a permanent
+        error propagates as raised."""
+        retrying = Retrying(
+            stop=stop_after_attempt(self.insert_attempts),
+            wait=wait_exponential(multiplier=self._retry_wait, max=self._retry_wait_max),
+            retry=retry_if_exception(_transient_cause),
+            before_sleep=self._before_retry(table),
+            reraise=False,
+        )
+        try:
+            return retrying(call)
+        except RetryError as exc:
+            cause = exc.last_attempt.exception()
+            raise WarehouseError(
+                f"{what} {self.database}.{table} failed after {self.insert_attempts} "
+                f"attempt(s): {cause}"
+            ) from cause
 
     def _types_of(self, key: tuple[str, tuple[str, ...]]) -> Sequence[Any]:
         """The ClickHouse types of ``key``'s columns (cached; one DESCRIBE TABLE per table)."""
@@ -422,6 +444,28 @@ class Warehouse:
         into a later window.
         """
         self._insert("refusal_events", EVENT_COLUMNS, [_event_row(e) for e in events])
+
+    def stored_identities(self, log_ids: Sequence[str]) -> dict[str, StoredIdentity]:
+        """What is stored of the events ``log_ids`` (those not stored are absent).
+
+        Per log id: the content fingerprint of its first stored copy (oldest
+        ``ingested_at``; "" for rows from before fingerprints) and whether its current row
+        is a refusal. One query on the primary key. Raises ``WarehouseError``.
+        """
+        if not log_ids:
+            return {}
+        sql = (
+            "SELECT log_id, argMin(content_fingerprint, ingested_at), "
+            "argMax(is_refusal, ingested_at) FROM {db:Identifier}.refusal_events "
+            "WHERE log_id IN {ids:Array(String)} GROUP BY log_id"
+        )
+        params = {"ids": list(dict.fromkeys(log_ids))}
+        _, rows = self._with_retries(
+            "refusal_events",
+            f"lookup of {len(params['ids'])} log id(s) in",
+            lambda: self._select(sql, params),
+        )
+        return {str(r[0]): StoredIdentity(str(r[1]), bool(r[2])) for r in rows}
 
     def insert_assessments(self, items: Sequence[StoredAssessment]) -> None:
         """Store assessments; per (policy_bundle, log_id) the newest ``audited_at`` is current.

@@ -1,0 +1,213 @@
+"""Static consumer-group membership for the worker (KIP-345) and leaving the group on exit.
+
+Without it, a worker killed by SIGKILL (or exiting 70 to be restarted) keeps its
+partitions until its session times out: the restarted process joins as a new member and
+waits for a rebalance that only comes once the dead member is expired (55-90 s measured).
+A static member names itself with ``group.instance.id``: when a process with the same id
+joins again, the coordinator hands it the dead member's partitions at once, without a
+rebalance.
+
+The price: a static member does not leave the group when it stops (aiokafka sends no
+LeaveGroup for one), so after an orderly stop its partitions would sit idle until the
+session times out. ``leave_group`` therefore sends the LeaveGroup request of KIP-345 (API
+version 3, the member named by its instance id, as Kafka's
+``Admin.removeMembersFromConsumerGroup`` does) once the consumer has stopped; aiokafka only
+implements versions 0-1, which cannot name a static member.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeAlias
+
+from aiokafka import AIOKafkaClient
+from aiokafka import errors as kafka_errors
+from aiokafka.protocol.api import Request, RequestStruct, Response
+from aiokafka.protocol.types import Array, Int16, Int32, Schema, String
+
+from refusal_audit.config import Settings
+
+log = logging.getLogger("refusal_audit.worker")
+
+GROUP_COORDINATOR = 0  # FindCoordinator key type of a consumer group
+
+
+def group_instance_id(cfg: Settings) -> str | None:
+    """The worker's ``group.instance.id``, or None when static membership is off.
+
+    The setting ``kafka_group_instance_id`` when given; else derived from the host name
+    and the resolved ``data_dir`` (``<host>-<8 hex>``), stable across restarts of the same
+    worker and distinct for two workers on one host (each needs its own data directory).
+    Two live members with one id fence each other, so set it explicitly where host names
+    are not stable (e.g. the pod name of a Kubernetes StatefulSet).
+    """
+    if not cfg.kafka_static_membership:
+        return None
+    if cfg.kafka_group_instance_id:
+        return cfg.kafka_group_instance_id
+    where = str(cfg.data_dir.resolve()).encode()
+    return f"{socket.gethostname()}-{hashlib.blake2b(where, digest_size=4).hexdigest()}"
+
+
+class LeaveGroupResponse_v3(Response):  # type: ignore[misc]
+    """LeaveGroup response, version 3 (KIP-345)."""
+
+    API_KEY = 13
+    API_VERSION = 3
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        ("error_code", Int16),
+        (
+            "members",
+            Array(
+                ("member_id", String("utf-8")),
+                ("group_instance_id", String("utf-8")),
+                ("error_code", Int16),
+            ),
+        ),
+    )
+
+
+class LeaveGroupRequest_v3(RequestStruct):  # type: ignore[misc]
+    """LeaveGroup request, version 3: a batch of members, each by member id and/or
+    instance id (an empty member id names a static member by its instance id alone)."""
+
+    API_KEY = 13
+    API_VERSION = 3
+    RESPONSE_TYPE = LeaveGroupResponse_v3
+    SCHEMA = Schema(
+        ("group", String("utf-8")),
+        ("members", Array(("member_id", String("utf-8")), ("group_instance_id", String("utf-8")))),
+    )
+
+
+LeaveGroupV3Struct: TypeAlias = LeaveGroupRequest_v3
+
+
+class StaticLeaveGroupRequest(Request[LeaveGroupV3Struct]):  # type: ignore[misc]
+    """Remove the static member ``instance_id`` from consumer group ``group``."""
+
+    API_KEY = 13
+
+    def __init__(self, group: str, instance_id: str) -> None:
+        self._group = group
+        self._instance_id = instance_id
+
+    def build(self, request_struct_class: type[LeaveGroupV3Struct]) -> LeaveGroupV3Struct:
+        """The version-3 struct naming the member by its instance id only."""
+        return request_struct_class(self._group, [("", self._instance_id)])
+
+
+async def leave_group(
+    bootstrap_servers: str, group: str, instance_id: str, timeout: float = 10.0
+) -> bool:
+    """Make the static member ``instance_id`` leave ``group`` now (its partitions are
+    reassigned to the other members at once).
+
+    Returns True when the coordinator confirmed it or the member was already gone
+    (``UNKNOWN_MEMBER_ID``); False, with a warning logged, on any other outcome. Never
+    raises: it runs on the way out of an orderly stop.
+    """
+    client = AIOKafkaClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=5000)
+    try:
+        async with asyncio.timeout(timeout):
+            await client.bootstrap()
+            node = await client.coordinator_lookup(GROUP_COORDINATOR, group)
+            response = await client.send(node, StaticLeaveGroupRequest(group, instance_id))
+    except (TimeoutError, kafka_errors.KafkaError, OSError) as exc:
+        log.warning(
+            "could not leave the consumer group: %r; the partitions stay with this "
+            "member until its session times out",
+            exc,
+            extra={"group": group, "group_instance_id": instance_id},
+        )
+        return False
+    finally:
+        await client.close()
+    codes = [response.error_code, *(member[2] for member in response.members)]
+    unknown = kafka_errors.UnknownMemberIdError.errno
+    failed = [c for c in codes if c not in (0, unknown)]
+    if failed:
+        log.warning(
+            "the coordinator refused to remove this member: error codes %s",
+            failed,
+            extra={"group": group, "group_instance_id": instance_id},
+        )
+        return False
+    log.info("left the consumer group", extra={"group": group, "group_instance_id": instance_id})
+    return True
+
+
+ASSIGNMENT_NOTE_AFTER_SECONDS = 5.0
+ASSIGNMENT_NOTE_EVERY_SECONDS = 15.0
+
+
+def assignment_wait_note(cfg: Settings, waited: float) -> str:
+    """Why a starting worker has no partitions yet, for the log (``waited`` in seconds)."""
+    instance = group_instance_id(cfg)
+    why = (
+        "a member that stopped without leaving the group (SIGKILL, crash, lost host) keeps "
+        "its partitions until its session times out "
+        f"(kafka_session_timeout_seconds={cfg.kafka_session_timeout_seconds:g})"
+    )
+    if instance is not None:
+        why += (
+            f"; this worker is the static member {instance!r}, so a restart of the same "
+            "worker gets its partitions back at once: the wait is for another member, a "
+            "rebalance in progress, or the group coordinator"
+        )
+    return f"no partitions assigned {waited:.0f} s after start: {why}"
+
+
+class AssignmentWatch:
+    """Logs why a starting worker waits for partitions, and what every rebalance assigned.
+
+    ``start`` runs a daemon thread (faust starts its own tasks and timers only once the
+    consumer has partitions, so the wait cannot be explained from there): until the first
+    assignment it logs ``assignment_wait_note`` after ``ASSIGNMENT_NOTE_AFTER_SECONDS``,
+    then every ``ASSIGNMENT_NOTE_EVERY_SECONDS``. ``assigned(partitions)`` is called from
+    the rebalance callback; it logs "partitions assigned" with the partitions of ``topic``
+    and the seconds since ``start``. ``clock`` returns seconds (monotonic).
+    """
+
+    def __init__(
+        self, cfg: Settings, topic: str, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.cfg = cfg
+        self.topic = topic
+        self.clock = clock
+        self.started = clock()
+        self._first = threading.Event()
+
+    def start(self) -> None:
+        """Start the watching thread (the wait is counted from here)."""
+        self.started = self.clock()
+        threading.Thread(target=self._watch, name="assignment-watch", daemon=True).start()
+
+    def assigned(self, partitions: list[int]) -> None:
+        """Record a rebalance's assignment (partitions of ``topic``, may be empty)."""
+        log.info(
+            "partitions assigned",
+            extra={
+                "topic": self.topic,
+                "assigned": partitions,
+                "waited_seconds": round(self.clock() - self.started, 1),
+                "group_instance_id": group_instance_id(self.cfg),
+            },
+        )
+        self._first.set()
+
+    def _watch(self) -> None:
+        delay = ASSIGNMENT_NOTE_AFTER_SECONDS
+        while not self._first.wait(delay):
+            log.warning(
+                assignment_wait_note(self.cfg, self.clock() - self.started),
+                extra={"topic": self.topic, "group": self.cfg.kafka_consumer_group},
+            )
+            delay = ASSIGNMENT_NOTE_EVERY_SECONDS

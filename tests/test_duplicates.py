@@ -1,0 +1,144 @@
+"""The duplicate-log-id rule: the first stored copy of a log id wins, in one run or across
+runs (worker windows) alike; a copy with other content is dead-lettered and never replaces or
+retires what is stored; an identical copy is a harmless redelivery."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from test_pipeline import settings
+
+from processors.adapters import DecodeOptions, SourceRecord
+from refusal_audit.batch import build_pipeline
+from refusal_audit.pipeline import InputSource, RunReport
+from warehouse import Warehouse
+from warehouse.queries import NAMED_QUERIES, run_named
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[1]
+REFUSAL = "I can't help with that request."
+COMPLIANT = "Sure: run `kill -9` on the parent process, then check with ps."
+
+
+def record(
+    n: int, log_id: str, response: str, request: str = "How do I kill a process?"
+) -> SourceRecord:
+    event = {
+        "log_id": log_id,
+        "event_time": "2026-11-20T09:00:00Z",
+        "request": request,
+        "response": response,
+        "model": "m",
+        "product": "p",
+    }
+    return SourceRecord("in", f"partition 0 offset {n}", orjson.dumps(event))
+
+
+def run(wh: Warehouse, records: Sequence[SourceRecord], **overrides: Any) -> RunReport:
+    pipeline = build_pipeline(settings(**overrides), wh)
+    return asyncio.run(pipeline.run([InputSource(list(records), "jsonl", DecodeOptions())]))
+
+
+def state(wh: Warehouse) -> dict[str, Any]:
+    """What a reader sees: the named queries over events and assessments (those over batch
+    rows reflect the batching, see the README), current events, assessments, dead letters."""
+    queries = {}
+    for name in NAMED_QUERIES:
+        if "audit_batches" in NAMED_QUERIES[name].sql:
+            continue
+        result = run_named(wh.client, wh.database, name)
+        keep = [i for i, c in enumerate(result.columns) if c != "mean_latency_ms"]
+        queries[name] = [tuple(row[i] for i in keep) for row in result.rows]
+    events = wh.client.query(
+        "SELECT log_id, response, is_refusal FROM {db:Identifier}.refusal_events FINAL "
+        "ORDER BY log_id",
+        parameters={"db": wh.database},
+    ).result_rows
+    current = wh.client.query(
+        "SELECT log_id, category FROM {db:Identifier}.current_assessments ORDER BY log_id",
+        parameters={"db": wh.database},
+    ).result_rows
+    dead = wh.client.query(
+        "SELECT dead_letter_id, reason_code, log_id FROM {db:Identifier}.dead_letters FINAL "
+        "ORDER BY dead_letter_id",
+        parameters={"db": wh.database},
+    ).result_rows
+    return {"queries": queries, "events": events, "current": current, "dead": dead}
+
+
+STREAM = [
+    record(0, "a", REFUSAL),
+    record(1, "x", REFUSAL, "Tell me a joke about cats"),
+    record(2, "a", COMPLIANT),  # log id "a" reused for another event
+    record(3, "y", COMPLIANT),
+    record(4, "a", REFUSAL),  # the first copy again: a redelivery
+]
+
+
+def test_a_later_copy_with_other_content_is_dead_lettered_in_one_run(warehouse: Warehouse) -> None:
+    report = run(warehouse, STREAM)
+    assert report.duplicates == 1 and report.identical_copies == 1
+    assert report.failed == 1 and report.retired == []
+    seen = state(warehouse)
+    assert ("a", REFUSAL, True) in seen["events"]
+    assert "a" in {row[0] for row in seen["current"]}
+    assert [(code, log_id) for _, code, log_id in seen["dead"]] == [("duplicate_log_id", "a")]
+    (failure,) = report.failures
+    assert failure.location == "partition 0 offset 2" and "first copy counts" in failure.reason
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3, 4])
+def test_the_outcome_does_not_depend_on_window_boundaries(
+    warehouse: Warehouse, chdb_dsn: str, cut: int
+) -> None:
+    """The same stream as one run, and cut into two runs (windows) anywhere: the same
+    events, assessments, dead letters and query results."""
+    from warehouse import connect, migrate
+
+    run(warehouse, STREAM)
+    whole = state(warehouse)
+    database = f"{warehouse.database}_w{cut}"
+    client = connect(chdb_dsn, database)
+    migrate(client, database)
+    try:
+        split = Warehouse(client, database, retries=1, retry_wait=0.0)
+        first, second = run(split, STREAM[:cut]), run(split, STREAM[cut:])
+        assert state(split) == whole
+        assert first.duplicates + second.duplicates == 1
+    finally:
+        client.command(f"DROP DATABASE IF EXISTS `{database}`")
+        client.close()
+
+
+def test_a_refusal_is_never_retired_by_a_non_refusal_under_its_id(warehouse: Warehouse) -> None:
+    run(warehouse, STREAM[:2])
+    before = state(warehouse)
+    later = run(warehouse, [record(9, "a", COMPLIANT)])  # a later window
+    assert later.duplicates == 1 and later.events == 0 and later.retired == []
+    after = state(warehouse)
+    assert after["current"] == before["current"] and after["events"] == before["events"]
+    assert after["queries"]["false_positive_rate"] == before["queries"]["false_positive_rate"]
+    assert [(code, log_id) for _, code, log_id in after["dead"]] == [("duplicate_log_id", "a")]
+
+
+def test_redelivering_the_same_records_changes_nothing(warehouse: Warehouse) -> None:
+    run(warehouse, STREAM)
+    before = state(warehouse)
+    again = run(warehouse, STREAM)
+    assert state(warehouse) == before
+    assert again.duplicates == 1  # the same conflicting record, the same dead letter id
+
+
+def test_a_pre_filter_change_that_retires_an_assessment_is_reported(warehouse: Warehouse) -> None:
+    compliant = [record(0, "c", COMPLIANT)]
+    first = run(warehouse, compliant, prefilter_enabled=False)  # everything is a refusal
+    assert first.refusals == 1 and "c" in {r[0] for r in state(warehouse)["current"]}
+    second = run(warehouse, compliant)  # the pre-filter now sees a compliant answer
+    assert second.retired == ["c"] and second.duplicates == 0
+    assert "c" not in {r[0] for r in state(warehouse)["current"]}
