@@ -7,7 +7,7 @@ and the ``local`` engine, nothing stored) on:
   labels; over-refusal (false-positive) detection against the prompt types (``contrast_*``
   = unsafe, so refusing is correct; all other types are safe prompts), with ROC AUC of the
   engine's score;
-- CoCoNot's refusals, read as the README reads them
+- CoCoNot's refusals, read as docs/batch.md reads them
   (``--map request=prompt,response=response,log_id=id,classifier.is_refusal=is_refusal``):
   the text pre-filter alone against ``is_refusal``, and top-level category agreement (its
   categories mapped onto our taxonomy);
@@ -17,7 +17,7 @@ engine; no storage). The figures are the ones ``refusal-audit eval`` prints for 
 files.
 
 Run: ``make bench`` (or ``python benchmarks/local_engine.py [--shared-data DIR]
-[--markdown | --json]``). ``--markdown`` prints the README's "Evaluation" table and the
+[--markdown | --json]``). ``--markdown`` prints the "Evaluation" table of docs/evaluation.md and the
 sentences on its denominators. Wilson 95% intervals accompany every rate.
 """
 
@@ -82,7 +82,7 @@ def _detection(section: dict[str, Any]) -> str:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    """The README's "Evaluation" table and, under it, what each row's denominator is."""
+    """The "Evaluation" table of docs/evaluation.md and, under it, what each row's denominator is."""
     xs, co = results["xstest"], results["coconot"]
     rd, fp = xs["refusal_detection"], xs["false_positive_detection"]
     text_only, cat = co["text_prefilter_detection"], co["category_agreement"]
@@ -148,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print JSON instead of text")
     output.add_argument(
-        "--markdown", action="store_true", help="print the README's Evaluation table"
+        "--markdown", action="store_true", help="print docs/evaluation.md's table"
     )
     args = parser.parse_args(argv)
     results = run(args.shared_data, load_settings(None))

@@ -99,7 +99,7 @@ def audit(
     ),
     engine: str | None = typer.Option(None, help="Audit engine (default: setting engine)."),
     out: Path | None = typer.Option(
-        None, "--out", help="Write the full run result as JSON here (see README)."
+        None, "--out", help="Write the full run result as JSON here (see docs/batch.md)."
     ),
 ) -> None:
     """Audit log files end to end without Kafka and store the results in the warehouse."""
@@ -471,7 +471,7 @@ def config_show() -> None:
 
 @config_app.command("reference")
 def config_reference() -> None:
-    """Print the configuration reference as a Markdown table (the README's)."""
+    """Print the configuration reference as a Markdown table (docs/configuration.md)."""
     from refusal_audit.config import settings_reference
 
     console.file.write(settings_reference() + "\n")

@@ -80,7 +80,7 @@ class ModelPrice(BaseModel):
 
 
 class Settings(BaseSettings):
-    """All settings of refusal-audit. See the README's configuration reference."""
+    """All settings of refusal-audit. See docs/configuration.md (generated from this class)."""
 
     model_config = SettingsConfigDict(
         env_prefix="REFUSAL_AUDIT_", frozen=True, extra="forbid", env_nested_delimiter=None
@@ -398,7 +398,7 @@ def load_settings(config_file: Path | None = None, **overrides: object) -> Setti
 
 
 def settings_reference() -> str:
-    """The README's configuration table (Markdown rows), generated from ``Settings``."""
+    """The configuration table of docs/configuration.md (Markdown rows), generated from ``Settings``."""
     rows = [
         "| setting | environment variable | default | meaning |",
         "| --- | --- | --- | --- |",

@@ -82,12 +82,12 @@ def test_policy_bundles_from_toml(tmp_path: Path) -> None:
     assert bundles["support"].taxonomy == Path("p/t.md")
 
 
-def test_readme_configuration_table_is_current() -> None:
+def test_the_configuration_page_is_current() -> None:
     from refusal_audit.config import settings_reference
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    assert settings_reference() in readme, (
-        "regenerate the README table with `refusal-audit config reference`"
+    page = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+    assert settings_reference() in page.read_text(encoding="utf-8"), (
+        "regenerate the table in docs/configuration.md with `refusal-audit config reference`"
     )
 
 

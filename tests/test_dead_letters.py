@@ -1,6 +1,6 @@
 """Dead letters keep what they claim: whole up to ``dead_letter_max_raw_bytes``, beyond it the
 first bytes plus the whole value's length and SHA-256 and where it was; tombstones have a
-reason of their own; the topic copy's headers are ours first, in the order the README gives."""
+reason of their own; the topic copy's headers are ours first, in the order docs/streaming.md gives."""
 
 from __future__ import annotations
 
@@ -137,7 +137,7 @@ def test_our_headers_come_first_then_the_original_ones() -> None:
     assert "x-tombstone" in tomb and tomb.index("x-tombstone") < tomb.index("x-original-header-h")
 
 
-def test_the_readme_lists_every_header_the_sink_sends() -> None:
+def test_the_docs_list_every_header_the_sink_sends() -> None:
     docs = (REPO / "README.md").read_text(encoding="utf-8")
     docs += "".join(p.read_text(encoding="utf-8") for p in (REPO / "docs").glob("*.md"))
     documented = set(re.findall(r"`(x-[a-z0-9-]+)", docs))
