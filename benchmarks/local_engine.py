@@ -82,7 +82,7 @@ def _detection(section: dict[str, Any]) -> str:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    """The "Evaluation" table of docs/evaluation.md and, under it, what each row's denominator is."""
+    """docs/evaluation.md's "Evaluation" table and what each row's denominator is."""
     xs, co = results["xstest"], results["coconot"]
     rd, fp = xs["refusal_detection"], xs["false_positive_detection"]
     text_only, cat = co["text_prefilter_detection"], co["category_agreement"]

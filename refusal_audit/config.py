@@ -398,14 +398,16 @@ def load_settings(config_file: Path | None = None, **overrides: object) -> Setti
 
 
 def settings_reference() -> str:
-    """The configuration table of docs/configuration.md (Markdown rows), generated from ``Settings``."""
+    """The table of docs/configuration.md (Markdown rows), generated from ``Settings``."""
     rows = [
         "| setting | environment variable | default | meaning |",
         "| --- | --- | --- | --- |",
     ]
     for name, field in Settings.model_fields.items():
-        if field.default_factory is not None:
+        if name == "policy_bundles":
             default = "example bundle"
+        elif field.default_factory is not None:
+            default = str(field.default_factory())  # type: ignore[call-arg]
         elif field.default is None:
             default = "unset"
         elif isinstance(field.default, tuple):

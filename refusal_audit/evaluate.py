@@ -44,7 +44,7 @@ class MemorySink:
         """Keep the dead letters."""
         self.dead_letters.extend(items)
 
-    def stored_identities(self, log_ids: Sequence[str]) -> dict[str, StoredIdentity]:
+    def stored_identities(self, keys: Sequence[tuple[str, str]]) -> dict[str, StoredIdentity]:
         """Nothing was stored before an evaluation: every log id is new."""
         return {}
 

@@ -48,7 +48,7 @@ from processors.trends import trend_lines
 from processors.validation import AuditValidationError, recompute_summary
 from schemas.audit import AuditSummary, BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
-from schemas.events import StoredEvent, StoredIdentity
+from schemas.events import StoredEvent, StoredIdentity, audit_config_key
 from schemas.policy import PolicyBundle
 
 
@@ -59,7 +59,9 @@ class Sink(Protocol):
     def insert_assessments(self, items: Sequence[StoredAssessment]) -> None: ...
     def insert_batches(self, batches: Sequence[BatchRecord]) -> None: ...
     def insert_dead_letters(self, items: Sequence[DeadLetter]) -> None: ...
-    def stored_identities(self, log_ids: Sequence[str]) -> Mapping[str, StoredIdentity]: ...
+    def stored_identities(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> Mapping[str, StoredIdentity]: ...
 
 
 @dataclass(frozen=True)
@@ -238,14 +240,31 @@ class AuditPipeline:
         seen: Mapping[str, str],
     ) -> Mapping[str, StoredIdentity]:
         """The stored identities of the chunk's log ids this run has not seen yet."""
-        ids = [
-            o.event.log_id
+        keys = [
+            (o.event.policy_bundle, o.event.log_id)
             for _, o in prepared
             if isinstance(o, StoredEvent) and o.event.log_id not in seen
         ]
-        if not ids:
+        if not keys:
             return {}
-        return await asyncio.to_thread(self.sink.stored_identities, ids)
+        return await asyncio.to_thread(self.sink.stored_identities, keys)
+
+    def _audited_already(self, outcome: StoredEvent, known: StoredIdentity) -> bool:
+        """Whether a stored event needs nothing more: this copy is identical to it, the
+        pre-filter decides the same, and a refusal's newest assessment comes from this
+        pipeline's audit configuration (bundle and engine versions, prompt version)."""
+        if known.content_fingerprint != outcome.content_fingerprint:
+            return False
+        if known.is_refusal != outcome.is_refusal:
+            return False
+        if not outcome.is_refusal:
+            return True
+        bundle = self.bundles[outcome.event.policy_bundle]
+        engine = self.engine
+        return known.audited_by == audit_config_key(
+            bundle.name, bundle.version, engine.name, engine.model, engine.version,
+            engine.prompt_version,
+        )  # fmt: skip
 
     def _take(
         self,
@@ -272,6 +291,10 @@ class AuditPipeline:
             where = "seen earlier in this input"
         else:
             known = stored.get(log_id)
+            if known is not None and not source.reaudit and self._audited_already(outcome, known):
+                seen[log_id] = fingerprint  # a redelivery of what is stored and audited
+                report.identical_copies += 1
+                return []
             if known is not None and source.reaudit:  # re-audit keeps the stored identity
                 fingerprint = known.content_fingerprint
                 outcome = outcome.model_copy(update={"content_fingerprint": fingerprint})

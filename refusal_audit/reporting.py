@@ -22,6 +22,9 @@ def _rate(k: int, n: int) -> str:
     return f"{k}/{n} = {k / n:.3f} [95% Wilson {low:.3f}, {high:.3f}]"
 
 
+MAX_GAPS_SHOWN = 10
+
+
 def print_report(report: RunReport, console: Console) -> None:
     """Print counts, the audit summary, gap flags and failures (file, location, reason)."""
     summary = report.summary()
@@ -69,10 +72,15 @@ def print_report(report: RunReport, console: Console) -> None:
         gaps.add_column("description")
         gaps.add_column("refusals", justify="right")
         gaps.add_column("examples")
-        for flag in flags[:10]:
+        for flag in flags[:MAX_GAPS_SHOWN]:
             ids = list(dict.fromkeys(flag.example_log_ids))
             gaps.add_row(flag.description, str(len(ids)), ", ".join(ids[:3]))
         console.print(gaps)
+        if len(flags) > MAX_GAPS_SHOWN:
+            console.print(
+                f"... and {len(flags) - MAX_GAPS_SHOWN} more: --out FILE lists them all, "
+                "`refusal-audit gaps` groups them"
+            )
     print_failures(report.failures, console)
 
 

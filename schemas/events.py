@@ -97,9 +97,26 @@ class StoredIdentity(NamedTuple):
     """What the warehouse holds of one stored event, for the duplicate-log-id rule.
 
     ``content_fingerprint`` of its first stored copy ("" for rows stored before
-    fingerprints existed: any copy then counts as identical) and whether its current row is
-    a refusal (``is_refusal``).
+    fingerprints existed: any copy then counts as identical), whether its current row is a
+    refusal (``is_refusal``), and ``audited_by``, the audit configuration of its newest
+    assessment under its bundle (``audit_config_key``; "" when it has none).
     """
 
     content_fingerprint: str
     is_refusal: bool
+    audited_by: str = ""
+
+
+def audit_config_key(
+    policy_bundle: str,
+    bundle_version: str,
+    engine: str,
+    engine_model: str,
+    engine_version: str,
+    prompt_version: str,
+) -> str:
+    """What decides an assessment: bundle and its version, engine, model, engine and prompt
+    versions, joined with ``|`` (the warehouse builds the same string in SQL)."""
+    return "|".join(
+        (policy_bundle, bundle_version, engine, engine_model, engine_version, prompt_version)
+    )

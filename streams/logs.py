@@ -34,9 +34,9 @@ class _Seen:
 class RepeatFilter(logging.Filter):
     """Rate-limits repeated log records to one per ``interval_seconds`` per kind.
 
-    A kind is (logger name, level, message template before %-formatting), so "Unable
-    connect to node with id 1" and "... id 2" are one kind; a record without arguments (such
-    as librdkafka's, formatted already) is its message with timings (``after 0ms``) blanked.
+    A kind is (logger name, level, message) with timings (``after 0ms``) blanked, so
+    librdkafka's "Connect ... failed (after 0ms ...)" and "(after 1ms ...)" are one kind,
+    while the same error from another client (another name in the message) is another.
     With ``prefixes`` only records of those loggers (or their children) are folded; None
     folds every record the filter sees (as a filter on one logger). ``clock`` returns
     seconds (monotonic). The record let through after a quiet interval carries
@@ -66,8 +66,7 @@ class RepeatFilter(logging.Filter):
         """True to emit ``record``; False to drop it as a repeat within the interval."""
         if not self._folded(record.name):
             return True
-        template = str(record.msg) if record.args else _TIMING.sub("ms", record.getMessage())
-        key = (record.name, record.levelno, template)
+        key = (record.name, record.levelno, _TIMING.sub("ms", record.getMessage()))
         now = self.clock()
         with self._lock:
             seen = self._seen.get(key)

@@ -229,9 +229,9 @@ class StreamSink:
         with self._timed("audit_batches"):
             self.warehouse.insert_batches(batches)
 
-    def stored_identities(self, log_ids: Sequence[str]) -> Mapping[str, StoredIdentity]:
-        """The warehouse's stored identities of ``log_ids`` (the duplicate-log-id rule)."""
-        return self.warehouse.stored_identities(log_ids)
+    def stored_identities(self, keys: Sequence[tuple[str, str]]) -> Mapping[str, StoredIdentity]:
+        """The warehouse's stored identities of ``(policy_bundle, log_id)`` ``keys``."""
+        return self.warehouse.stored_identities(keys)
 
     def insert_dead_letters(self, items: Sequence[DeadLetter]) -> None:
         """Store dead letters; publish their original bytes with the reason in headers.

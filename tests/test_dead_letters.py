@@ -1,6 +1,7 @@
 """Dead letters keep what they claim: whole up to ``dead_letter_max_raw_bytes``, beyond it the
 first bytes plus the whole value's length and SHA-256 and where it was; tombstones have a
-reason of their own; the topic copy's headers are ours first, in the order docs/streaming.md gives."""
+reason of their own; the topic copy's headers are ours first, in the order docs/streaming.md
+gives."""
 
 from __future__ import annotations
 

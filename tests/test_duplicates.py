@@ -142,3 +142,45 @@ def test_a_pre_filter_change_that_retires_an_assessment_is_reported(warehouse: W
     second = run(warehouse, compliant)  # the pre-filter now sees a compliant answer
     assert second.retired == ["c"] and second.duplicates == 0
     assert "c" not in {r[0] for r in state(warehouse)["current"]}
+
+
+def batch_rows(wh: Warehouse) -> int:
+    rows = wh.client.query(
+        "SELECT count() FROM {db:Identifier}.audit_batches FINAL", parameters={"db": wh.database}
+    ).result_rows
+    return int(rows[0][0])
+
+
+def test_a_redelivered_audited_event_is_not_audited_again(warehouse: Warehouse) -> None:
+    """An identical copy of an event stored and audited with this configuration adds
+    nothing, not even a batch row (the batch-based queries stay as they were)."""
+    run(warehouse, STREAM[:2])
+    before, batches = state(warehouse), batch_rows(warehouse)
+    again = run(warehouse, [STREAM[1]])
+    assert again.identical_copies == 1 and again.batches == 0 and again.events == 0
+    assert state(warehouse) == before and batch_rows(warehouse) == batches
+
+
+class LosesAssessments:
+    """The warehouse, failing like a crash between storing events and their assessments."""
+
+    def __init__(self, inner: Warehouse) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def insert_assessments(self, items: Any) -> None:
+        raise RuntimeError("crash before the assessments were stored")
+
+
+def test_a_redelivered_event_stored_without_its_assessment_is_audited(
+    warehouse: Warehouse,
+) -> None:
+    pipeline = build_pipeline(settings(), LosesAssessments(warehouse))  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError):
+        asyncio.run(pipeline.run([InputSource(STREAM[:2], "jsonl", DecodeOptions())]))
+    assert state(warehouse)["events"] and not state(warehouse)["current"]
+    redelivered = run(warehouse, STREAM[:2])
+    assert redelivered.refusals == 2 and redelivered.identical_copies == 0
+    assert {row[0] for row in state(warehouse)["current"]} == {"a", "x"}

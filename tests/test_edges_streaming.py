@@ -204,7 +204,7 @@ class Warehouse:
     def insert_dead_letters(self, items: list[DeadLetter]) -> None:
         self.dead.extend(items)
 
-    def stored_identities(self, log_ids: list[str]) -> dict[str, StoredIdentity]:
+    def stored_identities(self, keys: list[tuple[str, str]]) -> dict[str, StoredIdentity]:
         return {}
 
 

@@ -152,7 +152,7 @@ class ThreadRecordingSink:
     def insert_dead_letters(self, items: Sequence[DeadLetter]) -> None:
         self._record("dead_letters", items)
 
-    def stored_identities(self, log_ids: Sequence[str]) -> dict[str, StoredIdentity]:
+    def stored_identities(self, keys: Sequence[tuple[str, str]]) -> dict[str, StoredIdentity]:
         self.threads.add(threading.current_thread())
         return {}
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -106,6 +107,17 @@ def connect(dsn: str, database: str, password: str | None = None) -> Client:
     validate_identifier(database)
     is_chdb = _check_dsn(dsn)
     kwargs: dict[str, Any] = {"dsn": dsn, "tz_mode": "aware"}
+    if is_chdb and dsn.lower() != "chdb://memory":
+        # made here, so a path that cannot be a directory fails with one clear line
+        # instead of chDB's C++ stack trace
+        path = Path(dsn[len("chdb://") :])
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise WarehouseError(
+                f"cannot create the embedded warehouse directory {path}: "
+                f"{exc.strerror or exc}"
+            ) from exc
     if not is_chdb:
         # clickhouse-connect does not derive TLS from an https:// DSN: ask for it explicitly,
         # so credentials never travel in clear text to a server the user meant to be secure.
@@ -119,7 +131,7 @@ def connect(dsn: str, database: str, password: str | None = None) -> Client:
         hint = ""
         if "already initialized" in str(exc):
             hint = " (chDB allows one data path per process)"
-        elif "Cannot lock file" in str(exc):
+        elif "Cannot lock file" in str(exc) or "Error initializing EmbeddedServer" in str(exc):
             hint = (
                 " (another process, e.g. a running worker or audit, holds this embedded "
                 "store: stop it, or use a ClickHouse server DSN to share the warehouse)"

@@ -445,27 +445,44 @@ class Warehouse:
         """
         self._insert("refusal_events", EVENT_COLUMNS, [_event_row(e) for e in events])
 
-    def stored_identities(self, log_ids: Sequence[str]) -> dict[str, StoredIdentity]:
-        """What is stored of the events ``log_ids`` (those not stored are absent).
+    def stored_identities(self, keys: Sequence[tuple[str, str]]) -> dict[str, StoredIdentity]:
+        """What is stored of the events ``keys`` = ``(policy_bundle, log_id)`` pairs (log ids
+        not stored are absent from the result, which is keyed by log id).
 
         Per log id: the content fingerprint of its first stored copy (oldest
-        ``ingested_at``; "" for rows from before fingerprints) and whether its current row
-        is a refusal. One query on the primary key. Raises ``WarehouseError``.
+        ``ingested_at``; "" for rows from before fingerprints), whether its current row is a
+        refusal, and the audit configuration of its newest assessment under that bundle
+        (``schemas.events.audit_config_key``, "" if none). Two queries on the primary keys.
+        Raises ``WarehouseError``.
         """
-        if not log_ids:
+        if not keys:
             return {}
-        sql = (
+        pairs = list(dict.fromkeys(keys))
+        ids = list(dict.fromkeys(log_id for _, log_id in pairs))
+        events_sql = (
             "SELECT log_id, argMin(content_fingerprint, ingested_at), "
             "argMax(is_refusal, ingested_at) FROM {db:Identifier}.refusal_events "
             "WHERE log_id IN {ids:Array(String)} GROUP BY log_id"
         )
-        params = {"ids": list(dict.fromkeys(log_ids))}
-        _, rows = self._with_retries(
-            "refusal_events",
-            f"lookup of {len(params['ids'])} log id(s) in",
-            lambda: self._select(sql, params),
+        audits_sql = (
+            "SELECT log_id, argMax(concat(policy_bundle, '|', bundle_version, '|', engine, '|', "
+            "engine_model, '|', engine_version, '|', prompt_version), audited_at) "
+            "FROM {db:Identifier}.assessments "
+            "WHERE (policy_bundle, log_id) IN {pairs:Array(Tuple(String, String))} "
+            "GROUP BY policy_bundle, log_id"
         )
-        return {str(r[0]): StoredIdentity(str(r[1]), bool(r[2])) for r in rows}
+        what = f"lookup of {len(ids)} log id(s) in"
+        _, events = self._with_retries(
+            "refusal_events", what, lambda: self._select(events_sql, {"ids": ids})
+        )
+        _, audits = self._with_retries(
+            "assessments", what, lambda: self._select(audits_sql, {"pairs": pairs})
+        )
+        audited = {str(r[0]): str(r[1]) for r in audits}
+        return {
+            str(r[0]): StoredIdentity(str(r[1]), bool(r[2]), audited.get(str(r[0]), ""))
+            for r in events
+        }
 
     def insert_assessments(self, items: Sequence[StoredAssessment]) -> None:
         """Store assessments; per (policy_bundle, log_id) the newest ``audited_at`` is current.
