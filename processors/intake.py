@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 import orjson
 
@@ -42,11 +42,14 @@ def content_fingerprint(event: RefusalEvent) -> str:
     """Identity of an event's content: BLAKE2b-128 (32 hex) of its canonical JSON.
 
     Every field of the decoded ``RefusalEvent`` counts (log id, event time, texts, model,
-    product, bundle, conversation, classifier, attributes), keys sorted, before redaction,
+    product, bundle, conversation, classifier, attributes), keys sorted, the event time in
+    UTC (the same instant written with another offset is the same), before redaction,
     so a redelivered copy has the same fingerprint whatever the redaction settings, and a
     copy that differs in any field has another one.
     """
-    canonical = orjson.dumps(event.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+    data = event.model_dump(mode="json")
+    data["event_time"] = event.event_time.astimezone(UTC).isoformat()  # one instant, one text
+    canonical = orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
     return hashlib.blake2b(canonical, digest_size=16).hexdigest()
 
 

@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -224,9 +224,10 @@ class Settings(BaseSettings):
     dead_letter_max_raw_bytes: int = Field(
         default=1_048_576,
         ge=1024,
-        le=64 * 1_048_576,
-        description="A dead letter keeps a record's bytes whole up to this; beyond, the first "
-        "bytes plus the full length and SHA-256 (raw_truncated).",
+        le=8 * 1_048_576,
+        description="A dead letter keeps a record's bytes whole up to this (at most 8 MiB: "
+        "redacting them takes ~40x their size in memory); beyond, the first bytes plus the "
+        "full length and SHA-256 (raw_truncated).",
     )
 
     # redaction and pre-filter
@@ -305,6 +306,13 @@ class Settings(BaseSettings):
     gaps_reread_margin_seconds: int = Field(
         default=3600, ge=0, description="Batches re-read before the newest gap sighting."
     )
+
+    @field_validator("data_dir", mode="before")
+    @classmethod
+    def _data_dir_named(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("data_dir must not be empty (use . for the current directory)")
+        return value
 
     @model_validator(mode="after")
     def _pinned_baseline(self) -> Settings:

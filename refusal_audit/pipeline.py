@@ -199,18 +199,18 @@ class AuditPipeline:
         is acknowledged past them).
         """
         report = RunReport()
-        seen: dict[str, str] = {}  # log id -> content fingerprint of its first copy
+        taken: dict[str, str] = {}  # log id -> fingerprint of the copy this run took
         for source in sources:
             intake = replace(self.intake, decode=source.options)
             for chunk in chunks(source.records, self.lookup_chunk):
                 prepared = [
                     (record, prepare(record, source.fmt, intake, self.clock())) for record in chunk
                 ]
-                stored = await self._stored(prepared, seen)
+                stored = await self._stored(prepared, taken)
                 for record, outcome in prepared:
                     report.records += 1
-                    taken = self._take(record, outcome, intake, seen, stored, source, report)
-                    for batch in taken:
+                    closed = self._take(record, outcome, intake, taken, stored, source, report)
+                    for batch in closed:
                         await self._audit(batch, report)
                     if self._pending() >= self.flush_every:
                         await self._flush()
@@ -237,13 +237,13 @@ class AuditPipeline:
     async def _stored(
         self,
         prepared: Sequence[tuple[SourceRecord, StoredEvent | DeadLetter]],
-        seen: Mapping[str, str],
+        taken: Mapping[str, str],
     ) -> Mapping[str, StoredIdentity]:
-        """The stored identities of the chunk's log ids this run has not seen yet."""
+        """The stored identities of the chunk's log ids this run has not taken yet."""
         keys = [
             (o.event.policy_bundle, o.event.log_id)
             for _, o in prepared
-            if isinstance(o, StoredEvent) and o.event.log_id not in seen
+            if isinstance(o, StoredEvent) and o.event.log_id not in taken
         ]
         if not keys:
             return {}
@@ -271,38 +271,35 @@ class AuditPipeline:
         record: SourceRecord,
         outcome: StoredEvent | DeadLetter,
         intake: IntakeSettings,
-        seen: dict[str, str],
+        taken: dict[str, str],
         stored: Mapping[str, StoredIdentity],
         source: InputSource,
         report: RunReport,
     ) -> list[AuditBatch]:
         """Apply the duplicate-log-id rule to one prepared record; return the audit batches
-        it closes."""
+        it closes. ``taken`` maps the log ids this run took to the fingerprint taken."""
         if isinstance(outcome, DeadLetter):
             report.rejected += 1
             self._dead(outcome, report)
             return []
         log_id, fingerprint = outcome.event.log_id, outcome.content_fingerprint
-        first = seen.get(log_id)
-        if first is not None:  # an earlier copy in this run
-            if first == fingerprint:
+        first, where = taken.get(log_id), "seen earlier in this input"
+        if first is not None:
+            if first == fingerprint or source.reaudit:  # re-audited copies are one event
                 report.identical_copies += 1
                 return []
-            where = "seen earlier in this input"
         else:
             known = stored.get(log_id)
-            if known is not None and not source.reaudit and self._audited_already(outcome, known):
-                seen[log_id] = fingerprint  # a redelivery of what is stored and audited
-                report.identical_copies += 1
-                return []
             if known is not None and source.reaudit:  # re-audit keeps the stored identity
                 fingerprint = known.content_fingerprint
                 outcome = outcome.model_copy(update={"content_fingerprint": fingerprint})
             elif known is not None and known.content_fingerprint not in ("", fingerprint):
-                seen[log_id] = known.content_fingerprint
                 first, where = known.content_fingerprint, "already stored"
-            retires = known is not None and known.is_refusal and not outcome.is_refusal
-            if retires and first is None:
+            elif known is not None and self._audited_already(outcome, known):
+                taken[log_id] = fingerprint  # a redelivery of what is stored and audited
+                report.identical_copies += 1
+                return []
+            if first is None and known is not None and known.is_refusal and not outcome.is_refusal:
                 report.retired.append(log_id)
         if first is not None:
             report.duplicates += 1
@@ -318,7 +315,7 @@ class AuditPipeline:
                 report,
             )  # fmt: skip
             return []
-        seen[log_id] = fingerprint
+        taken[log_id] = fingerprint
         report.events += 1
         self._pending_events.append(outcome)
         if not outcome.is_refusal:

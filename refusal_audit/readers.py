@@ -71,27 +71,57 @@ def _read_lines(fh: BinaryIO, source: str, cap: int) -> Iterator[SourceRecord]:
             return
         line_no += 1
         if not chunk.endswith(b"\n") and len(chunk) > cap:
-            whole = hashlib.sha256(chunk)
-            length = len(chunk)
-            while True:  # hash and count the rest of the overlong line, keep none of it
-                rest = fh.readline(_DISCARD_CHUNK)
-                body = rest[:-2] if rest.endswith(b"\r\n") else rest.rstrip(b"\n")
-                whole.update(body)
-                length += len(body)
-                if not rest or rest.endswith(b"\n"):
-                    break
+            length, digest = _hash_rest_of_line(chunk, fh)
+            raw = chunk[:cap]
+            if length == len(raw):  # it fitted after all: the chunk's last byte was the \r
+                yield SourceRecord(source=source, location=f"line {line_no}", raw=raw)
+                continue
             yield SourceRecord(
                 source=source,
                 location=f"line {line_no}",
-                raw=chunk[:cap],
+                raw=raw,
                 full_length=length,
-                full_sha256=whole.hexdigest(),
+                full_sha256=digest,
             )
             continue
         raw = chunk[:-2] if chunk.endswith(b"\r\n") else chunk.rstrip(b"\n")
         if not raw.strip():
             continue
         yield SourceRecord(source=source, location=f"line {line_no}", raw=raw)
+
+
+def _hash_rest_of_line(first: bytes, fh: BinaryIO) -> tuple[int, str]:
+    """Length and SHA-256 hex of a line whose first ``first`` bytes were read, reading (and
+    keeping none of) the rest, without its ``\n`` or ``\r\n`` ending.
+
+    A ``\r`` at the end of a piece is held back until the next piece shows whether it
+    begins the line ending.
+    """
+    whole, length, held_cr = hashlib.sha256(), 0, False
+
+    def count(data: bytes) -> None:
+        nonlocal length
+        whole.update(data)
+        length += len(data)
+
+    piece = first
+    while True:
+        if not piece:  # end of file: a held \r was content
+            if held_cr:
+                count(b"\r")
+            return length, whole.hexdigest()
+        ends = piece.endswith(b"\n")
+        body = piece[:-1] if ends else piece
+        if held_cr and not (ends and not body):  # the held \r was not part of \r\n
+            count(b"\r")
+        held_cr = False
+        if ends:
+            count(body[:-1] if body.endswith(b"\r") else body)
+            return length, whole.hexdigest()
+        if body.endswith(b"\r"):
+            held_cr, body = True, body[:-1]
+        count(body)
+        piece = fh.readline(_DISCARD_CHUNK)
 
 
 class _LineTap:

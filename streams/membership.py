@@ -190,6 +190,12 @@ class AssignmentWatch:
         self.started = self.clock()
         threading.Thread(target=self._watch, name="assignment-watch", daemon=True).start()
 
+    @property
+    def joined(self) -> bool:
+        """Whether this process was ever assigned partitions (it then is the group's member
+        with its instance id, and may leave the group in its name)."""
+        return self._first.is_set()
+
     def assigned(self, partitions: list[int]) -> None:
         """Record a rebalance's assignment (partitions of ``topic``, may be empty)."""
         log.info(

@@ -31,6 +31,7 @@ import asyncio
 import logging
 import logging.config
 import os
+import socket
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -169,6 +170,20 @@ def faust_data_dir(cfg: Settings) -> Path:
     return path
 
 
+def check_web_port(cfg: Settings) -> None:
+    """Fail early, with ``ConfigError``, when the worker's web port cannot be bound (faust
+    would only find out after joining the consumer group)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((cfg.worker_web_host, cfg.worker_web_port))
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot listen on {cfg.worker_web_host}:{cfg.worker_web_port} "
+                f"(worker_web_host/worker_web_port): {exc.strerror or exc}"
+            ) from exc
+
+
 def build_context(cfg: Settings, wrap_sink: Callable[[Sink], Sink] | None = None) -> WorkerContext:
     """Check the input topic, open the warehouse and build the pipeline.
 
@@ -178,6 +193,7 @@ def build_context(cfg: Settings, wrap_sink: Callable[[Sink], Sink] | None = None
     created).
     """
     faust_data_dir(cfg)
+    check_web_port(cfg)
     topics = Topics.from_prefix(cfg.kafka_topic_prefix)
     admin = admin_client(cfg.kafka_bootstrap_servers)
     for name in (
@@ -497,7 +513,7 @@ def run_worker(
         engine = ctx.pipeline.engine
         ctx.pipeline_loop.close(lambda: close_engine(engine))
         instance = group_instance_id(cfg)
-        if instance is not None:  # an orderly stop: hand the partitions over now
+        if instance is not None and ctx.assignment.joined:  # hand the partitions over now
             asyncio.run(
                 leave_group(cfg.kafka_bootstrap_servers, cfg.kafka_consumer_group, instance)
             )

@@ -156,3 +156,28 @@ def test_the_table_stores_the_whole_value_description(warehouse: Warehouse) -> N
         parameters={"db": warehouse.database},
     ).result_rows
     assert row == (MIB, 3 * MIB, letter.raw_sha256, True, "partition 1 offset 77")
+
+
+@pytest.mark.parametrize("extra", [-1, 0, 1, 65_535, 65_536, 65_537, 200_000])
+@pytest.mark.parametrize("ending", [b"\n", b"\r\n", b""])
+def test_length_and_hash_of_a_cut_line_ignore_its_ending_wherever_reads_split_it(
+    tmp_path: Path, extra: int, ending: bytes
+) -> None:
+    cap = 4096 + 1  # max(max_record_bytes, keep_bytes) + 1
+    line = b"x" * (cap + extra)
+    path = tmp_path / "l.jsonl"
+    path.write_bytes(line + ending + (b"next\n" if ending else b""))  # b"": end of file
+    first = next(read_records(path, "jsonl", 1024, keep_bytes=4096))
+    whole_length = first.full_length if first.full_length is not None else len(first.raw)
+    assert whole_length == len(line)
+    if first.full_sha256 is not None:
+        assert first.full_sha256 == hashlib.sha256(line).hexdigest()
+
+
+def test_a_carriage_return_inside_a_cut_line_is_content(tmp_path: Path) -> None:
+    line = b"a" * 5000 + b"\r" + b"b" * 70_000 + b"\r"
+    path = tmp_path / "cr.jsonl"
+    path.write_bytes(line + b"\r\n")
+    (record,) = read_records(path, "jsonl", 1024, keep_bytes=2048)
+    assert record.full_length == len(line)
+    assert record.full_sha256 == hashlib.sha256(line).hexdigest()

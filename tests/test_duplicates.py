@@ -184,3 +184,70 @@ def test_a_redelivered_event_stored_without_its_assessment_is_audited(
     redelivered = run(warehouse, STREAM[:2])
     assert redelivered.refusals == 2 and redelivered.identical_copies == 0
     assert {row[0] for row in state(warehouse)["current"]} == {"a", "x"}
+
+
+def test_a_conflicting_copy_does_not_hide_a_later_identical_one(warehouse: Warehouse) -> None:
+    """Stored without its assessment (a crash), then redelivered behind a conflicting copy:
+    the identical copy is still audited."""
+    pipeline = build_pipeline(settings(), LosesAssessments(warehouse))  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError):
+        asyncio.run(pipeline.run([InputSource([STREAM[0]], "jsonl", DecodeOptions())]))
+    again = run(warehouse, [STREAM[2], STREAM[0]])  # the conflicting copy comes first
+    assert again.duplicates == 1 and again.refusals == 1
+    assert [row[0] for row in state(warehouse)["current"]] == ["a"]
+
+
+def test_the_same_instant_with_another_offset_is_the_same_event(warehouse: Warehouse) -> None:
+    utc = orjson.loads(STREAM[1].raw)
+    shifted = {**utc, "event_time": "2026-11-20T10:00:00+01:00"}
+    run(warehouse, [STREAM[1]])
+    again = run(warehouse, [SourceRecord("in", "partition 1 offset 0", orjson.dumps(shifted))])
+    assert again.duplicates == 0 and again.identical_copies == 1
+
+
+def test_a_re_audit_of_an_event_in_two_dead_letters_is_one_event(warehouse: Warehouse) -> None:
+    """Re-audited events are the stored ones (their text redacted): several copies of one
+    are one event, not duplicates, and they keep the stored fingerprint."""
+    run(warehouse, [STREAM[1]])
+    (stored_fp,) = warehouse.stored_identities([("default", "x")]).values()
+    redacted = {**orjson.loads(STREAM[1].raw), "request": "Tell me a joke about cats [EMAIL]"}
+    copies = [SourceRecord("reaudit", f"dead letter d{i}", orjson.dumps(redacted)) for i in (1, 2)]
+    pipeline = build_pipeline(settings(), warehouse)
+    report = asyncio.run(
+        pipeline.run([InputSource(copies, "jsonl", DecodeOptions(), reaudit=True)])
+    )
+    assert report.duplicates == 0 and report.refusals == 1 and report.identical_copies == 1
+    assert warehouse.stored_identities([("default", "x")])["x"] == stored_fp
+
+
+def test_an_event_stored_before_fingerprints_is_pinned_by_its_next_copy(
+    warehouse: Warehouse,
+) -> None:
+    """A row without a fingerprint (stored by an older release) is replaced by the next
+    copy, as before; from then on that copy is the event, merged or not."""
+    from processors.intake import IntakeSettings, prepare
+    from schemas.events import StoredEvent
+
+    old = prepare(
+        record(0, "old", REFUSAL),
+        "jsonl",
+        IntakeSettings(decode=DecodeOptions(), known_bundles={"default"}, redactor=None),
+        datetime_now(),
+    )
+    assert isinstance(old, StoredEvent)
+    warehouse.insert_events([old.model_copy(update={"content_fingerprint": ""})])
+    second = run(warehouse, [record(1, "old", REFUSAL, "Another request")])
+    assert second.events == 1 and second.duplicates == 0
+    third = run(warehouse, [record(2, "old", COMPLIANT)])
+    assert third.duplicates == 1
+    warehouse.client.command(f"OPTIMIZE TABLE `{warehouse.database}`.refusal_events FINAL")
+    fourth = run(warehouse, [record(3, "old", COMPLIANT, "Yet another")])
+    assert fourth.duplicates == 1
+    rows = state(warehouse)["events"]
+    assert ("old", REFUSAL, True) in rows
+
+
+def datetime_now() -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)

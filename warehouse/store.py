@@ -449,8 +449,9 @@ class Warehouse:
         """What is stored of the events ``keys`` = ``(policy_bundle, log_id)`` pairs (log ids
         not stored are absent from the result, which is keyed by log id).
 
-        Per log id: the content fingerprint of its first stored copy (oldest
-        ``ingested_at``; "" for rows from before fingerprints), whether its current row is a
+        Per log id: the content fingerprint of its first fingerprinted copy (oldest
+        ``ingested_at`` among rows with one; "" when only rows from before fingerprints
+        exist, and the next copy then pins it), whether its current row is a
         refusal, and the audit configuration of its newest assessment under that bundle
         (``schemas.events.audit_config_key``, "" if none). Two queries on the primary keys.
         Raises ``WarehouseError``.
@@ -460,7 +461,7 @@ class Warehouse:
         pairs = list(dict.fromkeys(keys))
         ids = list(dict.fromkeys(log_id for _, log_id in pairs))
         events_sql = (
-            "SELECT log_id, argMin(content_fingerprint, ingested_at), "
+            "SELECT log_id, argMinIf(content_fingerprint, ingested_at, content_fingerprint != ''), "
             "argMax(is_refusal, ingested_at) FROM {db:Identifier}.refusal_events "
             "WHERE log_id IN {ids:Array(String)} GROUP BY log_id"
         )
