@@ -1,0 +1,115 @@
+"""Agreement of human reviewers with the model (issue 10, the statistics part; pure).
+
+One judgement at a time (the false-positive verdict, or the top-level category): the model's
+label and the reviewer's label for each compared item. Reported with intervals:
+
+- observed agreement ``agreed / n`` with its Wilson score interval (``processors.stats``);
+- Cohen's kappa, agreement corrected for chance (Cohen 1960, Educational and Psychological
+  Measurement 20:37), with the asymptotic confidence interval of Fleiss, Cohen & Everitt
+  (1969): kappa +- z * its asymptotic standard error, both from
+  ``statsmodels.stats.inter_rater.cohens_kappa``;
+- the confusion matrix (rows: the model's label, columns: the reviewer's).
+
+Below ``min_items`` compared items no rate or kappa is reported (``insufficient_data``):
+the Wilson interval of 30 items is still up to +-0.17 wide, and kappa's large-sample
+standard error is not trustworthy on fewer (Fleiss, Levin & Paik, Statistical Methods for
+Rates and Proportions, 3rd ed., ch. 18).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import norm
+from statsmodels.stats.inter_rater import cohens_kappa
+
+from processors.stats import wilson_interval
+
+DEFAULT_MIN_ITEMS = 30
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """Human-vs-model agreement on one judgement.
+
+    ``n`` compared items, ``agreed`` of them with the same label; ``rate`` = agreed / n with
+    its Wilson interval (``rate_low``, ``rate_high``); ``kappa`` with its interval; all
+    None when ``insufficient_data`` (fewer than the minimum), and ``kappa`` also None when
+    it is undefined (both raters used one and the same label: chance agreement is 1).
+    ``labels`` orders the rows (model) and columns (reviewer) of ``confusion``. ``note``
+    says in words why a figure is missing.
+    """
+
+    n: int
+    agreed: int
+    rate: float | None
+    rate_low: float | None
+    rate_high: float | None
+    kappa: float | None
+    kappa_low: float | None
+    kappa_high: float | None
+    labels: tuple[str, ...]
+    confusion: tuple[tuple[int, ...], ...]
+    insufficient_data: bool
+    note: str = ""
+
+
+def confusion_matrix(
+    pairs: Sequence[tuple[str, str]],
+) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...]]:
+    """Labels (sorted) and counts ``[model label][reviewer label]`` of ``pairs``."""
+    labels = tuple(sorted({label for pair in pairs for label in pair}))
+    index = {label: i for i, label in enumerate(labels)}
+    table = [[0] * len(labels) for _ in labels]
+    for model, human in pairs:
+        table[index[model]][index[human]] += 1
+    return labels, tuple(tuple(row) for row in table)
+
+
+def agreement(
+    pairs: Sequence[tuple[str, str]],
+    min_items: int = DEFAULT_MIN_ITEMS,
+    confidence: float = 0.95,
+) -> Agreement:
+    """Agreement of ``pairs`` = ``[(model_label, reviewer_label), ...]``.
+
+    Labels are any strings (e.g. ``"true"``/``"false"`` for the false-positive verdict, or
+    category codes). Raises ``ValueError`` for ``min_items`` < 1 or ``confidence`` outside
+    (0, 1).
+    """
+    if min_items < 1:
+        raise ValueError("min_items must be at least 1")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError("confidence must be in (0, 1)")
+    labels, table = confusion_matrix(pairs)
+    n = len(pairs)
+    agreed = sum(table[i][i] for i in range(len(labels)))
+    if n < min_items:
+        return Agreement(
+            n, agreed, None, None, None, None, None, None, labels, table, True,
+            f"insufficient data: {n} compared item(s), at least {min_items} needed",
+        )  # fmt: skip
+    low, high = wilson_interval(agreed, n, confidence)
+    if len(labels) < 2:
+        return Agreement(
+            n, agreed, agreed / n, low, high, None, None, None, labels, table, False,
+            "kappa undefined: model and reviewers used a single label",
+        )  # fmt: skip
+    result = cohens_kappa(np.array(table, dtype=float))
+    z = float(norm.ppf(0.5 + confidence / 2))
+    kappa, se = float(result.kappa), float(result.std_kappa)
+    return Agreement(
+        n=n,
+        agreed=agreed,
+        rate=agreed / n,
+        rate_low=low,
+        rate_high=high,
+        kappa=kappa,
+        kappa_low=kappa - z * se,
+        kappa_high=kappa + z * se,
+        labels=labels,
+        confusion=table,
+        insufficient_data=False,
+    )
