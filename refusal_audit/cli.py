@@ -105,8 +105,13 @@ def audit(
     """Audit log files end to end without Kafka and store the results in the warehouse."""
     cfg = settings()
     options = input_options(files, input_format, mapping, event_time, model, product)
-    if out is not None and (out.is_dir() or not out.parent.is_dir()):
-        raise fail_usage(f"--out {out}: not a writable file path (is its folder there?)")
+    if out is not None:
+        try:  # its folder is made, like data_dir's, so `--out out/result.json` just works
+            out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise fail_usage(f"--out {out}: cannot create its folder: {exc.strerror}") from exc
+        if out.is_dir():
+            raise fail_usage(f"--out {out}: is a directory, not a file path")
     try:
         sink = open_store(cfg)
         report = run_batch(

@@ -22,7 +22,7 @@ def env(cli_env: dict[str, str]) -> dict[str, str]:
 
 
 def test_audit_then_query(env: dict[str, str], tmp_path: Path) -> None:
-    out = tmp_path / "result.json"
+    out = tmp_path / "out" / "result.json"  # its folder is made
     result = runner.invoke(app, ["audit", "examples/refusal_log.jsonl", "--out", str(out)], env=env)
     assert result.exit_code == 0, result.output
     assert "Audit summary" in result.output
@@ -152,12 +152,18 @@ def test_unusable_inputs_fail_before_anything_is_processed(
     unknown = tmp_path / "other.jsonl"
     unknown.write_text('{"prompt": "x", "reply": "y", "id": 1}\n', encoding="utf-8")
     assert runner.invoke(app, ["audit", str(unknown)], env=env).exit_code == 2
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x", encoding="utf-8")
     bad_out = runner.invoke(
         app,
-        ["audit", "examples/refusal_log.jsonl", "--out", str(tmp_path / "no" / "x.json")],
+        ["audit", "examples/refusal_log.jsonl", "--out", str(blocker / "x.json")],
         env=env,
     )
-    assert bad_out.exit_code == 2
+    assert bad_out.exit_code == 2 and "cannot create its folder" in bad_out.output
+    as_dir = runner.invoke(
+        app, ["audit", "examples/refusal_log.jsonl", "--out", str(tmp_path)], env=env
+    )
+    assert as_dir.exit_code == 2 and "is a directory" in as_dir.output
     broken = runner.invoke(
         app, ["migrate"], env={**env, "REFUSAL_AUDIT_WAREHOUSE_DSN": "http://127.0.0.1:1"}
     )
