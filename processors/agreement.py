@@ -97,9 +97,11 @@ def agreement(
             n, agreed, agreed / n, low, high, None, None, None, labels, table, False,
             "kappa undefined: model and reviewers used a single label",
         )  # fmt: skip
-    result = cohens_kappa(np.array(table, dtype=float))
+    with np.errstate(invalid="ignore"):  # statsmodels takes the root of that variance
+        result = cohens_kappa(np.array(table, dtype=float))
     z = float(norm.ppf(0.5 + confidence / 2))
-    kappa, se = float(result.kappa), float(result.std_kappa)
+    # the variance rounds to just below 0 when agreement is perfect: its root is then 0
+    kappa, se = float(result.kappa), max(float(result.var_kappa), 0.0) ** 0.5
     return Agreement(
         n=n,
         agreed=agreed,

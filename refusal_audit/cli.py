@@ -13,7 +13,7 @@ import orjson
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from refusal_audit import cli_alerts
+from refusal_audit import cli_alerts, cli_review
 from refusal_audit.batch import BatchOptions, run_batch
 from refusal_audit.cli_common import (
     EXIT_FAILURES,
@@ -413,6 +413,11 @@ def produce(
     if report.rejected or report.undelivered:
         raise typer.Exit(EXIT_FAILURES)
 
+
+review_app = typer.Typer(help="Human review: verdicts and agreement.", no_args_is_help=True)
+app.add_typer(review_app, name="review")
+review_app.command("import")(cli_review.review_import)
+review_app.command("stats")(cli_review.review_stats)
 
 alerts_app = typer.Typer(help="Tail, list and evaluate alerts.", no_args_is_help=True)
 app.add_typer(alerts_app, name="alerts")

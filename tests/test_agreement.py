@@ -93,3 +93,10 @@ def test_bad_parameters_are_refused() -> None:
         agreement([], min_items=0)
     with pytest.raises(ValueError):
         agreement([], confidence=1.0)
+
+
+def test_perfect_agreement_has_kappa_one_and_a_zero_width_interval() -> None:
+    pairs = [(x, x) for x in ("a", "b", "c") * 20]
+    result = agreement(pairs)
+    assert result.kappa == pytest.approx(1.0)
+    assert result.kappa_low == pytest.approx(1.0) and result.kappa_high == pytest.approx(1.0)

@@ -506,6 +506,20 @@ class Warehouse:
         """
         self._insert("audit_batches", BATCH_COLUMNS, [_batch_row(b) for b in batches])
 
+    def insert_rows(self, table: str, columns: Sequence[str], rows: list[list[Any]]) -> None:
+        """Insert ``rows`` (values in ``columns`` order) into ``table`` of this database, one
+        insert with a content-derived dedup token and retries on transient errors (for the
+        warehouse modules of other parts, e.g. ``warehouse.review``). Raises
+        ``WarehouseError``."""
+        self._insert(table, columns, rows)
+
+    def select(
+        self, sql: str, parameters: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """Rows of ``sql`` (``{db:Identifier}`` is this database) as dicts. Raises
+        ``WarehouseError``."""
+        return self._dicts(sql, parameters)
+
     def insert_dead_letters(self, items: Sequence[DeadLetter]) -> None:
         """Store dead letters (one row per ``dead_letter_id``; empty sequence: no-op).
 

@@ -1,0 +1,91 @@
+"""``refusal-audit review import`` and ``review stats`` (``refusal_audit.cli`` registers them).
+
+Exit codes: 0 done; 1 some rows of an import were refused (listed with line and reason; the
+good rows are stored); 2 usage error (unreadable file, warehouse or configuration).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from processors.agreement import DEFAULT_MIN_ITEMS, Agreement
+from refusal_audit.bundles import load_bundles
+from refusal_audit.cli_common import EXIT_FAILURES, console, fail_usage, open_store, settings
+from refusal_audit.config import ConfigError
+from refusal_audit.output import OutputFormat, render
+from warehouse.client import WarehouseError
+
+
+def review_import(
+    file: Path = typer.Argument(..., metavar="FILE", help="Verdicts as .csv or .jsonl."),
+) -> None:
+    """Import reviewer verdicts for assessed log ids (columns: log_id, reviewer, verdict
+    agree|disagree, corrected_category, corrected_false_positive, corrected_clause, note,
+    optional policy_bundle). Bad rows are listed and left out; re-importing changes nothing."""
+    from refusal_audit.review import import_verdicts
+
+    cfg = settings()
+    try:
+        bundles = load_bundles(cfg.policy_bundles)
+        report = import_verdicts(open_store(cfg), bundles, file)
+    except (ConfigError, OSError, WarehouseError) as exc:
+        raise fail_usage(f"review import {file}: {exc}") from exc
+    console.print(
+        f"{report.rows} row(s) read, {report.imported} verdict(s) stored, "
+        f"{len(report.errors)} refused"
+    )
+    if report.errors:
+        render(["line", "reason"], report.errors, OutputFormat.table, console, "Refused rows")
+        raise typer.Exit(EXIT_FAILURES)
+
+
+def _agreement_cells(a: Agreement) -> list[Any]:
+    if a.insufficient_data:
+        return [a.n, "insufficient data", ""]
+    rate = f"{a.rate:.3f} [{a.rate_low:.3f}, {a.rate_high:.3f}]"
+    kappa = "n/a" if a.kappa is None else f"{a.kappa:.3f} [{a.kappa_low:.3f}, {a.kappa_high:.3f}]"
+    return [a.n, rate, kappa]
+
+
+def review_stats(
+    min_items: int = typer.Option(
+        DEFAULT_MIN_ITEMS, min=1, help="Fewer compared items than this: insufficient data."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per group."),
+) -> None:
+    """Agreement of reviewers with the model per model, bundle, engine, prompt version and
+    audit week (and a roll-up per bundle, engine and prompt version): on the false-positive
+    judgement and the top-level category, each with a Wilson 95% interval and Cohen's kappa
+    with its 95% interval; and the share of over-refusals reviewers found among the randomly
+    sampled unflagged items (what the model missed)."""
+    from refusal_audit.review import stats_from_store
+
+    cfg = settings()
+    try:
+        groups = stats_from_store(open_store(cfg), load_bundles(cfg.policy_bundles), min_items)
+    except (ConfigError, WarehouseError) as exc:
+        raise fail_usage(str(exc)) from exc
+    if as_json:
+        rows = [[asdict(g)] for g in groups]
+        render(["group"], rows, OutputFormat.json, console)
+        return
+    table_rows = []
+    for g in groups:
+        human, n, low, high = g.verified_fp
+        verified = f"{human}/{n} [{low:.3f}, {high:.3f}]" if n else "no random sample"
+        table_rows.append(
+            ["/".join(g.key), *_agreement_cells(g.false_positive),
+             *_agreement_cells(g.category)[1:], verified]
+        )  # fmt: skip
+    render(
+        ["model/bundle/engine/prompt/week", "items", "false-positive agreement", "fp kappa",
+         "category agreement", "category kappa", "missed over-refusals (random sample)"],
+        table_rows,
+        OutputFormat.table,
+        console,
+        "Human review: agreement with the model",
+    )  # fmt: skip

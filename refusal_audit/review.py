@@ -1,0 +1,191 @@
+"""``refusal-audit review import`` and ``review stats``: reviewer verdicts from files, and the
+agreement of reviewers with the model (issue 10, the part without the web app).
+
+Import reads CSV (header row) or JSON Lines, checks each row (``processors.review``) against
+the log id's current assessment and its policy bundle, and stores the good rows in one
+insert; bad rows are reported with their line and reason and nothing of them is stored.
+Verdict ids are deterministic, so importing the same file again changes nothing.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from processors.agreement import DEFAULT_MIN_ITEMS, Agreement, agreement
+from processors.review import RowError, make_verdict, parse_row
+from processors.stats import wilson_interval
+from schemas.policy import PolicyBundle
+from schemas.review import Verdict, VerdictInput
+from warehouse.review import current_verdicts, insert_verdicts
+from warehouse.store import Warehouse
+
+
+@dataclass
+class ImportReport:
+    """What an import did: ``rows`` read, ``imported`` verdicts stored, ``errors`` as
+    ``(line, reason)`` for every row left out."""
+
+    rows: int = 0
+    imported: int = 0
+    errors: list[tuple[int, str]] = field(default_factory=list)
+
+
+def read_rows(path: Path) -> Iterator[tuple[int, Mapping[str, Any] | RowError]]:
+    """``(line, fields)`` per data row of a CSV (``.csv``) or JSON Lines file; a row that
+    cannot be read comes as ``(line, RowError)``. Raises ``OSError``."""
+    data = path.read_bytes()
+    if path.suffix.lower() == ".csv":
+        text = data.decode("utf-8-sig", errors="surrogateescape")
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        for row in reader:
+            line = reader.line_num
+            if None in row or any(v is None for v in row.values()):
+                yield line, RowError("wrong number of cells for the header")
+            else:
+                yield line, row
+        return
+    for number, raw in enumerate(data.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            yield number, RowError(f"not JSON ({exc})")
+            continue
+        yield number, doc if isinstance(doc, dict) else RowError("not a JSON object")
+
+
+def import_verdicts(
+    store: Warehouse,
+    bundles: Mapping[str, PolicyBundle],
+    path: Path,
+    now: datetime | None = None,
+) -> ImportReport:
+    """Check every row of ``path`` and store the good ones as verdicts (one insert).
+
+    A row is refused when it cannot be parsed, names a log id without a current assessment
+    (or one assessed under several bundles without a ``policy_bundle`` column), a category
+    or clause its bundle lacks, or repeats an earlier row's log id and reviewer. Raises
+    ``OSError`` (unreadable file) and ``WarehouseError`` (nothing stored then).
+    """
+    submitted_at = now or datetime.now(UTC)
+    report = ImportReport()
+    parsed: list[tuple[int, VerdictInput, str | None]] = []
+    for line, fields in read_rows(path):
+        report.rows += 1
+        try:
+            if isinstance(fields, RowError):
+                raise fields
+            bundle_name = fields.get("policy_bundle") or None
+            parsed.append((line, parse_row(fields), bundle_name))
+        except RowError as exc:
+            report.errors.append((line, str(exc)))
+    by_log: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in store.current_assessments(sorted({item.log_id for _, item, _ in parsed})):
+        by_log[row["log_id"]].append(row)
+    verdicts: list[Verdict] = []
+    seen: set[tuple[str, str, str]] = set()
+    for line, item, bundle_name in parsed:
+        try:
+            assessment = _assessment_of(item.log_id, bundle_name, by_log)
+            key = (assessment["policy_bundle"], item.log_id, item.reviewer)
+            if key in seen:
+                raise RowError(f"a second row for log_id {item.log_id!r} by {item.reviewer!r}")
+            seen.add(key)
+            bundle = bundles.get(assessment["policy_bundle"])
+            if bundle is None:
+                raise RowError(f"policy bundle {assessment['policy_bundle']!r} is not configured")
+            verdicts.append(
+                make_verdict(item, assessment, bundle, submitted_at, f"import:{path.name}")
+            )
+        except RowError as exc:
+            report.errors.append((line, str(exc)))
+    insert_verdicts(store, verdicts)
+    report.imported = len(verdicts)
+    report.errors.sort()
+    return report
+
+
+def _assessment_of(
+    log_id: str, bundle: str | None, by_log: Mapping[str, list[dict[str, Any]]]
+) -> dict[str, Any]:
+    rows = [r for r in by_log.get(log_id, []) if bundle is None or r["policy_bundle"] == bundle]
+    if not rows:
+        where = f" under bundle {bundle!r}" if bundle else ""
+        raise RowError(f"log_id {log_id!r} has no current assessment{where}")
+    if len(rows) > 1:
+        raise RowError(f"log_id {log_id!r} is assessed under several bundles: add policy_bundle")
+    return rows[0]
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """Agreement of reviewers with the model in one group of verdicts.
+
+    ``key`` = (model, policy bundle, engine, prompt version, ISO week of the audit);
+    ``false_positive`` and ``category`` (top-level codes) are ``processors.agreement``
+    results over the group's current verdicts; ``verified_fp`` is the reviewers' share of
+    false positives among the randomly sampled items (``successes, trials, low, high``):
+    the sample is drawn from the assessments nobody flagged, so it estimates the
+    over-refusals the model missed, without the bias of the flagged items (every estimated
+    false positive is flagged).
+    """
+
+    key: tuple[str, str, str, str, str]
+    false_positive: Agreement
+    category: Agreement
+    verified_fp: tuple[int, int, float, float]
+
+
+def iso_week(moment: datetime) -> str:
+    """``2026-W48`` for a moment (UTC)."""
+    year, week, _ = moment.astimezone(UTC).isocalendar()
+    return f"{year}-W{week:02d}"
+
+
+def review_stats(
+    verdicts: Sequence[Verdict],
+    bundles: Mapping[str, PolicyBundle],
+    min_items: int = DEFAULT_MIN_ITEMS,
+) -> list[GroupStats]:
+    """Agreement per (model, bundle, engine, prompt version, audit week), plus one roll-up
+    per (bundle, engine, prompt version) over all models and weeks (``all`` in the key).
+    Categories are compared at the taxonomy's top level of each bundle."""
+    groups: dict[tuple[str, str, str, str, str], list[Verdict]] = defaultdict(list)
+    for v in verdicts:
+        week = iso_week(v.assessment_audited_at)
+        groups[(v.model, v.policy_bundle, v.engine, v.prompt_version, week)].append(v)
+        groups[("all", v.policy_bundle, v.engine, v.prompt_version, "all")].append(v)
+    out = []
+    for key, items in sorted(groups.items()):
+        bundle = bundles.get(key[1])
+
+        def top(code: str, bundle: PolicyBundle | None = bundle) -> str:
+            return bundle.top_level(code) if bundle is not None else code
+
+        fp = agreement(
+            [(str(v.model_false_positive), str(v.human_false_positive)) for v in items],
+            min_items,
+        )
+        cat = agreement([(top(v.model_category), top(v.human_category)) for v in items], min_items)
+        sample = [v for v in items if v.review_reason == "random_sample"]
+        human = sum(v.human_false_positive for v in sample)
+        low, high = wilson_interval(human, len(sample))
+        out.append(GroupStats(key, fp, cat, (human, len(sample), low, high)))
+    return out
+
+
+def stats_from_store(
+    store: Warehouse, bundles: Mapping[str, PolicyBundle], min_items: int = DEFAULT_MIN_ITEMS
+) -> list[GroupStats]:
+    """``review_stats`` over the warehouse's current verdicts. Raises ``WarehouseError``."""
+    return review_stats(current_verdicts(store), bundles, min_items)

@@ -1,0 +1,161 @@
+"""Reviewer verdicts imported from files, stored in ClickHouse, and agreement statistics
+(issue 10, the part without the web app)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from test_pipeline import audit, settings
+
+from processors.agreement import agreement
+from refusal_audit.bundles import load_bundles
+from refusal_audit.review import import_verdicts, stats_from_store
+from schemas.policy import PolicyBundle
+from warehouse import Warehouse
+from warehouse.review import current_verdicts
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE_LOG = REPO / "examples" / "refusal_log.jsonl"
+NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
+COLUMNS = ["log_id", "reviewer", "verdict", "corrected_category", "corrected_false_positive",
+           "corrected_clause", "note"]  # fmt: skip
+
+
+def bundles() -> dict[str, PolicyBundle]:
+    return load_bundles(settings().policy_bundles)
+
+
+def write_csv(path: Path, rows: list[list[Any]]) -> Path:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(COLUMNS)
+    writer.writerows(rows)
+    path.write_text(buffer.getvalue(), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def audited(warehouse: Warehouse) -> list[dict[str, Any]]:
+    audit([EXAMPLE_LOG], warehouse)
+    return warehouse.current_assessments()
+
+
+def test_bad_rows_are_reported_and_the_good_ones_kept(
+    warehouse: Warehouse, audited: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    a, b, c = audited[0], audited[1], audited[2]
+    path = write_csv(tmp_path / "v.csv", [
+        [a["log_id"], "ann", "agree", "", "", "", ""],                                # 2 good
+        [b["log_id"], "ann", "disagree", "over_refusal", "true", "", "too cautious"],  # 3 good
+        ["no-such-id", "ann", "agree", "", "", "", ""],                             # 4 unknown
+        [c["log_id"], "ann", "disagree", "made_up", "false", "", ""],               # 5 category
+        [c["log_id"], "ann", "maybe", "", "", "", ""],                              # 6 verdict
+        [a["log_id"], "ann", "agree", "", "", "", ""],                              # 7 duplicate
+        [c["log_id"], "bob", "agree", "over_refusal", "", "", ""],                  # 8 agree+fix
+        [c["log_id"], "bob", "disagree", "over_refusal", "true", "XYZ-9", ""],      # 9 clause
+    ])  # fmt: skip
+    with path.open("ab") as f:
+        f.write(a["log_id"].encode() + b",\xff\xfe-bad,agree,,,,\n")  # 10: not UTF-8
+    report = import_verdicts(warehouse, bundles(), path, NOW)
+    assert (report.rows, report.imported) == (9, 2)
+    reasons = dict(report.errors)
+    assert sorted(reasons) == [4, 5, 6, 7, 8, 9, 10]
+    assert "no current assessment" in reasons[4]
+    assert "not in the taxonomy" in reasons[5]
+    assert "not agree or disagree" in reasons[6]
+    assert "a second row" in reasons[7]
+    assert "takes no corrections" in reasons[8]
+    assert "not a clause" in reasons[9]
+    assert "UTF-8" in reasons[10]
+    stored = {(v.log_id, v.reviewer): v for v in current_verdicts(warehouse)}
+    assert set(stored) == {(a["log_id"], "ann"), (b["log_id"], "ann")}
+    fixed = stored[(b["log_id"], "ann")]
+    assert fixed.human_category == "over_refusal" and fixed.human_false_positive is True
+    assert fixed.model_category == b["category"] and fixed.source == "import:v.csv"
+    assert fixed.assessment_audited_at == b["audited_at"]
+    # importing the same file again changes nothing
+    again = import_verdicts(warehouse, bundles(), path, datetime(2026, 12, 2, tzinfo=UTC))
+    assert again.imported == 2
+    after = {(v.log_id, v.reviewer): v.verdict_id for v in current_verdicts(warehouse)}
+    assert after == {k: v.verdict_id for k, v in stored.items()}
+
+
+def test_a_revision_counts_and_history_is_kept(
+    warehouse: Warehouse, audited: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    log_id = audited[0]["log_id"]
+    first = tmp_path / "first.jsonl"
+    first.write_bytes(orjson.dumps({"log_id": log_id, "reviewer": "ann", "verdict": "agree"}))
+    import_verdicts(warehouse, bundles(), first, NOW)
+    second = tmp_path / "second.jsonl"
+    second.write_bytes(orjson.dumps({
+        "log_id": log_id, "reviewer": "ann", "verdict": "disagree",
+        "corrected_category": "genuine_safety_refusal", "corrected_false_positive": False,
+    }))  # fmt: skip
+    import_verdicts(warehouse, bundles(), second, datetime(2026, 12, 2, tzinfo=UTC))
+    (current,) = current_verdicts(warehouse)
+    assert current.verdict == "disagree"
+    history = warehouse.select("SELECT count() AS n FROM {db:Identifier}.review_verdicts FINAL")
+    assert history == [{"n": 2}]
+
+
+def test_stats_match_an_independent_count(
+    warehouse: Warehouse, audited: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    """Every third item the reviewer holds the opposite false-positive verdict."""
+    rows, pairs = [], []
+    for i, a in enumerate(audited):
+        fp = bool(a["is_estimated_false_positive"])
+        if i % 3 == 0:
+            rows.append([a["log_id"], "ann", "disagree", a["category"], str(not fp), "", ""])
+            pairs.append((str(fp), str(not fp)))
+        else:
+            rows.append([a["log_id"], "ann", "agree", "", "", "", ""])
+            pairs.append((str(fp), str(fp)))
+    import_verdicts(warehouse, bundles(), write_csv(tmp_path / "v.csv", rows), NOW)
+    groups = {g.key: g for g in stats_from_store(warehouse, bundles())}
+    (overall,) = [g for k, g in groups.items() if k[0] == "all"]
+    expected = agreement(pairs)
+    assert overall.false_positive == expected
+    assert overall.false_positive.agreed == len(audited) - len(range(0, len(audited), 3))
+    assert overall.category.rate == 1.0  # categories were never corrected
+    sample = [a for a in audited if a["review_reason"] == "random_sample"]
+    human_fp = sum(
+        (not a["is_estimated_false_positive"]) if audited.index(a) % 3 == 0
+        else a["is_estimated_false_positive"]
+        for a in sample
+    )  # fmt: skip
+    assert overall.verified_fp[:2] == (human_fp, len(sample))
+    per_model = [g for k, g in groups.items() if k[0] != "all"]
+    assert sum(g.false_positive.n for g in per_model) == len(audited)
+
+
+def test_the_cli_imports_and_reports_agreement(cli_env: dict[str, str], tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from refusal_audit.cli import app
+
+    runner = CliRunner()
+    assert runner.invoke(app, ["audit", "examples/refusal_log.jsonl"], env=cli_env).exit_code == 0
+    rows = runner.invoke(app, ["sql", "SELECT log_id FROM current_assessments", "-o", "json"],
+                         env=cli_env).output  # fmt: skip
+    ids = [orjson.loads(line)["log_id"] for line in rows.splitlines() if line.startswith("{")]
+    path = write_csv(tmp_path / "v.csv", [[i, "ann", "agree", "", "", "", ""] for i in ids])
+    with path.open("a", encoding="utf-8") as f:
+        f.write("missing,ann,agree,,,,\n")
+    imported = runner.invoke(app, ["review", "import", str(path)], env=cli_env)
+    assert imported.exit_code == 1, imported.output
+    assert f"{len(ids)} verdict(s) stored, 1 refused" in imported.output
+    stats = runner.invoke(app, ["review", "stats", "--json"], env=cli_env)
+    assert stats.exit_code == 0, stats.output
+    groups = [orjson.loads(line)["group"] for line in stats.output.splitlines()]
+    overall = next(g for g in groups if g["key"][0] == "all")
+    assert overall["false_positive"]["n"] == len(ids) and overall["false_positive"]["rate"] == 1.0
