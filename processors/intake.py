@@ -43,12 +43,15 @@ def content_fingerprint(event: RefusalEvent) -> str:
 
     Every field of the decoded ``RefusalEvent`` counts (log id, event time, texts, model,
     product, bundle, conversation, classifier, attributes), keys sorted, the event time in
-    UTC (the same instant written with another offset is the same), before redaction,
+    UTC to the millisecond (the same instant written with another offset, or differing
+    below the millisecond the warehouse keeps, is the same), before redaction,
     so a redelivered copy has the same fingerprint whatever the redaction settings, and a
     copy that differs in any field has another one.
     """
-    data = event.model_dump(mode="json")
-    data["event_time"] = event.event_time.astimezone(UTC).isoformat()  # one instant, one text
+    # one instant, one text: UTC, to the millisecond the warehouse keeps, in pydantic's form
+    utc = event.event_time.astimezone(UTC)
+    utc = utc.replace(microsecond=utc.microsecond // 1000 * 1000)
+    data = event.model_copy(update={"event_time": utc}).model_dump(mode="json")
     canonical = orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
     return hashlib.blake2b(canonical, digest_size=16).hexdigest()
 

@@ -335,7 +335,9 @@ class AuditPipeline:
 
     async def _flush(self) -> None:
         """Write what is pending, one insert per table, in an order that keeps
-        at-least-once: events, dead letters, then assessments, then their batch rows."""
+        at-least-once: events, dead letters, batch rows, then the assessments last. An
+        assessment is what marks an event audited (a redelivered copy of it is then
+        skipped), so it is written only when everything else of its audit is stored."""
         events, dead = self._pending_events, self._pending_dead
         assessments, batches = self._pending_assessments, self._pending_batches
         self._pending_events, self._pending_dead = [], []
@@ -344,10 +346,10 @@ class AuditPipeline:
             await asyncio.to_thread(self.sink.insert_events, events)
         if dead:
             await asyncio.to_thread(self.sink.insert_dead_letters, dead)
-        if assessments:
-            await asyncio.to_thread(self.sink.insert_assessments, assessments)
         if batches:
             await asyncio.to_thread(self.sink.insert_batches, batches)
+        if assessments:
+            await asyncio.to_thread(self.sink.insert_assessments, assessments)
 
     async def _audit(self, batch: AuditBatch, report: RunReport) -> None:
         report.batches += 1

@@ -251,3 +251,47 @@ def datetime_now() -> Any:
     from datetime import UTC, datetime
 
     return datetime.now(UTC)
+
+
+class LosesBatches(LosesAssessments):
+    """The warehouse, failing like a crash right after the events and dead letters."""
+
+    def insert_assessments(self, items: Any) -> None:
+        self.inner.insert_assessments(items)
+
+    def insert_batches(self, batches: Any) -> None:
+        raise RuntimeError("crash before the batch rows were stored")
+
+
+def test_a_crash_before_the_batch_rows_leaves_the_events_to_be_audited_again(
+    warehouse: Warehouse,
+) -> None:
+    """Assessments are written last: an event whose audit was not wholly stored is not
+    taken for audited, so its redelivery writes the batch rows too."""
+    pipeline = build_pipeline(settings(), LosesBatches(warehouse))  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError):
+        asyncio.run(pipeline.run([InputSource(STREAM[:2], "jsonl", DecodeOptions())]))
+    assert not state(warehouse)["current"] and batch_rows(warehouse) == 0
+    again = run(warehouse, STREAM[:2])
+    assert again.refusals == 2 and again.batches == batch_rows(warehouse) > 0
+
+
+def test_another_local_threshold_is_another_audit_configuration(warehouse: Warehouse) -> None:
+    run(warehouse, STREAM[:2])
+    again = run(warehouse, STREAM[:2], local_false_positive_threshold=0.9)
+    assert again.identical_copies == 0 and again.refusals == 2
+    versions = warehouse.select(
+        "SELECT DISTINCT engine_version FROM {db:Identifier}.current_assessments"
+    )
+    assert versions == [{"engine_version": "local-1/fp-threshold=0.9"}]
+
+
+def test_copies_differing_below_the_stored_millisecond_are_identical(
+    warehouse: Warehouse,
+) -> None:
+    base = orjson.loads(STREAM[1].raw)
+    first = {**base, "event_time": "2026-11-20T09:00:00.123Z"}
+    finer = {**base, "event_time": "2026-11-20T09:00:00.1234Z"}
+    run(warehouse, [SourceRecord("in", "partition 0 offset 0", orjson.dumps(first))])
+    again = run(warehouse, [SourceRecord("in", "partition 0 offset 1", orjson.dumps(finer))])
+    assert again.duplicates == 0 and again.identical_copies == 1

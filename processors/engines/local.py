@@ -1242,18 +1242,22 @@ class LocalEngine:
     [0, 1], default 0.5) is the over-refusal score at or above which a refusal is an
     estimated false positive. Deterministic: the output depends only on the events and the
     bundle (no randomness, no clock). Never raises ``EngineError``; raises ``ValueError`` for
-    a threshold outside [0, 1].
+    a threshold outside [0, 1]. ``version`` names a threshold other than the default
+    (``local-1/fp-threshold=0.9``), since it changes the judgements: assessments made with
+    another threshold are another audit configuration.
     """
 
     name = "local"
     model = "bm25-lexical"
-    version = ENGINE_VERSION
     prompt_version = "none"
 
     def __init__(self, false_positive_threshold: float = 0.5) -> None:
         if not 0.0 <= false_positive_threshold <= 1.0:
             raise ValueError(f"false_positive_threshold {false_positive_threshold} not in [0, 1]")
         self.false_positive_threshold = false_positive_threshold
+        self.version = ENGINE_VERSION
+        if false_positive_threshold != 0.5:
+            self.version += f"/fp-threshold={false_positive_threshold:g}"
         self._indexes: OrderedDict[str, ClauseIndex] = OrderedDict()
 
     def index(self, bundle: PolicyBundle) -> ClauseIndex:
