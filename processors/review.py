@@ -4,7 +4,9 @@ into ``Verdict``s against the assessment they judge (issue 10; pure, no I/O).
 Columns: ``log_id``, ``reviewer``, ``verdict`` (``agree``/``disagree``),
 ``corrected_category``, ``corrected_false_positive`` (``true``/``false``/``yes``/``no``/``1``/
 ``0``), ``corrected_clause``, ``note``, and optionally ``policy_bundle`` (needed only when a
-log id is assessed under several bundles). Empty cells are "not given".
+log id is assessed under several bundles). Empty cells are "not given". The context columns
+``review export`` writes (``CONTEXT_COLUMNS``) are ignored, so an exported file, filled in,
+imports as it is.
 """
 
 from __future__ import annotations
@@ -23,6 +25,12 @@ IMPORT_COLUMNS = (
     "corrected_clause", "note",
 )  # fmt: skip
 OPTIONAL_COLUMNS = ("policy_bundle",)
+# what `review export` adds for the reviewer to read; ignored on import
+CONTEXT_COLUMNS = (
+    "model", "product", "event_time", "request", "response", "model_category",
+    "model_false_positive", "false_positive_score", "model_clause", "rationale",
+    "review_reason", "engine", "prompt_version", "audited_at",
+)  # fmt: skip
 _TRUE = frozenset({"true", "yes", "1"})
 _FALSE = frozenset({"false", "no", "0"})
 
@@ -59,7 +67,7 @@ def parse_row(fields: Mapping[str, Any]) -> VerdictInput:
     Raises ``RowError`` naming what is wrong (unknown column, missing log id or reviewer,
     a verdict other than agree/disagree, corrections that do not fit the verdict).
     """
-    unknown = set(fields) - set(IMPORT_COLUMNS) - set(OPTIONAL_COLUMNS)
+    unknown = set(fields) - set(IMPORT_COLUMNS) - set(OPTIONAL_COLUMNS) - set(CONTEXT_COLUMNS)
     if unknown:
         raise RowError(f"unknown column(s) {sorted(unknown)}")
     verdict = (_text(fields.get("verdict")) or "").lower()

@@ -416,6 +416,7 @@ def produce(
 
 review_app = typer.Typer(help="Human review: verdicts and agreement.", no_args_is_help=True)
 app.add_typer(review_app, name="review")
+review_app.command("export")(cli_review.review_export)
 review_app.command("import")(cli_review.review_import)
 review_app.command("stats")(cli_review.review_stats)
 

@@ -1,4 +1,5 @@
-"""``refusal-audit review import`` and ``review stats`` (``refusal_audit.cli`` registers them).
+"""``refusal-audit review export``, ``review import`` and ``review stats`` (``refusal_audit.cli``
+registers them).
 
 Exit codes: 0 done; 1 some rows of an import were refused (listed with line and reason; the
 good rows are stored); 2 usage error (unreadable file, warehouse or configuration).
@@ -7,6 +8,7 @@ good rows are stored); 2 usage error (unreadable file, warehouse or configuratio
 from __future__ import annotations
 
 from dataclasses import asdict
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +91,40 @@ def review_stats(
         console,
         "Human review: agreement with the model",
     )  # fmt: skip
+
+
+def review_export(
+    out: Path = typer.Option(..., "--out", help="Write the items here: .csv or .jsonl."),
+    bundle: str | None = typer.Option(None, "--bundle", "-b", help="Only this policy bundle."),
+    model: str | None = typer.Option(None, help="Only this model."),
+    product: str | None = typer.Option(None, help="Only this product."),
+    category: str | None = typer.Option(None, help="Only the model's category."),
+    since: datetime | None = typer.Option(None, help="Events at/after this time (UTC)."),
+    until: datetime | None = typer.Option(None, help="Events before this time (UTC)."),
+    reviews_per_item: int | None = typer.Option(
+        None, min=1, help="Verdicts an item needs (default: setting review_reviews_per_item)."
+    ),
+) -> None:
+    """Write the open review items (flagged or sampled assessments still short of verdicts)
+    with the texts and the model's verdict, for review in a spreadsheet tool; fill in
+    reviewer, verdict and corrections and `review import` the file."""
+    from refusal_audit.review import ItemFilter, open_items, write_items
+
+    cfg = settings()
+    where = ItemFilter(bundle, model, product, category, _utc(since), _utc(until))
+    needed = reviews_per_item or cfg.review_reviews_per_item
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        rows = open_items(open_store(cfg), where, needed)
+        write_items(rows, out)
+    except (OSError, WarehouseError) as exc:
+        raise fail_usage(f"review export: {exc}") from exc
+    console.print(f"{len(rows)} open review item(s) written to {out}")
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    from datetime import UTC
+
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

@@ -250,6 +250,9 @@ class Settings(BaseSettings):
         description="Share of unflagged assessments sampled for review.",
     )
     review_seed: int = Field(default=0, description="Seed of the review sampling.")
+    review_reviews_per_item: int = Field(
+        default=1, ge=1, le=10, description="Reviewers' verdicts each review item needs."
+    )
 
     # drift detectors and policy-gap alerts
     alerts_window_seconds: int = Field(

@@ -21,7 +21,14 @@ from typing import Any
 import orjson
 
 from processors.agreement import DEFAULT_MIN_ITEMS, Agreement, agreement
-from processors.review import RowError, make_verdict, parse_row
+from processors.review import (
+    CONTEXT_COLUMNS,
+    IMPORT_COLUMNS,
+    OPTIONAL_COLUMNS,
+    RowError,
+    make_verdict,
+    parse_row,
+)
 from processors.stats import wilson_interval
 from schemas.policy import PolicyBundle
 from schemas.review import Verdict, VerdictInput
@@ -189,3 +196,93 @@ def stats_from_store(
 ) -> list[GroupStats]:
     """``review_stats`` over the warehouse's current verdicts. Raises ``WarehouseError``."""
     return review_stats(current_verdicts(store), bundles, min_items)
+
+
+@dataclass(frozen=True)
+class ItemFilter:
+    """Which review items to take: every field None means "any". ``since``/``until`` bound
+    the event time (UTC, ``until`` exclusive)."""
+
+    policy_bundle: str | None = None
+    model: str | None = None
+    product: str | None = None
+    category: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+def open_items(
+    store: Warehouse, where: ItemFilter, reviews_per_item: int
+) -> list[dict[str, Any]]:
+    """Review items (current assessments flagged for review or sampled) with fewer than
+    ``reviews_per_item`` reviewers' verdicts, oldest event first, as export rows
+    (``IMPORT_COLUMNS`` empty for the reviewer, ``policy_bundle`` and ``CONTEXT_COLUMNS``).
+    Raises ``WarehouseError``."""
+    items = store.select(
+        "SELECT a.*, e.request AS request, e.response AS response "
+        "FROM {db:Identifier}.current_assessments AS a "
+        "INNER JOIN (SELECT log_id, request, response FROM {db:Identifier}.refusal_events FINAL)"
+        " AS e USING (log_id) "
+        "WHERE (a.requires_human_review OR a.sampled_for_review) "
+        "AND ({bundle:Nullable(String)} IS NULL OR a.policy_bundle = {bundle:Nullable(String)}) "
+        "AND ({model:Nullable(String)} IS NULL OR a.model = {model:Nullable(String)}) "
+        "AND ({product:Nullable(String)} IS NULL OR a.product = {product:Nullable(String)}) "
+        "AND ({category:Nullable(String)} IS NULL OR a.category = {category:Nullable(String)}) "
+        "AND a.event_time >= {since:DateTime64(3, 'UTC')} "
+        "AND a.event_time < {until:DateTime64(3, 'UTC')} "
+        "ORDER BY a.event_time, a.policy_bundle, a.log_id",
+        {
+            "bundle": where.policy_bundle,
+            "model": where.model,
+            "product": where.product,
+            "category": where.category,
+            "since": where.since or datetime(1900, 1, 1, tzinfo=UTC),
+            "until": where.until or datetime(2300, 1, 1, tzinfo=UTC),
+        },
+    )
+    done: dict[tuple[str, str, datetime], int] = defaultdict(int)
+    for v in current_verdicts(store):
+        done[(v.policy_bundle, v.log_id, v.assessment_audited_at)] += 1
+    rows = []
+    for a in items:
+        if done[(a["policy_bundle"], a["log_id"], a["audited_at"])] >= reviews_per_item:
+            continue
+        row: dict[str, Any] = dict.fromkeys(IMPORT_COLUMNS, "")
+        row["log_id"] = a["log_id"]
+        row.update(
+            policy_bundle=a["policy_bundle"],
+            model=a["model"],
+            product=a["product"],
+            event_time=a["event_time"].isoformat(),
+            request=a["request"],
+            response=a["response"],
+            model_category=a["category"],
+            model_false_positive=str(a["is_estimated_false_positive"]).lower(),
+            false_positive_score=a["false_positive_score"],
+            model_clause=a["policy_clause_cited"] or "",
+            rationale=a["assessment_rationale"],
+            review_reason=a["review_reason"],
+            engine=a["engine"],
+            prompt_version=a["prompt_version"],
+            audited_at=a["audited_at"].isoformat(),
+        )
+        rows.append(row)
+    return rows
+
+
+EXPORT_COLUMNS = (*IMPORT_COLUMNS, *OPTIONAL_COLUMNS, *CONTEXT_COLUMNS)
+
+
+def write_items(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
+    """Write export rows as CSV (``.csv``) or JSON Lines (any other suffix). Raises
+    ``OSError``."""
+    if path.suffix.lower() == ".csv":
+        with path.open("w", encoding="utf-8", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=EXPORT_COLUMNS)
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({k: "" if row[k] is None else row[k] for k in EXPORT_COLUMNS})
+        return
+    with path.open("wb") as f:
+        for row in rows:
+            f.write(orjson.dumps({k: row[k] for k in EXPORT_COLUMNS}) + b"\n")

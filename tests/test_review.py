@@ -159,3 +159,39 @@ def test_the_cli_imports_and_reports_agreement(cli_env: dict[str, str], tmp_path
     groups = [orjson.loads(line)["group"] for line in stats.output.splitlines()]
     overall = next(g for g in groups if g["key"][0] == "all")
     assert overall["false_positive"]["n"] == len(ids) and overall["false_positive"]["rate"] == 1.0
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_exported_items_filled_in_import_as_they_are(
+    warehouse: Warehouse, audited: list[dict[str, Any]], tmp_path: Path, suffix: str
+) -> None:
+    from refusal_audit.review import ItemFilter, open_items, write_items
+
+    items = open_items(warehouse, ItemFilter(), reviews_per_item=1)
+    expected = {
+        a["log_id"] for a in audited if a["requires_human_review"] or a["sampled_for_review"]
+    }
+    assert {r["log_id"] for r in items} == expected and items
+    assert all(r["request"] and r["model_category"] for r in items)
+    path = tmp_path / f"items{suffix}"
+    write_items(items, path)
+    if suffix == ".csv":
+        filled = list(csv.DictReader(path.open(encoding="utf-8")))
+    else:
+        filled = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    for row in filled:
+        row.update(reviewer="ann", verdict="agree")
+    out = tmp_path / f"filled{suffix}"
+    if suffix == ".csv":
+        with out.open("w", encoding="utf-8", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(filled[0]))
+            writer.writeheader()
+            writer.writerows(filled)
+    else:
+        out.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in filled))
+    report = import_verdicts(warehouse, bundles(), out, NOW)
+    assert report.errors == [] and report.imported == len(items)
+    assert open_items(warehouse, ItemFilter(), reviews_per_item=1) == []
+    assert len(open_items(warehouse, ItemFilter(), reviews_per_item=2)) == len(items)
+    one_model = open_items(warehouse, ItemFilter(model=items[0]["model"]), reviews_per_item=2)
+    assert {r["model"] for r in one_model} == {items[0]["model"]}
