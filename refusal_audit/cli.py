@@ -477,6 +477,7 @@ def config_show() -> None:
     data = cfg.model_dump(mode="json")
     data["warehouse_dsn"] = redact_dsn(cfg.warehouse_dsn) if cfg.warehouse_dsn else None
     data["resolved_warehouse_dsn"] = redact_dsn(cfg.resolved_warehouse_dsn)
+    data["resolved_engine"] = cfg.resolved_engine
     console.file.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 

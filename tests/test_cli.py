@@ -92,7 +92,14 @@ def test_config_show_masks_secrets(env: dict[str, str]) -> None:
     )
     assert result.exit_code == 0
     assert "hunter2" not in result.output
-    assert json.loads(result.output)["warehouse_dsn"] == env["REFUSAL_AUDIT_WAREHOUSE_DSN"]
+    shown = json.loads(result.output)
+    assert shown["warehouse_dsn"] == env["REFUSAL_AUDIT_WAREHOUSE_DSN"]
+    assert shown["engine"] is None and shown["resolved_engine"] == "local"
+    keyed = runner.invoke(
+        app, ["config", "show"], env={**env, "REFUSAL_AUDIT_OPENAI_API_KEY": "sk-secret-1"}
+    )
+    assert json.loads(keyed.output)["resolved_engine"] == "openai"
+    assert "sk-secret-1" not in keyed.output
 
 
 def test_sql_error_is_a_clean_usage_error(env: dict[str, str]) -> None:
