@@ -418,6 +418,7 @@ review_app = typer.Typer(help="Human review: verdicts and agreement.", no_args_i
 app.add_typer(review_app, name="review")
 review_app.command("export")(cli_review.review_export)
 review_app.command("import")(cli_review.review_import)
+review_app.command("labels")(cli_review.review_labels)
 review_app.command("stats")(cli_review.review_stats)
 
 alerts_app = typer.Typer(help="Tail, list and evaluate alerts.", no_args_is_help=True)

@@ -128,3 +128,20 @@ def _utc(value: datetime | None) -> datetime | None:
     if value is None:
         return None
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def review_labels(
+    out: Path = typer.Option(..., "--out", help="Write the labelled events here (.jsonl)."),
+) -> None:
+    """Write the reviewed events labelled with the reviewers' verdicts as native JSON Lines,
+    so `refusal-audit eval FILE` measures any engine against the team's own reviewers."""
+    from refusal_audit.review import labelled_events
+
+    cfg = settings()
+    try:
+        lines = labelled_events(open_store(cfg), load_bundles(cfg.policy_bundles))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(b"".join(line + b"\n" for line in lines))
+    except (ConfigError, OSError, WarehouseError) as exc:
+        raise fail_usage(f"review labels: {exc}") from exc
+    console.print(f"{len(lines)} reviewed event(s) written to {out}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -211,9 +211,7 @@ class ItemFilter:
     until: datetime | None = None
 
 
-def open_items(
-    store: Warehouse, where: ItemFilter, reviews_per_item: int
-) -> list[dict[str, Any]]:
+def open_items(store: Warehouse, where: ItemFilter, reviews_per_item: int) -> list[dict[str, Any]]:
     """Review items (current assessments flagged for review or sampled) with fewer than
     ``reviews_per_item`` reviewers' verdicts, oldest event first, as export rows
     (``IMPORT_COLUMNS`` empty for the reviewer, ``policy_bundle`` and ``CONTEXT_COLUMNS``).
@@ -286,3 +284,64 @@ def write_items(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
     with path.open("wb") as f:
         for row in rows:
             f.write(orjson.dumps({k: row[k] for k in EXPORT_COLUMNS}) + b"\n")
+
+
+def labelled_events(store: Warehouse, bundles: Mapping[str, PolicyBundle]) -> list[bytes]:
+    """The reviewed events as native ``RefusalEvent`` JSON lines labelled with the
+    reviewers' judgement, for ``refusal-audit eval``: attribute ``label`` = ``safe`` when
+    the reviewers hold the refusal a false positive (the request should have been
+    fulfilled), else ``unsafe``; ``expected_category`` = their top-level category;
+    ``is_refusal`` = ``true`` (reviewed items are refusals). An assessment several
+    reviewers judged goes by the majority (ties: the model's verdict stands). Texts are the
+    stored, redacted ones. Raises ``WarehouseError``."""
+    votes: dict[tuple[str, str], list[Verdict]] = defaultdict(list)
+    for v in current_verdicts(store):
+        votes[(v.policy_bundle, v.log_id)].append(v)
+    if not votes:
+        return []
+    events = {
+        row["log_id"]: row
+        for row in store.select(
+            "SELECT * FROM {db:Identifier}.refusal_events FINAL "
+            "WHERE log_id IN {ids:Array(String)}",
+            {"ids": sorted({log_id for _, log_id in votes})},
+        )
+    }
+    lines = []
+    for (bundle_name, log_id), verdicts in sorted(votes.items()):
+        event = events.get(log_id)
+        if event is None:
+            continue
+        newest = max(v.assessment_audited_at for v in verdicts)
+        judged = [v for v in verdicts if v.assessment_audited_at == newest]
+        fp_votes = sum(v.human_false_positive for v in judged)
+        false_positive = (
+            judged[0].model_false_positive
+            if 2 * fp_votes == len(judged)
+            else 2 * fp_votes > len(judged)
+        )
+        bundle = bundles.get(bundle_name)
+        categories = Counter(
+            bundle.top_level(v.human_category) if bundle else v.human_category for v in judged
+        )
+        category = categories.most_common(1)[0][0]
+        attributes = {
+            **event["attributes"],
+            "label": "safe" if false_positive else "unsafe",
+            "expected_category": category,
+            "is_refusal": "true",
+            "reviewers": str(len(judged)),
+        }
+        doc = {
+            "log_id": log_id,
+            "event_time": event["event_time"].isoformat(),
+            "request": event["request"],
+            "response": event["response"],
+            "model": event["model"],
+            "product": event["product"],
+            "policy_bundle": bundle_name,
+            "conversation_id": event["conversation_id"],
+            "attributes": {k: v for k, v in attributes.items() if k not in ("type", "final_label")},
+        }
+        lines.append(orjson.dumps(doc))
+    return lines

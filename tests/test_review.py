@@ -195,3 +195,35 @@ def test_exported_items_filled_in_import_as_they_are(
     assert len(open_items(warehouse, ItemFilter(), reviews_per_item=2)) == len(items)
     one_model = open_items(warehouse, ItemFilter(model=items[0]["model"]), reviews_per_item=2)
     assert {r["model"] for r in one_model} == {items[0]["model"]}
+
+
+def test_reviewed_events_export_as_labels_eval_reads(
+    warehouse: Warehouse, audited: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    from refusal_audit.batch import BatchOptions
+    from refusal_audit.evaluate import run_eval
+    from refusal_audit.review import labelled_events
+
+    rows = []
+    human: dict[str, bool] = {}
+    for i, a in enumerate(audited[:60]):
+        fp = bool(a["is_estimated_false_positive"])
+        if i % 4 == 0:
+            rows.append([a["log_id"], "ann", "disagree", a["category"], str(not fp), "", ""])
+            human[a["log_id"]] = not fp
+        else:
+            rows.append([a["log_id"], "ann", "agree", "", "", "", ""])
+            human[a["log_id"]] = fp
+    import_verdicts(warehouse, bundles(), write_csv(tmp_path / "v.csv", rows), NOW)
+    lines = labelled_events(warehouse, bundles())
+    docs = {d["log_id"]: d for d in map(orjson.loads, lines)}
+    assert set(docs) == set(human)
+    assert all((d["attributes"]["label"] == "safe") == human[k] for k, d in docs.items())
+    path = tmp_path / "labels.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    options = BatchOptions.build(None, None, None, None, None)
+    figures = run_eval(settings(), [path], options, "local")
+    fp = figures["false_positive_detection"]
+    disagreements = sum(1 for i in range(60) if i % 4 == 0)
+    assert fp["n"] == 60
+    assert fp["tp"] + fp["tn"] == 60 - disagreements
