@@ -161,6 +161,7 @@ def alerts_evaluate(
                 "scope": f.scope.key,
                 "kind": f.kind,
                 "status": f.status,
+                "severity": f.severity if f.status == "alert" else "",
                 "statistic": f.statistic_name,
                 "value": f.statistic,
                 "p_value": f.p_value,
@@ -174,15 +175,16 @@ def alerts_evaluate(
         for record in rows:
             console.file.write(orjson.dumps(record).decode() + "\n")
     elif rows:
-        columns = ["window_start", "scope", "kind", "status", "effect", "q_value", "note"]
+        columns = ["window", "scope", "kind", "status", "severity", "effect", "q", "note"]
         render(
             columns,
             [
                 (
-                    r["window_start"],
+                    str(r["window_start"])[:16].replace("T", " "),  # UTC, to the minute
                     r["scope"],
                     r["kind"],
                     r["status"],
+                    r["severity"],
                     f"{r['effect']:.3g} {r['effect_name']}".strip(),
                     "-" if r["q_value"] is None else f"{r['q_value']:.2g}",
                     r["note"],
