@@ -4,8 +4,8 @@ read (caller) -> ``processors.intake.prepare`` (decode, check, redact, pre-filte
 duplicate-log-id rule (below) -> ``processors.batching.Batcher`` ->
 ``processors.auditing.audit_batch`` (engine, validation, review sampling) -> sink (the
 warehouse). Results are buffered and written one insert per table (every ``flush_every``
-rows and at the end of ``run``) in the order events, dead
-letters, assessments, batch rows; a caller acknowledges input only after ``run`` returns,
+rows and at the end of ``run``) in the order events, dead letters, batch rows, assessments
+(last: they mark events audited); a caller acknowledges input only after ``run`` returns,
 which gives at-least-once. Every failure becomes a dead letter. Blocking sink calls run in
 a worker thread (``asyncio.to_thread``) so they never block the loop ``run`` is awaited on.
 Intake and the engine's audit run on that loop itself: batch mode runs it with
