@@ -25,6 +25,9 @@ Detectors (all tests two-sided, from scipy):
   the rate ratio.
 * ``new_category`` - a category absent from the baseline that reaches ``new_category_min``
   refusals in the window (a rule, not a test: it is not part of the multiple-testing family).
+* ``classification_drift`` - the same two-proportion test on the share of reviewed
+  assessments whose reviewers (most of them) disagree with the model, with the reviewed
+  assessments as trials; it alerts only when disagreement rises (agreement drops).
 
 No conclusion from too little data: a tested detector needs ``min_events`` refusals in the
 window and in the baseline (``volume_anomaly`` needs them in the baseline only, since a drop
@@ -56,7 +59,12 @@ RATE_DETECTORS: dict[AlertKind, tuple[str, str]] = {
     "false_positive_rate_shift": ("false_positives", "false-positive (over-refusal) rate"),
     "policy_gap_rate_shift": ("policy_gaps", "policy-gap rate"),
     "review_rate_shift": ("review_flags", "human-review flag rate"),
+    "classification_drift": ("review_disagreements", "reviewers' disagreement rate"),
 }
+# what a rate detector's counter is a share of (refusals unless named here)
+RATE_TRIALS: dict[AlertKind, str] = {"classification_drift": "reviewed"}
+# detectors that alert on a rise only
+RISE_ONLY: frozenset[AlertKind] = frozenset({"classification_drift"})
 
 
 @dataclass(frozen=True)
@@ -66,8 +74,10 @@ class WindowCounts:
     ``refusals`` assessed refusals; ``false_positives`` of them estimated over-refusals;
     ``review_flags`` flagged for human review; ``policy_gaps`` named in a policy-gap flag;
     ``late`` that arrived after the grace period; ``categories`` refusals per category;
+    ``reviewed`` refusals whose current assessment has reviewers' verdicts and
+    ``review_disagreements`` of them where most reviewers disagree with the model;
     ``examples`` a few log ids per key (a category name, or ``false_positives``,
-    ``policy_gaps``, ``review_flags``).
+    ``policy_gaps``, ``review_flags``, ``review_disagreements``).
     """
 
     refusals: int = 0
@@ -77,6 +87,8 @@ class WindowCounts:
     late: int = 0
     categories: Mapping[str, int] = field(default_factory=dict)
     examples: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    reviewed: int = 0
+    review_disagreements: int = 0
 
     def __add__(self, other: WindowCounts) -> WindowCounts:
         categories = Counter(self.categories)
@@ -85,13 +97,15 @@ class WindowCounts:
         for key, ids in other.examples.items():
             examples[key] = (examples.get(key, ()) + tuple(ids))[:20]
         return WindowCounts(
-            self.refusals + other.refusals,
-            self.false_positives + other.false_positives,
-            self.review_flags + other.review_flags,
-            self.policy_gaps + other.policy_gaps,
-            self.late + other.late,
-            dict(categories),
-            examples,
+            refusals=self.refusals + other.refusals,
+            false_positives=self.false_positives + other.false_positives,
+            review_flags=self.review_flags + other.review_flags,
+            policy_gaps=self.policy_gaps + other.policy_gaps,
+            late=self.late + other.late,
+            categories=dict(categories),
+            examples=examples,
+            reviewed=self.reviewed + other.reviewed,
+            review_disagreements=self.review_disagreements + other.review_disagreements,
         )
 
     def count(self, name: str) -> int:
@@ -248,11 +262,13 @@ def category_mix(
 def rate_shift(
     kind: AlertKind, scope: Scope, cur: WindowCounts, base: WindowCounts, s: DetectorSettings
 ) -> Finding:
-    """Two-proportion test (chi-square, or Fisher's exact test for small expected counts)."""
-    if cur.refusals < s.min_events or base.refusals < s.min_events:
-        return _insufficient(kind, scope, cur, base, s)
+    """Two-proportion test (chi-square, or Fisher's exact test for small expected counts) of
+    the detector's counter as a share of its trials (``RATE_TRIALS``, else refusals)."""
+    trials = RATE_TRIALS.get(kind, "refusals")
+    if cur.count(trials) < s.min_events or base.count(trials) < s.min_events:
+        return _insufficient(kind, scope, cur, base, s, trials=trials)
     counter, _ = RATE_DETECTORS[kind]
-    k1, n1, k0, n0 = cur.count(counter), cur.refusals, base.count(counter), base.refusals
+    k1, n1, k0, n0 = cur.count(counter), cur.count(trials), base.count(counter), base.count(trials)
     table = np.array([[k1, n1 - k1], [k0, n0 - k0]], dtype=np.int64)
     pooled_rate = (k1 + k0) / (n1 + n0)
     smallest = min(n1, n0) * min(pooled_rate, 1 - pooled_rate)
@@ -277,8 +293,8 @@ def rate_shift(
         effect=100 * (current.rate - baseline.rate),
         effect_name="rate_difference_pp",
         effect_threshold=s.rate_shift_pp,
-        current_counts={"refusals": n1, counter: k1},
-        baseline_counts={"refusals": n0, counter: k0},
+        current_counts={trials: n1, counter: k1},
+        baseline_counts={trials: n0, counter: k0},
         current_rate=current,
         baseline_rate=baseline,
         examples=tuple(cur.examples.get(counter, ()))[:20],
@@ -351,18 +367,21 @@ def _insufficient(
     s: DetectorSettings,
     *,
     baseline_only: bool = False,
+    trials: str = "refusals",
 ) -> Finding:
     where = "baseline" if baseline_only else "window and baseline"
+    what = "refusals" if trials == "refusals" else "reviewed refusals"
+    n1, n0 = cur.count(trials), base.count(trials)
     note = (
-        f"insufficient data: {cur.refusals} refusals in the window and {base.refusals} in the "
+        f"insufficient data: {n1} {what} in the window and {n0} in the "
         f"baseline; the {where} need at least {s.min_events} (min_events)"
     )
     return Finding(
         kind,
         scope,
         "insufficient_data",
-        current_counts={"refusals": cur.refusals},
-        baseline_counts={"refusals": base.refusals},
+        current_counts={trials: n1},
+        baseline_counts={trials: n0},
         note=note,
     )
 
@@ -426,7 +445,12 @@ def evaluate(
         cur = pooled(current[m] for m in members if m in current)
         base = pooled(baseline[m] for m in members if m in baseline)
         found = [category_mix(scope, cur, base, settings)]
-        found += [rate_shift(kind, scope, cur, base, settings) for kind in RATE_DETECTORS]
+        found += [
+            rate_shift(kind, scope, cur, base, settings)
+            for kind in RATE_DETECTORS
+            # nobody reviews this scope: the detector does not apply (not "insufficient")
+            if kind != "classification_drift" or cur.reviewed or base.reviewed
+        ]
         windows = baseline_windows
         if active_windows is not None:
             known = [active_windows[m] for m in members if m in active_windows]
@@ -447,7 +471,8 @@ def adjust(findings: Sequence[Finding], settings: DetectorSettings) -> list[Find
     for i, q in zip(tested, qs, strict=True):
         f = findings[i]
         q = float(min(1.0, q))
-        fires = q <= settings.fdr and abs(f.effect) >= f.effect_threshold
+        rising = f.effect > 0 or f.kind not in RISE_ONLY
+        fires = q <= settings.fdr and abs(f.effect) >= f.effect_threshold and rising
         strong = q <= settings.fdr / 10 and abs(f.effect) >= 2 * f.effect_threshold
         out[i] = replace(
             f,

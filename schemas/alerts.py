@@ -30,6 +30,7 @@ DriftKind = Literal[
     "review_rate_shift",
     "volume_anomaly",
     "new_category",
+    "classification_drift",
 ]
 AlertKind = Literal[DriftKind, "policy_gap"]
 DRIFT_KINDS: tuple[DriftKind, ...] = get_args(DriftKind)

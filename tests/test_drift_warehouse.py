@@ -181,10 +181,9 @@ def test_upgrade_backfills_first_arrivals_of_existing_events(chdb_dsn: str) -> N
     database = f"t_{uuid.uuid4().hex[:16]}"
     client = connect(chdb_dsn, database)
     try:
-        # up to 0008, plus the event columns today's Warehouse writes (0012)
-        up_to_0008 = [
-            m for m in load_migrations() if m.version <= "0008" or m.name == "event_fingerprint"
-        ]
+        # up to 0008, plus what today's Warehouse and counts use (0011-0013)
+        later = ("event_fingerprint", "review_verdicts", "drift_reviews")
+        up_to_0008 = [m for m in load_migrations() if m.version <= "0008" or m.name in later]
         migrate(client, database, migrations=up_to_0008)
         wh = Warehouse(client, database, retries=1, retry_wait=0.0)
         on_time = [Row(f"t{i}", "a", False) for i in range(3)]
@@ -262,3 +261,58 @@ def test_stationary_stream_false_alarm_rate_is_within_the_fdr(warehouse: Warehou
         # allow the binomial's 99.9% quantile for the number of alarmed windows.
         limit = binom.ppf(0.999, len(results), detectors.fdr)
         assert alarmed_windows <= limit, [a.summary for r in results for a in r.alerts]
+
+
+def test_classification_drift_when_reviewers_disagree_more(warehouse: Warehouse) -> None:
+    """Reviewers disagree with 10% of the baseline's reviewed assessments and 35% of the
+    window's: a classification_drift alert whose evidence query reproduces its counts. A
+    drop in disagreement is good news and does not alert."""
+    from test_pipeline import settings
+
+    from processors.review import make_verdict
+    from refusal_audit.bundles import load_bundles
+    from schemas.review import VerdictInput
+    from warehouse.review import insert_verdicts
+
+    bundle = load_bundles(settings().policy_bundles)["default"]
+    rows = {
+        w: [Row(f"w{w}-{i}", "over_refusal", i % 2 == 0) for i in range(200)] for w in (0, 1)
+    }
+    for w, window_rows in rows.items():
+        store(warehouse, window_rows, W0 + w * HOUR + timedelta(minutes=10))
+    share = {0: 0.10, 1: 0.35}
+    verdicts = []
+    for a in warehouse.current_assessments():
+        w, i = int(a["log_id"][1]), int(a["log_id"].split("-")[1])
+        disagree = i < share[w] * 200
+        item = VerdictInput(
+            log_id=a["log_id"],
+            reviewer="ann",
+            verdict="disagree" if disagree else "agree",
+            corrected_category="genuine_safety_refusal" if disagree else None,
+            corrected_false_positive=(not a["is_estimated_false_positive"]) if disagree else None,
+        )
+        verdicts.append(make_verdict(item, a, bundle, W0 + 2 * HOUR, "test"))
+    insert_verdicts(warehouse, verdicts)
+    config = DriftConfig(baseline_windows=1, detectors=DetectorSettings(min_events=150))
+    [result] = evaluate_windows(
+        warehouse.client, warehouse.database, config, now=W0 + 3 * HOUR, windows=[W0 + HOUR]
+    )
+    drift = [a for a in result.alerts if a.kind == "classification_drift"]
+    assert drift, [f.kind for f in result.evaluation.findings]
+    alert = drift[0]
+    assert alert.current_counts == {"reviewed": 200, "review_disagreements": 70}
+    assert alert.baseline_counts == {"reviewed": 200, "review_disagreements": 20}
+    assert alert.statistic.effect_size == pytest.approx(25.0)
+    got = {p: (n, k) for p, n, k in warehouse.client.query(alert.evidence_query).result_rows}
+    assert got == {"window": (200, 70), "baseline": (200, 20)}
+    # the other way round (the window improves on its baseline): no alert
+    flipped = DriftConfig(
+        pinned_baseline=(W0 + HOUR, W0 + 2 * HOUR), detectors=DetectorSettings(min_events=150)
+    )
+    [better] = evaluate_windows(
+        warehouse.client, warehouse.database, flipped, now=W0 + 3 * HOUR, windows=[W0]
+    )
+    kinds = {f.kind: f for f in better.evaluation.findings if f.scope == alert.scope}
+    assert kinds["classification_drift"].effect < -20
+    assert not [a for a in better.alerts if a.kind == "classification_drift"]

@@ -21,13 +21,18 @@ __all__ = ["evidence_query", "view_call", "window_counts"]
 _EXAMPLES = 5
 
 
-def view_call(database: str, window_seconds: int, grace_seconds: int) -> str:
-    """``db.drift_assessments(window_seconds=W, grace_seconds=G)``; raises ``ValueError``
-    for a window under one second or a negative grace."""
+def view_call(
+    database: str, window_seconds: int, grace_seconds: int, view: str = "drift_assessments"
+) -> str:
+    """``db.VIEW(window_seconds=W, grace_seconds=G)`` (``drift_assessments``, or
+    ``drift_reviews`` for reviewed assessments); raises ``ValueError`` for a window under one
+    second, a negative grace or another view."""
     if window_seconds < 1 or grace_seconds < 0:
         raise ValueError(f"window_seconds={window_seconds} must be >= 1, grace >= 0")
+    if view not in ("drift_assessments", "drift_reviews"):
+        raise ValueError(f"unknown drift view {view!r}")
     return (
-        f"`{database}`.drift_assessments(window_seconds={int(window_seconds)}, "
+        f"`{database}`.{view}(window_seconds={int(window_seconds)}, "
         f"grace_seconds={int(grace_seconds)})"
     )
 
@@ -85,6 +90,27 @@ def window_counts(
         )
         window = out[ws]
         window[scope] = window[scope] + part if scope in window else part
+    reviews = f"""
+        SELECT window_start, policy_bundle, model, product,
+               count() AS reviewed, countIf(disagreed) AS disagreements,
+               arraySort(groupArrayIf({_EXAMPLES})(log_id, disagreed)) AS disagree_ex
+        FROM {view_call(database, window_seconds, grace_seconds, "drift_reviews")}
+        WHERE window_start >= {{start:DateTime64(3, 'UTC')}}
+          AND window_start < {{end:DateTime64(3, 'UTC')}}
+        GROUP BY window_start, policy_bundle, model, product
+    """
+    for ws, bundle, model, product, reviewed, disagreements, disagree_ex in client.query(
+        reviews, parameters={"start": start, "end": end}
+    ).result_rows:
+        ws = ws.replace(tzinfo=UTC) if ws.tzinfo is None else ws.astimezone(UTC)
+        scope = Scope(policy_bundle=bundle, model=model, product=product)
+        part = WindowCounts(
+            reviewed=reviewed,
+            review_disagreements=disagreements,
+            examples={"review_disagreements": tuple(disagree_ex)},
+        )
+        window = out[ws]
+        window[scope] = window[scope] + part if scope in window else part
     return dict(out)
 
 
@@ -97,7 +123,9 @@ _MEASURES: Mapping[str, str] = {
     "review_rate_shift": "count() AS refusals, countIf(requires_human_review) AS review_flags",
     "volume_anomaly": "count() AS refusals, uniqExact(window_start) AS windows_with_refusals",
     "new_category": "category, count() AS refusals",
+    "classification_drift": "count() AS reviewed, countIf(disagreed) AS review_disagreements",
 }
+_VIEWS: Mapping[str, str] = {"classification_drift": "drift_reviews"}
 
 
 def _quote(value: str) -> str:
@@ -137,8 +165,11 @@ def evidence_query(
     in_base = f"window_start >= {_ts(baseline[0])} AND window_start < {_ts(baseline[1])}"
     where = " AND ".join([*filters, f"(({in_window}) OR ({in_base}))"])
     group = "period, category" if measures.startswith("category") else "period"
+    view = view_call(
+        database, window_seconds, grace_seconds, _VIEWS.get(kind, "drift_assessments")
+    )
     return (
         f"SELECT if({in_window}, 'window', 'baseline') AS period, {measures} "
-        f"FROM {view_call(database, window_seconds, grace_seconds)} "
+        f"FROM {view} "
         f"WHERE {where} GROUP BY {group} ORDER BY {group}"
     )
