@@ -13,7 +13,15 @@ from datetime import UTC, datetime, timedelta
 import orjson
 import typer
 
-from refusal_audit.cli_common import EXIT_USAGE, console, err, fail_usage, open_store, settings
+from refusal_audit.cli_common import (
+    EXIT_USAGE,
+    as_utc,
+    console,
+    err,
+    fail_usage,
+    open_store,
+    settings,
+)
 from refusal_audit.output import OutputFormat, render
 from schemas.alerts import DRIFT_KINDS
 from warehouse.client import WarehouseError
@@ -22,12 +30,6 @@ KINDS = (*DRIFT_KINDS, "policy_gap")
 # the warehouse's event-time range (DateTime64 and toStartOfInterval work from 1970)
 EARLIEST = datetime(1970, 2, 1, tzinfo=UTC)
 LATEST = datetime(2299, 1, 1, tzinfo=UTC)
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def alerts_list(
@@ -57,7 +59,7 @@ def alerts_list(
             policy_bundle=bundle,
             model=model,
             product=product,
-            since=_utc(since),
+            since=as_utc(since),
             limit=limit,
         )
     except WarehouseError as exc:
@@ -112,8 +114,8 @@ def alerts_evaluate(
     from refusal_audit.drift import DriftConfig, evaluate_windows
 
     cfg = settings()
-    now = _utc(at) or datetime.now(UTC)
-    windows = [w for w in (_utc(x) for x in window) if w is not None] or None
+    now = as_utc(at) or datetime.now(UTC)
+    windows = [w for w in (as_utc(x) for x in window) if w is not None] or None
     if any(not (EARLIEST <= w <= LATEST) for w in [now, *(windows or [])]):
         raise fail_usage(f"--at and --window must lie between {EARLIEST:%Y} and {LATEST:%Y}")
     store = open_store(cfg)

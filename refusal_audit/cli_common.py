@@ -7,6 +7,7 @@ Exit codes: 0 success; 1 some records or batches failed (they are in the dead-le
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import typer
@@ -51,3 +52,10 @@ def fail_usage(message: str) -> typer.Exit:
     """Print a usage error; return the Exit(2) to raise."""
     err.print(f"[red]error:[/red] {message}")
     return typer.Exit(EXIT_USAGE)
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    """A command-line time as aware UTC (a naive time is taken as UTC); None stays None."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

@@ -16,7 +16,14 @@ import typer
 
 from processors.agreement import DEFAULT_MIN_ITEMS, Agreement
 from refusal_audit.bundles import load_bundles
-from refusal_audit.cli_common import EXIT_FAILURES, console, fail_usage, open_store, settings
+from refusal_audit.cli_common import (
+    EXIT_FAILURES,
+    as_utc,
+    console,
+    fail_usage,
+    open_store,
+    settings,
+)
 from refusal_audit.config import ConfigError
 from refusal_audit.output import OutputFormat, render
 from warehouse.client import WarehouseError
@@ -111,7 +118,7 @@ def review_export(
     from refusal_audit.review import ItemFilter, open_items, write_items
 
     cfg = settings()
-    where = ItemFilter(bundle, model, product, category, _utc(since), _utc(until))
+    where = ItemFilter(bundle, model, product, category, as_utc(since), as_utc(until))
     needed = reviews_per_item or cfg.review_reviews_per_item
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -120,14 +127,6 @@ def review_export(
     except (OSError, WarehouseError) as exc:
         raise fail_usage(f"review export: {exc}") from exc
     console.print(f"{len(rows)} open review item(s) written to {out}")
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    from datetime import UTC
-
-    if value is None:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def review_labels(

@@ -341,6 +341,7 @@ def labelled_events(store: Warehouse, bundles: Mapping[str, PolicyBundle]) -> li
             "product": event["product"],
             "policy_bundle": bundle_name,
             "conversation_id": event["conversation_id"],
+            # eval reads XSTest's own labels before ours: drop them, the reviewers decide
             "attributes": {k: v for k, v in attributes.items() if k not in ("type", "final_label")},
         }
         lines.append(orjson.dumps(doc))
