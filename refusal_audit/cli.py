@@ -414,12 +414,18 @@ def produce(
         raise typer.Exit(EXIT_FAILURES)
 
 
-review_app = typer.Typer(help="Human review: verdicts and agreement.", no_args_is_help=True)
+review_app = typer.Typer(
+    help="Human review: the review app, verdicts and agreement.", no_args_is_help=True
+)
 app.add_typer(review_app, name="review")
 review_app.command("export")(cli_review.review_export)
 review_app.command("import")(cli_review.review_import)
 review_app.command("labels")(cli_review.review_labels)
 review_app.command("stats")(cli_review.review_stats)
+review_app.command("serve")(cli_review.review_serve)
+review_app.command("add-reviewer")(cli_review.review_add_reviewer)
+review_app.command("remove-reviewer")(cli_review.review_remove_reviewer)
+review_app.command("reviewers")(cli_review.review_reviewers)
 
 alerts_app = typer.Typer(help="Tail, list and evaluate alerts.", no_args_is_help=True)
 app.add_typer(alerts_app, name="alerts")

@@ -144,3 +144,115 @@ def review_labels(
     except (ConfigError, OSError, WarehouseError) as exc:
         raise fail_usage(f"review labels: {exc}") from exc
     console.print(f"{len(lines)} reviewed event(s) written to {out}")
+
+
+def _read_password() -> str:
+    """The new password: asked twice on a terminal, else the first line of stdin."""
+    import getpass
+    import sys
+
+    if sys.stdin.isatty():
+        first = getpass.getpass("Password: ")
+        if getpass.getpass("Repeat: ") != first:
+            raise fail_usage("the passwords differ")
+        return first
+    return sys.stdin.readline().rstrip("\r\n")
+
+
+def review_add_reviewer(
+    name: str = typer.Argument(..., help="Login name (letters, digits, . _ @ -)."),
+    role: str = typer.Option("reviewer", help="reviewer or admin (admins manage queues)."),
+    proxy_only: bool = typer.Option(
+        False, help="No password: the account logs in only through the trusted proxy header."
+    ),
+) -> None:
+    """Create or update a review app account; the password is read from stdin (asked twice
+    on a terminal) and stored as an argon2id hash. Re-running changes role and password."""
+    from pydantic import ValidationError
+
+    from refusal_audit.review_accounts import add_reviewer
+
+    if role not in ("reviewer", "admin"):
+        raise fail_usage(f"--role {role!r}: use reviewer or admin")
+    password = None if proxy_only else _read_password()
+    cfg = settings()
+    try:
+        add_reviewer(open_store(cfg), name, role, password)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise fail_usage(f"reviewer name {name!r}: {exc.errors()[0]['msg']}") from exc
+    except (ValueError, WarehouseError) as exc:
+        raise fail_usage(str(exc)) from exc
+    console.print(f"reviewer {name} saved (role {role})")
+
+
+def review_remove_reviewer(name: str = typer.Argument(..., help="Login name.")) -> None:
+    """Deactivate a review app account (their verdicts stay; their sessions end)."""
+    from refusal_audit.review_accounts import deactivate_reviewer
+
+    cfg = settings()
+    try:
+        found = deactivate_reviewer(open_store(cfg), name)
+    except WarehouseError as exc:
+        raise fail_usage(str(exc)) from exc
+    if not found:
+        raise fail_usage(f"no reviewer called {name!r}")
+    console.print(f"reviewer {name} deactivated")
+
+
+def review_reviewers() -> None:
+    """List the review app accounts (never their password hashes)."""
+    from warehouse.review import reviewer_accounts
+
+    cfg = settings()
+    try:
+        accounts = reviewer_accounts(open_store(cfg))
+    except WarehouseError as exc:
+        raise fail_usage(str(exc)) from exc
+    render(
+        ["name", "role", "active", "login", "updated_at"],
+        [
+            (
+                a.name,
+                a.role,
+                a.active,
+                "password" if a.password_hash else "proxy only",
+                a.updated_at.isoformat(),
+            )
+            for a in accounts.values()
+        ],
+        OutputFormat.table,
+        console,
+    )
+
+
+def review_serve(
+    host: str | None = typer.Option(None, help="Bind address (default: review_web_host)."),
+    port: int | None = typer.Option(None, help="Port (default: review_web_port)."),
+) -> None:
+    """Serve the review web app (login, queues, items, verdicts) until stopped."""
+    import uvicorn
+
+    from refusal_audit.web.server import build_app
+
+    overrides: dict[str, object] = {}
+    if host is not None:
+        overrides["review_web_host"] = host
+    if port is not None:
+        overrides["review_web_port"] = port
+    cfg = settings(**overrides)
+    store = open_store(cfg)
+    try:
+        app = build_app(cfg, store).app
+    except ConfigError as exc:
+        raise fail_usage(str(exc)) from exc
+    console.print(
+        f"review app on http://{cfg.review_web_host}:{cfg.review_web_port}/ "
+        f"(warehouse {cfg.warehouse_database}; Ctrl-C stops)"
+    )
+    try:
+        uvicorn.run(
+            app, host=cfg.review_web_host, port=cfg.review_web_port, log_level="info",
+            server_header=False,
+        )
+    finally:
+        store.close()

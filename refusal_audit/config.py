@@ -254,6 +254,51 @@ class Settings(BaseSettings):
         default=1, ge=1, le=10, description="Reviewers' verdicts each review item needs."
     )
 
+    # the review web app (refusal-audit review serve)
+    review_web_host: str = Field(
+        default="127.0.0.1",
+        description="Bind address of the review web app (loopback unless you put it behind "
+        "a TLS-terminating proxy).",
+    )
+    review_web_port: int = Field(
+        default=8090, ge=0, le=65535, description="Port of the review web app."
+    )
+    review_lease_seconds: int = Field(
+        default=300,
+        ge=30,
+        le=86400,
+        description="How long a reviewer holds a claimed item before it returns to the queue.",
+    )
+    review_session_secret: SecretStr | None = Field(
+        default=None,
+        description="Key signing the review app's session and CSRF cookies; unset: a random "
+        "key kept in <data_dir>/review-session.key (mode 0600).",
+    )
+    review_session_max_age_seconds: int = Field(
+        default=12 * 3600, ge=300, le=30 * 86400, description="Lifetime of a review login."
+    )
+    review_cookie_secure: bool = Field(
+        default=False,
+        description="Mark the review app's cookies Secure (set it when served over HTTPS).",
+    )
+    review_login_attempts_per_minute: int = Field(
+        default=5,
+        ge=1,
+        le=1000,
+        description="Failed-or-not login attempts allowed per account name and per client "
+        "address in a moving minute; more are refused with 429.",
+    )
+    review_proxy_user_header: str | None = Field(
+        default=None,
+        description="Header naming the reviewer, set by an authenticating reverse proxy "
+        "(e.g. X-Forwarded-User); trusted only from review_trusted_proxies. Unset: log in "
+        "with a password.",
+    )
+    review_trusted_proxies: list[str] = Field(
+        default_factory=lambda: ["127.0.0.1", "::1"],
+        description="Client addresses whose review_proxy_user_header is believed.",
+    )
+
     # drift detectors and policy-gap alerts
     alerts_window_seconds: int = Field(
         default=3600,

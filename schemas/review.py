@@ -10,7 +10,7 @@ one judged). Verdicts are append-only; a reviewer's newest verdict on an assessm
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
+from datetime import date, datetime
 from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
@@ -110,3 +110,59 @@ def verdict_id(item: VerdictInput, policy_bundle: str, assessment_audited_at: da
         h.update(len(data).to_bytes(8, "big"))
         h.update(data)
     return h.hexdigest()
+
+
+# why an item is in review, as the queues filter it (``processors.review_queue.reasons_of``)
+ReviewReason = Literal[
+    "estimated_false_positive", "policy_gap", "gray_zone", "low_confidence", "random_sample"
+]
+REVIEW_REASONS: tuple[ReviewReason, ...] = (
+    "estimated_false_positive", "policy_gap", "gray_zone", "low_confidence", "random_sample",
+)  # fmt: skip
+Role = Literal["reviewer", "admin"]
+_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$"
+
+
+class ReviewQueue(BaseModel):
+    """A saved filter over the review items: every ``None`` field means "any".
+
+    ``name`` is the queue's key (letters, digits, ``.``, ``_``, ``@``, ``-``; 1-64 chars);
+    ``category`` matches an assessment's category or its top-level code; ``since``/``until``
+    bound the event time in UTC days (``until`` inclusive). Raises ``ValueError`` (pydantic
+    ``ValidationError``) for a bad name or ``since`` after ``until``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=_NAME_PATTERN)
+    description: str = Field(default="", max_length=500)
+    policy_bundle: str | None = Field(default=None, min_length=1, max_length=128)
+    model: str | None = Field(default=None, min_length=1, max_length=256)
+    product: str | None = Field(default=None, min_length=1, max_length=256)
+    category: str | None = Field(default=None, min_length=1, max_length=128)
+    review_reason: ReviewReason | None = None
+    since: date | None = None
+    until: date | None = None
+
+    @model_validator(mode="after")
+    def _period_in_order(self) -> ReviewQueue:
+        if self.since is not None and self.until is not None and self.since > self.until:
+            raise ValueError("since is after until")
+        return self
+
+
+ALL_ITEMS = ReviewQueue(name="all", description="Every review item")
+
+
+class ReviewerAccount(BaseModel):
+    """A review app login: ``name``, ``role`` (``reviewer`` reviews; ``admin`` also manages
+    queues and sees everyone's progress), ``password_hash`` (argon2id, PHC string; empty
+    for an account that only logs in through the trusted proxy header) and ``active``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=_NAME_PATTERN)
+    role: Role
+    password_hash: str = ""
+    active: bool = True
+    updated_at: AwareDatetime

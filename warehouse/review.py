@@ -1,11 +1,13 @@
-"""Human review verdicts in ClickHouse (``review_verdicts``, ``current_verdicts``)."""
+"""Human review in ClickHouse: verdicts (``review_verdicts``, ``current_verdicts``), the review
+app's items, accounts (``reviewers``) and saved queues (``review_queues``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
-from schemas.review import Verdict
+from schemas.review import ReviewerAccount, ReviewQueue, Verdict
 from warehouse.store import Warehouse, to_utc
 
 VERDICT_COLUMNS = (
@@ -36,3 +38,112 @@ def current_verdicts(store: Warehouse) -> list[Verdict]:
         "SELECT * FROM {db:Identifier}.current_verdicts ORDER BY policy_bundle, log_id, reviewer"
     )
     return [Verdict.model_validate(row) for row in rows]
+
+
+# ---- the review app: items, accounts, queues ------------------------------------------
+
+_ITEM_COLUMNS = (
+    "policy_bundle, log_id, audited_at, event_time, model, product, category, "
+    "is_estimated_false_positive, policy_clause_cited, requires_human_review, review_reason"
+)
+
+
+def review_item_rows(store: Warehouse) -> list[dict[str, Any]]:
+    """The current assessments in review (flagged or sampled), oldest event first, with the
+    columns ``processors.review_queue.make_item`` reads. Raises ``WarehouseError``."""
+    return store.select(
+        f"SELECT {_ITEM_COLUMNS} FROM {{db:Identifier}}.current_assessments "
+        "WHERE requires_human_review OR sampled_for_review "
+        "ORDER BY event_time, policy_bundle, log_id"
+    )
+
+
+def reviewers_per_item(store: Warehouse) -> dict[tuple[str, str, datetime], set[str]]:
+    """(policy bundle, log id, assessment audited_at) -> the reviewers with a current verdict
+    on that assessment. Raises ``WarehouseError``."""
+    rows = store.select(
+        "SELECT policy_bundle, log_id, assessment_audited_at, groupUniqArray(reviewer) AS who "
+        "FROM {db:Identifier}.current_verdicts "
+        "GROUP BY policy_bundle, log_id, assessment_audited_at"
+    )
+    return {
+        (r["policy_bundle"], r["log_id"], r["assessment_audited_at"]): set(r["who"]) for r in rows
+    }
+
+
+def item_detail(store: Warehouse, policy_bundle: str, log_id: str) -> dict[str, Any] | None:
+    """The current assessment of ``log_id`` under ``policy_bundle`` with the event's stored
+    (redacted) ``request`` and ``response``, or None. Raises ``WarehouseError``."""
+    rows = store.select(
+        "SELECT a.*, e.request AS request, e.response AS response "
+        "FROM (SELECT * FROM {db:Identifier}.current_assessments "
+        "      WHERE policy_bundle = {bundle:String} AND log_id = {log_id:String}) AS a "
+        "INNER JOIN (SELECT log_id, request, response FROM {db:Identifier}.refusal_events FINAL"
+        "            WHERE log_id = {log_id:String}) AS e USING (log_id)",
+        {"bundle": policy_bundle, "log_id": log_id},
+    )
+    return rows[0] if rows else None
+
+
+def verdicts_on(
+    store: Warehouse, policy_bundle: str, log_id: str, reviewer: str | None = None
+) -> list[Verdict]:
+    """Current verdicts on any assessment of ``log_id`` under ``policy_bundle`` (only
+    ``reviewer``'s when given), newest first. Raises ``WarehouseError``."""
+    rows = store.select(
+        "SELECT * FROM {db:Identifier}.current_verdicts "
+        "WHERE policy_bundle = {bundle:String} AND log_id = {log_id:String} "
+        "AND ({reviewer:Nullable(String)} IS NULL OR reviewer = {reviewer:Nullable(String)}) "
+        "ORDER BY submitted_at DESC",
+        {"bundle": policy_bundle, "log_id": log_id, "reviewer": reviewer},
+    )
+    return [Verdict.model_validate(row) for row in rows]
+
+
+def verdict_history(store: Warehouse, reviewer: str, limit: int = 200) -> list[Verdict]:
+    """``reviewer``'s current verdicts, newest first (at most ``limit``). Raises
+    ``WarehouseError``."""
+    rows = store.select(
+        "SELECT * FROM {db:Identifier}.current_verdicts WHERE reviewer = {reviewer:String} "
+        "ORDER BY submitted_at DESC LIMIT {limit:UInt32}",
+        {"reviewer": reviewer, "limit": limit},
+    )
+    return [Verdict.model_validate(row) for row in rows]
+
+
+_REVIEWER_COLUMNS = ("name", "role", "password_hash", "active", "updated_at")
+
+
+def reviewer_accounts(store: Warehouse) -> dict[str, ReviewerAccount]:
+    """Every review account (active or not) by name. Raises ``WarehouseError``."""
+    rows = store.select("SELECT * FROM {db:Identifier}.reviewers FINAL ORDER BY name")
+    return {r["name"]: ReviewerAccount.model_validate(r) for r in rows}
+
+
+def save_reviewer(store: Warehouse, account: ReviewerAccount) -> None:
+    """Store a new version of ``account`` (newest ``updated_at`` counts). Raises
+    ``WarehouseError``."""
+    values = account.model_dump()
+    values["updated_at"] = to_utc(account.updated_at)
+    store.insert_rows("reviewers", _REVIEWER_COLUMNS, [[values[c] for c in _REVIEWER_COLUMNS]])
+
+
+_QUEUE_FIELDS = tuple(ReviewQueue.model_fields)
+_QUEUE_COLUMNS = (*_QUEUE_FIELDS, "deleted", "updated_by", "updated_at")
+
+
+def saved_queues(store: Warehouse) -> list[ReviewQueue]:
+    """The saved queues (not deleted), by name. Raises ``WarehouseError``."""
+    rows = store.select(
+        "SELECT * FROM {db:Identifier}.review_queues FINAL WHERE NOT deleted ORDER BY name"
+    )
+    return [ReviewQueue.model_validate({k: r[k] for k in _QUEUE_FIELDS}) for r in rows]
+
+
+def save_queue(
+    store: Warehouse, queue: ReviewQueue, by: str, at: datetime, deleted: bool = False
+) -> None:
+    """Store ``queue`` as changed by ``by`` at ``at`` (``deleted`` removes it). Raises
+    ``WarehouseError``."""
+    values = {**queue.model_dump(), "deleted": deleted, "updated_by": by, "updated_at": to_utc(at)}
+    store.insert_rows("review_queues", _QUEUE_COLUMNS, [[values[c] for c in _QUEUE_COLUMNS]])

@@ -1,0 +1,164 @@
+"""Review app accounts: argon2id password hashes, lookups, login throttling (issue 10).
+
+Passwords are hashed with argon2-cffi's ``PasswordHasher`` (argon2id, RFC 9106's
+low-memory profile: t=3, m=64 MiB, p=4), salted per hash. Login attempts are limited per
+account name and per client address with ``limits``' moving-window limiter (in memory, so
+per server process).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+from limits import RateLimitItemPerMinute
+from limits.storage import MemoryStorage
+from limits.strategies import MovingWindowRateLimiter
+
+from schemas.review import ReviewerAccount, Role
+from warehouse.review import reviewer_accounts, save_reviewer
+from warehouse.store import Warehouse
+
+# NIST SP 800-63B 3.1.1.2: at least 8 characters, at most 64 need be accepted
+MIN_PASSWORD_LENGTH = 8
+MAX_PASSWORD_LENGTH = 1024
+_hasher = PasswordHasher()
+# verified against when the account does not exist, so a wrong name costs as much as a
+# wrong password (no account enumeration through timing)
+_DUMMY_HASH = _hasher.hash("not a real password, only for timing")
+
+
+def hash_password(password: str) -> str:
+    """An argon2id PHC string for ``password``. Raises ``ValueError`` for a password shorter
+    than ``MIN_PASSWORD_LENGTH`` or longer than ``MAX_PASSWORD_LENGTH`` characters."""
+    if len(password) < MIN_PASSWORD_LENGTH:
+        raise ValueError(f"a password needs at least {MIN_PASSWORD_LENGTH} characters")
+    if len(password) > MAX_PASSWORD_LENGTH:
+        raise ValueError(f"a password may have at most {MAX_PASSWORD_LENGTH} characters")
+    return _hasher.hash(password)
+
+
+def add_reviewer(
+    store: Warehouse,
+    name: str,
+    role: Role,
+    password: str | None,
+    now: datetime | None = None,
+) -> ReviewerAccount:
+    """Create or update the account ``name`` with ``role`` and ``password`` (None: an account
+    that logs in only through the trusted proxy header). Raises ``ValueError`` for a bad
+    name or password, ``WarehouseError`` when it cannot be stored."""
+    account = ReviewerAccount(
+        name=name,
+        role=role,
+        password_hash=hash_password(password) if password is not None else "",
+        active=True,
+        updated_at=now or datetime.now(UTC),
+    )
+    save_reviewer(store, account)
+    return account
+
+
+def deactivate_reviewer(store: Warehouse, name: str, now: datetime | None = None) -> bool:
+    """Disable ``name`` (their sessions end at their next request). False when there is no
+    such account. Raises ``WarehouseError``."""
+    account = reviewer_accounts(store).get(name)
+    if account is None:
+        return False
+    save_reviewer(
+        store,
+        account.model_copy(update={"active": False, "updated_at": now or datetime.now(UTC)}),
+    )
+    return True
+
+
+def fingerprint(account: ReviewerAccount) -> str:
+    """A digest of what a login rests on (hash, role, active): a session stores it, and a
+    password, role or status change ends the sessions made before."""
+    text = f"{account.password_hash}|{account.role}|{account.active}"
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+class AccountBook:
+    """The accounts as the review server sees them: read from the warehouse and kept
+    ``ttl`` seconds, so a change made with the CLI takes effect within ``ttl``.
+
+    ``clock`` is monotonic seconds. Methods raise ``WarehouseError`` when a refresh fails.
+    """
+
+    def __init__(
+        self, store: Warehouse, ttl: float = 10.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.store = store
+        self.ttl = ttl
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._accounts: dict[str, ReviewerAccount] = {}
+        self._read_at = float("-inf")
+
+    def _fresh(self) -> dict[str, ReviewerAccount]:
+        with self._lock:
+            if self.clock() - self._read_at >= self.ttl:
+                self._accounts = reviewer_accounts(self.store)
+                self._read_at = self.clock()
+            return self._accounts
+
+    def refresh(self) -> None:
+        """Read the accounts again at the next lookup."""
+        with self._lock:
+            self._read_at = float("-inf")
+
+    def get(self, name: str) -> ReviewerAccount | None:
+        """The active account ``name``, or None."""
+        account = self._fresh().get(name)
+        return account if account is not None and account.active else None
+
+    def names(self) -> list[str]:
+        """Names of the active accounts."""
+        return sorted(n for n, a in self._fresh().items() if a.active)
+
+    def authenticate(self, name: str, password: str) -> ReviewerAccount | None:
+        """The active account when ``password`` is right, else None (same cost either way).
+        A hash made with older parameters is replaced by a new one on success."""
+        account = self.get(name)
+        stored = account.password_hash if account is not None and account.password_hash else None
+        try:
+            _hasher.verify(stored or _DUMMY_HASH, password[:MAX_PASSWORD_LENGTH])
+        except (VerificationError, InvalidHashError):
+            return None
+        if account is None or stored is None:
+            return None
+        if _hasher.check_needs_rehash(stored):
+            account = account.model_copy(
+                update={
+                    "password_hash": _hasher.hash(password),
+                    "updated_at": datetime.now(UTC),
+                }
+            )
+            save_reviewer(self.store, account)
+            self.refresh()
+        return account
+
+
+class LoginThrottle:
+    """At most ``per_minute`` login attempts per account name and ``4 * per_minute`` per
+    client address in any moving minute (``limits``' moving window, in memory)."""
+
+    def __init__(self, per_minute: int) -> None:
+        self._limiter = MovingWindowRateLimiter(MemoryStorage())
+        self._per_name = RateLimitItemPerMinute(per_minute)
+        self._per_client = RateLimitItemPerMinute(4 * per_minute)
+
+    def attempt(self, name: str, client: str) -> float | None:
+        """Count an attempt; None when allowed, else the seconds until one is allowed."""
+        checks = ((self._per_name, "name", name.lower()), (self._per_client, "client", client))
+        for item, kind, key in checks:
+            if not self._limiter.hit(item, kind, key):
+                stats = self._limiter.get_window_stats(item, kind, key)
+                return max(1.0, stats.reset_time - time.time())
+        return None

@@ -1,0 +1,1 @@
+"""The review web app (server-rendered pages, issue 10)."""

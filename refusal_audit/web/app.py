@@ -1,0 +1,481 @@
+"""The review web app (``refusal-audit review serve``): server-rendered pages over
+``ReviewService`` (issue 10).
+
+Every page but ``/login``, ``/healthz`` and ``/static`` needs a logged-in, active reviewer.
+Sessions are signed cookies (Starlette's ``SessionMiddleware``: HttpOnly, SameSite=Lax,
+Secure when ``review_cookie_secure``); every POST carries a CSRF token checked by
+``asgi-csrf`` (double-submit cookie, signed); logins are throttled (``LoginThrottle``);
+responses carry a strict Content-Security-Policy (scripts and styles only from the app).
+The basic flow works without JavaScript; ``static/review.js`` adds keyboard shortcuts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from asgi_csrf import asgi_csrf
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.middleware import Middleware
+from starlette.middleware.sessions import SessionMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from refusal_audit.review_accounts import AccountBook, LoginThrottle, fingerprint
+from refusal_audit.review_service import ReviewRefused, ReviewService
+from schemas.review import REVIEW_REASONS, ReviewerAccount, ReviewQueue, VerdictInput
+from warehouse.client import WarehouseError
+
+HERE = Path(__file__).resolve().parent
+SESSION_COOKIE = "refusal_review_session"
+CSRF_COOKIE = "refusal_review_csrf"
+_HEADERS = {
+    "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
+    "img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",
+    "cache-control": "no-store",
+}
+
+
+@dataclass(frozen=True)
+class WebOptions:
+    """How the app authenticates: ``secret`` signs sessions and CSRF tokens;
+    ``proxy_user_header`` (lower-case header name or None) is believed only from
+    ``trusted_proxies``."""
+
+    secret: str
+    session_max_age: int = 12 * 3600
+    cookie_secure: bool = False
+    login_attempts_per_minute: int = 5
+    proxy_user_header: str | None = None
+    trusted_proxies: tuple[str, ...] = ("127.0.0.1", "::1")
+
+
+def _derive(secret: str, label: str) -> str:
+    return hmac.new(secret.encode(), label.encode(), hashlib.sha256).hexdigest()
+
+
+class _SecurityHeaders:
+    """Adds ``_HEADERS`` to every response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {k.lower() for k, _ in headers}
+                for name, value in _HEADERS.items():
+                    if name.encode() not in present:
+                        headers.append((name.encode(), value.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def item_url(bundle: str, log_id: str, queue: str | None = None) -> str:
+    """The item page's path (``queue`` kept for "submit and next")."""
+    url = f"/items/{quote(bundle, safe='')}/{quote(log_id, safe='')}"
+    return f"{url}?queue={quote(queue, safe='')}" if queue else url
+
+
+def _blank(value: Any) -> str | None:
+    text = str(value).strip() if value is not None else ""
+    return text or None
+
+
+def verdict_from_form(form: Mapping[str, Any], reviewer: str, log_id: str) -> VerdictInput:
+    """A ``VerdictInput`` from the item form. On ``agree`` the correction fields are ignored
+    (the form keeps them, hidden, for a change of mind). ``corrected_clause`` = ``none``
+    means no clause applies (a policy gap). Raises ``ValueError`` with a message for the
+    reviewer."""
+    verdict = _blank(form.get("verdict"))
+    if verdict not in ("agree", "disagree"):
+        raise ValueError("choose Agree or Disagree")
+    if verdict == "agree":
+        return VerdictInput(log_id=log_id, reviewer=reviewer, verdict="agree",
+                            note=_blank(form.get("note")) or "")  # fmt: skip
+    fp = _blank(form.get("corrected_false_positive"))
+    if fp not in ("yes", "no"):
+        raise ValueError("on Disagree, say whether the refusal was a false positive")
+    category = _blank(form.get("corrected_category"))
+    if category is None:
+        raise ValueError("on Disagree, choose the corrected category")
+    clause = _blank(form.get("corrected_clause"))
+    try:
+        return VerdictInput(
+            log_id=log_id,
+            reviewer=reviewer,
+            verdict="disagree",
+            corrected_category=category,
+            corrected_false_positive=fp == "yes",
+            corrected_clause=None if clause in (None, "none") else clause,
+            note=_blank(form.get("note")) or "",
+        )
+    except ValidationError as exc:
+        raise ValueError("; ".join(e["msg"] for e in exc.errors())) from None
+
+
+def queue_from_form(form: Mapping[str, Any]) -> ReviewQueue:
+    """A ``ReviewQueue`` from the admin form (empty fields mean "any"). Raises
+    ``ValueError`` with a message naming the field."""
+    values: dict[str, Any] = {}
+    for name in ReviewQueue.model_fields:
+        raw = _blank(form.get(name))
+        values[name] = raw if raw is not None else ("" if name == "description" else None)
+    try:
+        return ReviewQueue.model_validate(values)
+    except ValidationError as exc:
+        raise ValueError(
+            "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'queue'}: {e['msg']}" for e in exc.errors()
+            )
+        ) from None
+
+
+def create_app(
+    service: ReviewService,
+    accounts: AccountBook,
+    options: WebOptions,
+    extra_routes: list[Route] | None = None,
+) -> ASGIApp:
+    """The review app as an ASGI application (serve it with uvicorn).
+
+    ``extra_routes`` are mounted before the app's own (the embedded store's owner channel).
+    """
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    templates.env.trim_blocks = True
+    templates.env.lstrip_blocks = True
+    throttle = LoginThrottle(options.login_attempts_per_minute)
+    proxy_header = options.proxy_user_header.lower() if options.proxy_user_header else None
+
+    def current(request: Request) -> ReviewerAccount | None:
+        client = request.client.host if request.client else ""
+        if proxy_header and client in options.trusted_proxies:
+            name = request.headers.get(proxy_header)
+            return accounts.get(name) if name else None
+        name = request.session.get("reviewer")
+        if not isinstance(name, str):
+            return None
+        account = accounts.get(name)
+        if account is None or request.session.get("fp") != fingerprint(account):
+            request.session.clear()
+            return None
+        return account
+
+    def render(
+        request: Request, template: str, status: int = 200, **context: Any
+    ) -> Response:
+        csrf = request.scope.get("csrftoken")
+        context.setdefault("user", None)
+        return templates.TemplateResponse(
+            request,
+            template,
+            {
+                "csrftoken": csrf() if callable(csrf) else "",
+                "reasons": REVIEW_REASONS,
+                "item_url": item_url,
+                **context,
+            },
+            status_code=status,
+        )
+
+    Handler = Callable[[Request, ReviewerAccount], Awaitable[Response]]
+
+    def login_required(handler: Handler, admin: bool = False) -> Callable[..., Any]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                user = await run_in_threadpool(current, request)
+            except WarehouseError as exc:
+                return render(request, "error.html", 503, message=_unavailable(exc))
+            if user is None:
+                if request.method == "GET":
+                    return RedirectResponse(
+                        f"/login?next={quote(str(request.url.path), safe='/')}", 303
+                    )
+                return render(request, "error.html", 401, message="Please log in first.")
+            if admin and user.role != "admin":
+                return render(request, "error.html", 403, user=user,
+                              message="This page is for admins.")  # fmt: skip
+            try:
+                return await handler(request, user)
+            except ReviewRefused as exc:
+                return render(request, "error.html", exc.status, user=user, message=str(exc))
+            except WarehouseError as exc:
+                return render(request, "error.html", 503, user=user, message=_unavailable(exc))
+
+        return endpoint
+
+    # ---- login ------------------------------------------------------------------------
+
+    async def login_page(request: Request) -> Response:
+        return render(request, "login.html", next=_safe_next(request.query_params.get("next")))
+
+    async def login(request: Request) -> Response:
+        form = await request.form()
+        name = str(form.get("name") or "").strip()
+        password = str(form.get("password") or "")
+        target = _safe_next(str(form.get("next") or ""))
+        client = request.client.host if request.client else ""
+        wait = throttle.attempt(name, client)
+        if wait is not None:
+            return render(request, "login.html", 429, next=target, name=name,
+                          error=f"Too many login attempts: try again in {wait:.0f} s.")  # fmt: skip
+        try:
+            account = await run_in_threadpool(accounts.authenticate, name, password)
+        except WarehouseError as exc:
+            return render(request, "login.html", 503, next=target, name=name,
+                          error=_unavailable(exc))  # fmt: skip
+        if account is None:
+            return render(request, "login.html", 401, next=target, name=name,
+                          error="Wrong name or password.")  # fmt: skip
+        request.session.clear()
+        request.session.update({"reviewer": account.name, "fp": fingerprint(account)})
+        return RedirectResponse(target, 303)
+
+    async def logout(request: Request) -> Response:
+        request.session.clear()
+        return RedirectResponse("/login", 303)
+
+    # ---- queues -----------------------------------------------------------------------
+
+    async def index(request: Request, user: ReviewerAccount) -> Response:
+        overview = await run_in_threadpool(service.overview)
+        skipped = service.skipped(user.name)
+        return render(request, "index.html", user=user, overview=overview, skipped=skipped,
+                      reviews_per_item=service.reviews_per_item,
+                      message=request.query_params.get("message"))  # fmt: skip
+
+    async def claim(request: Request, user: ReviewerAccount) -> Response:
+        queue = request.path_params["queue"]
+        item = await run_in_threadpool(service.claim, user.name, queue)
+        return _next_response(queue, item is not None and item.key, user)
+
+    def _next_response(queue: str, key: Any, user: ReviewerAccount) -> Response:
+        if not key:
+            skipped = service.skipped(user.name)
+            message = f"Queue {queue} has nothing left for you."
+            if skipped:
+                message += f" You skipped {skipped} item(s): offer them again below."
+            return RedirectResponse(f"/?message={quote(message)}", 303)
+        return RedirectResponse(item_url(key[0], key[1], queue), 303)
+
+    async def unskip(request: Request, user: ReviewerAccount) -> Response:
+        service.unskip(user.name)
+        return RedirectResponse("/", 303)
+
+    # ---- items ------------------------------------------------------------------------
+
+    async def item_page(request: Request, user: ReviewerAccount) -> Response:
+        return await _item(request, user, None, None, 200)
+
+    async def _item(
+        request: Request,
+        user: ReviewerAccount,
+        form: FormData | None,
+        error: str | None,
+        status: int,
+    ) -> Response:
+        bundle, log_id = request.path_params["bundle"], request.path_params["log_id"]
+        queue = request.query_params.get("queue") or (form and str(form.get("queue") or ""))
+        view = await run_in_threadpool(
+            service.view, user.name, bundle, log_id, user.role == "admin"
+        )
+        history = await run_in_threadpool(service.history, user.name, 50)
+        previous = next(
+            (v for v in history
+             if (v.policy_bundle, v.log_id) != (bundle, log_id)
+             and (view.mine is None or v.submitted_at < view.mine.submitted_at)),
+            None,
+        )  # fmt: skip
+        categories = sorted(view.bundle.taxonomy, key=lambda t: (t.parent is not None, t.code))
+        clause = view.bundle.clause(view.assessment["policy_clause_cited"] or "")
+        return render(request, "item.html", status, user=user, view=view, queue=queue or "",
+                      categories=categories, clause=clause, previous=previous, error=error,
+                      form=form, audited_at=view.key[2].isoformat())  # fmt: skip
+
+    async def posted(request: Request) -> tuple[str, str, FormData, str]:
+        """(bundle, log id, form, queue) of a POST on an item."""
+        form = await request.form()
+        params = request.path_params
+        return params["bundle"], params["log_id"], form, str(form.get("queue") or "")
+
+    async def submit(request: Request, user: ReviewerAccount) -> Response:
+        bundle, log_id, form, queue = await posted(request)
+        try:
+            audited_at = _audited_at(form)
+            item = verdict_from_form(form, user.name, log_id)
+        except ValueError as exc:
+            return await _item(request, user, form, str(exc), 422)
+        try:
+            await run_in_threadpool(service.submit, item, bundle, audited_at)
+        except ReviewRefused as exc:
+            if exc.status == 422:
+                return await _item(request, user, form, str(exc), 422)
+            raise
+        except WarehouseError as exc:
+            return await _item(request, user, form, _unavailable(exc), 503)
+        if queue and form.get("next") != "stay":
+            nxt = await run_in_threadpool(service.claim, user.name, queue)
+            return _next_response(queue, nxt is not None and nxt.key, user)
+        return RedirectResponse(item_url(bundle, log_id, queue) + "#saved", 303)
+
+    async def skip(request: Request, user: ReviewerAccount) -> Response:
+        bundle, log_id, form, queue = await posted(request)
+        try:
+            audited_at = _audited_at(form)
+        except ValueError as exc:
+            return render(request, "error.html", 422, user=user, message=str(exc))
+        service.skip(user.name, (bundle, log_id, audited_at))
+        if not queue:
+            return RedirectResponse("/", 303)
+        nxt = await run_in_threadpool(service.claim, user.name, queue)
+        return _next_response(queue, nxt is not None and nxt.key, user)
+
+    async def history(request: Request, user: ReviewerAccount) -> Response:
+        verdicts = await run_in_threadpool(service.history, user.name, 500)
+        return render(request, "history.html", user=user, verdicts=verdicts)
+
+    # ---- admin: queues ----------------------------------------------------------------
+
+    async def queues_page(request: Request, user: ReviewerAccount) -> Response:
+        return await _queues(request, user, None, None, 200)
+
+    async def _queues(
+        request: Request, user: ReviewerAccount, form: FormData | None, error: str | None,
+        status: int,
+    ) -> Response:
+        overview = await run_in_threadpool(service.overview)
+        edit = request.query_params.get("edit")
+        current_values: dict[str, Any] = {}
+        if form is not None:
+            current_values = {k: str(form.get(k) or "") for k in ReviewQueue.model_fields}
+        elif edit:
+            found = next((q for q, _ in overview if q.name == edit), None)
+            if found is not None:
+                current_values = {k: "" if v is None else str(v)
+                                  for k, v in found.model_dump().items()}  # fmt: skip
+        return render(request, "queues.html", status, user=user, overview=overview,
+                      values=current_values, error=error, bundles=sorted(service.bundles),
+                      reviews_per_item=service.reviews_per_item)  # fmt: skip
+
+    async def save_queue(request: Request, user: ReviewerAccount) -> Response:
+        form = await request.form()
+        try:
+            queue = queue_from_form(form)
+            await run_in_threadpool(service.save_queue, queue, user.name)
+        except ValueError as exc:
+            return await _queues(request, user, form, str(exc), 422)
+        except ReviewRefused as exc:
+            return await _queues(request, user, form, str(exc), exc.status)
+        return RedirectResponse("/admin/queues", 303)
+
+    async def delete_queue(request: Request, user: ReviewerAccount) -> Response:
+        await run_in_threadpool(service.delete_queue, request.path_params["queue"], user.name)
+        return RedirectResponse("/admin/queues", 303)
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    routes = [
+        *(extra_routes or []),
+        Route("/healthz", healthz),
+        Route("/login", login_page, methods=["GET"]),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/", login_required(index)),
+        Route("/history", login_required(history)),
+        Route("/unskip", login_required(unskip), methods=["POST"]),
+        Route("/queues/{queue}/claim", login_required(claim), methods=["POST"]),
+        Route("/items/{bundle}/{log_id}", login_required(item_page)),
+        Route("/items/{bundle}/{log_id}/verdict", login_required(submit), methods=["POST"]),
+        Route("/items/{bundle}/{log_id}/skip", login_required(skip), methods=["POST"]),
+        Route("/admin/queues", login_required(queues_page, admin=True)),
+        Route("/admin/queues", login_required(save_queue, admin=True), methods=["POST"]),
+        Route(
+            "/admin/queues/{queue}/delete",
+            login_required(delete_queue, admin=True),
+            methods=["POST"],
+        ),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(
+                SessionMiddleware,
+                secret_key=_derive(options.secret, "session"),
+                session_cookie=SESSION_COOKIE,
+                max_age=options.session_max_age,
+                same_site="lax",
+                https_only=options.cookie_secure,
+            )
+        ],
+    )
+    protected = asgi_csrf(
+        app,
+        cookie_name=CSRF_COOKIE,
+        signing_secret=_derive(options.secret, "csrf"),
+        always_protect={"/login", "/logout"},
+        cookie_secure=options.cookie_secure,
+        skip_if_scope=lambda scope: str(scope.get("path", "")).startswith("/_owner/"),
+        send_csrf_failed=_csrf_failed,
+    )
+    return _SecurityHeaders(protected)
+
+
+async def _csrf_failed(scope: Scope, send: Send, message_id: Any) -> None:
+    body = (
+        b"<!doctype html><title>Refused</title><p>This form is out of date or did not come "
+        b"from the review app (CSRF check failed). Go back, reload the page and try again.</p>"
+    )
+    await send({"type": "http.response.start", "status": 403,
+                "headers": [(b"content-type", b"text/html; charset=utf-8")]})  # fmt: skip
+    await send({"type": "http.response.body", "body": body})
+
+
+def _safe_next(target: str | None) -> str:
+    """A local path to go to after login (never another site)."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target
+
+
+def _unavailable(exc: Exception) -> str:
+    return (
+        f"The warehouse is unavailable ({exc}). Nothing was saved; try again in a moment "
+        "(your form is kept)."
+    )
+
+
+def _audited_at(form: Mapping[str, Any]) -> datetime:
+    """The form's ``audited_at`` (the judged assessment's audit time, ISO 8601 with its
+    offset). Raises ``ValueError``."""
+    try:
+        value = datetime.fromisoformat(str(form.get("audited_at") or ""))
+    except ValueError:
+        raise ValueError("the form lacks the assessment's audit time: reload the item") from None
+    if value.tzinfo is None:
+        raise ValueError("the assessment's audit time needs its UTC offset: reload the item")
+    return value

@@ -1,0 +1,87 @@
+"""Running the review app: settings to ``ReviewService`` + ``create_app``, served by uvicorn.
+
+``build_app`` is what ``refusal-audit review serve`` runs (and what tests serve); the session
+key comes from ``review_session_secret`` or, when unset, a random key kept in
+``<data_dir>/review-session.key`` (mode 0600), so logins survive a restart.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+from refusal_audit.bundles import load_bundles
+from refusal_audit.config import ConfigError, Settings
+from refusal_audit.review_accounts import AccountBook
+from refusal_audit.review_service import ReviewService
+from refusal_audit.web.app import WebOptions, create_app
+from warehouse.store import Warehouse
+
+
+def session_secret(cfg: Settings) -> str:
+    """The configured session key, else the one in ``<data_dir>/review-session.key`` (made
+    on first use, mode 0600). Raises ``ConfigError`` when the key file cannot be read or
+    written."""
+    if cfg.review_session_secret is not None:
+        return cfg.review_session_secret.get_secret_value()
+    path = Path(cfg.data_dir) / "review-session.key"
+    try:
+        if path.exists():
+            return path.read_text().strip()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        key = secrets.token_urlsafe(48)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(key + "\n")
+        return key
+    except OSError as exc:
+        raise ConfigError(f"cannot keep the review session key in {path}: {exc}") from exc
+
+
+def web_options(cfg: Settings) -> WebOptions:
+    """``WebOptions`` from the review_* settings. Raises ``ConfigError``."""
+    return WebOptions(
+        secret=session_secret(cfg),
+        session_max_age=cfg.review_session_max_age_seconds,
+        cookie_secure=cfg.review_cookie_secure,
+        login_attempts_per_minute=cfg.review_login_attempts_per_minute,
+        proxy_user_header=cfg.review_proxy_user_header,
+        trusted_proxies=tuple(cfg.review_trusted_proxies),
+    )
+
+
+@dataclass(frozen=True)
+class ReviewApp:
+    """The ASGI ``app`` and the objects behind it (for the worker and for tests)."""
+
+    app: ASGIApp
+    service: ReviewService
+    accounts: AccountBook
+
+
+def build_app(
+    cfg: Settings,
+    store: Warehouse,
+    extra_routes: list[Route] | None = None,
+    clock: Callable[[], float] | None = None,
+) -> ReviewApp:
+    """The review app over ``store`` with the configured bundles and review settings.
+    Raises ``ConfigError`` (bundles, key file)."""
+    bundles = load_bundles(cfg.policy_bundles)
+    service = ReviewService(
+        store,
+        bundles,
+        reviews_per_item=cfg.review_reviews_per_item,
+        lease_seconds=cfg.review_lease_seconds,
+        clock=clock or time.monotonic,
+    )
+    accounts = AccountBook(store)
+    app = create_app(service, accounts, web_options(cfg), extra_routes)
+    return ReviewApp(app, service, accounts)

@@ -1,0 +1,158 @@
+"""A real review server for tests: the example log audited into a fresh warehouse database,
+three accounts, and the review app served by uvicorn on 127.0.0.1 (an ephemeral port) in a
+thread of the test process (which owns the session's chDB store)."""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from test_pipeline import audit, settings
+
+from refusal_audit.config import Settings
+from refusal_audit.review_accounts import AccountBook, add_reviewer
+from refusal_audit.review_service import ReviewService
+from refusal_audit.web.server import build_app
+from warehouse import Warehouse
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE_LOG = REPO / "examples" / "refusal_log.jsonl"
+PASSWORDS = {"alice": "alice-password-1", "bob": "bob-password-22", "carol": "carol-password-3"}
+ROLES = {"alice": "admin", "bob": "reviewer", "carol": "reviewer"}
+
+
+class FakeClock:
+    """A monotonic clock the test moves (lease expiry without waiting)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self.lock:
+            return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self.lock:
+            self.now += seconds
+
+
+@dataclass
+class ReviewServer:
+    url: str
+    service: ReviewService
+    accounts: AccountBook
+    store: Warehouse
+    settings: Settings
+    clock: FakeClock
+
+
+def add_accounts(store: Warehouse, names: dict[str, str] = PASSWORDS) -> None:
+    for name, password in names.items():
+        add_reviewer(store, name, ROLES.get(name, "reviewer"), password)  # type: ignore[arg-type]
+
+
+@contextmanager
+def serve(
+    store: Warehouse, data_dir: Path, audit_log: bool = True, **overrides: Any
+) -> Iterator[ReviewServer]:
+    """Serve the review app over ``store`` until the block ends."""
+    if audit_log:  # in a thread: Playwright's sync API keeps an event loop in this one
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(audit, [EXAMPLE_LOG], store).result()
+    add_accounts(store)
+    cfg = settings(
+        data_dir=data_dir,
+        warehouse_database=store.database,
+        review_session_secret="test-secret-" + "x" * 32,
+        **overrides,
+    )
+    clock = FakeClock()
+    built = build_app(cfg, store, clock=clock)
+    app, service = built.app, built.service
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("review server did not start")
+        time.sleep(0.02)
+    try:
+        yield ReviewServer(f"http://127.0.0.1:{port}", service, built.accounts, store, cfg, clock)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+_TOKEN = re.compile(r'name="csrftoken" value="([^"]+)"')
+_AUDITED = re.compile(r'name="audited_at" value="([^"]+)"')
+
+
+def csrf_token(html: str) -> str:
+    match = _TOKEN.search(html)
+    assert match, "no CSRF token in the page"
+    return match.group(1)
+
+
+def audited_at(html: str) -> str:
+    match = _AUDITED.search(html)
+    assert match, "no audited_at in the page"
+    return match.group(1)
+
+
+class Reviewer:
+    """An HTTP client logged in as one reviewer (the no-JavaScript flow)."""
+
+    def __init__(self, url: str, name: str, password: str | None = None) -> None:
+        self.name = name
+        self.http = httpx.Client(base_url=url, follow_redirects=False, timeout=30)
+        page = self.http.get("/login")
+        self.token = csrf_token(page.text)
+        if password is not None:
+            reply = self.login(password)
+            assert reply.status_code == 303, reply.text
+
+    def login(self, password: str) -> httpx.Response:
+        return self.http.post(
+            "/login",
+            data={"csrftoken": self.token, "name": self.name, "password": password, "next": "/"},
+        )
+
+    def post(self, path: str, **data: str) -> httpx.Response:
+        return self.http.post(path, data={"csrftoken": self.token, **data})
+
+    def claim(self, queue: str = "all") -> str | None:
+        """The claimed item's path (with ``?queue=``), or None when the queue is empty."""
+        reply = self.post(f"/queues/{queue}/claim")
+        assert reply.status_code == 303, reply.text
+        target = reply.headers["location"]
+        return target if target.startswith("/items/") else None
+
+    def submit(self, item_path: str, **fields: str) -> httpx.Response:
+        """GET the item page (for its audited_at), then POST the verdict form."""
+        page = self.http.get(item_path)
+        assert page.status_code == 200, page.text
+        path, _, query = item_path.partition("?")
+        queue = query.removeprefix("queue=") if query.startswith("queue=") else ""
+        return self.post(
+            f"{path}/verdict", audited_at=audited_at(page.text), queue=queue, **fields
+        )
+
+    def close(self) -> None:
+        self.http.close()

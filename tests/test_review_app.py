@@ -1,0 +1,357 @@
+"""The review web app over HTTP, without JavaScript (issue 10): login and refusals, CSRF,
+the login rate limit, leases and claims (also under concurrency), verdicts in ClickHouse,
+revisions, re-audits, and a warehouse failure during a submit."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+from review_app_harness import (
+    PASSWORDS,
+    Reviewer,
+    ReviewServer,
+    add_accounts,
+    audited_at,
+    serve,
+)
+from test_pipeline import settings
+
+from refusal_audit.batch import run_batch
+from refusal_audit.review_accounts import deactivate_reviewer
+from schemas.review import ReviewQueue
+from warehouse import Warehouse
+from warehouse.client import WarehouseError
+from warehouse.review import current_verdicts, review_item_rows
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def server(warehouse: Warehouse, tmp_path: Path) -> Iterator[ReviewServer]:
+    with serve(warehouse, tmp_path / "data") as running:
+        yield running
+
+
+def login(server: ReviewServer, name: str) -> Reviewer:
+    return Reviewer(server.url, name, PASSWORDS[name])
+
+
+def key_of(path: str) -> tuple[str, str]:
+    """(bundle, log id) of an item path."""
+    _, _, bundle, log_id = path.split("?")[0].split("/")
+    return unquote(bundle), unquote(log_id)
+
+
+GET_PAGES = ["/", "/history", "/admin/queues", "/items/default/x"]
+POST_ACTIONS = [
+    "/queues/all/claim",
+    "/items/default/x/verdict",
+    "/items/default/x/skip",
+    "/unskip",
+    "/admin/queues",
+    "/admin/queues/q/delete",
+]
+
+
+def test_every_page_and_action_needs_a_login(server: ReviewServer) -> None:
+    anonymous = Reviewer(server.url, "nobody")  # has a CSRF token, no session
+    some_log_id = review_item_rows(server.store)[0]["log_id"]
+    for path in [*GET_PAGES, f"/items/default/{some_log_id}"]:
+        reply = anonymous.http.get(path)
+        assert reply.status_code == 303, path
+        assert reply.headers["location"].startswith("/login?next=")
+        assert some_log_id not in reply.text
+    for path in POST_ACTIONS:
+        reply = anonymous.post(path, verdict="agree", audited_at="2026-01-01T00:00:00+00:00")
+        assert reply.status_code == 401, path
+    assert current_verdicts(server.store) == []
+    assert server.service.leases.held_by("nobody") is None
+
+
+def test_a_post_without_a_valid_csrf_token_is_refused(server: ReviewServer) -> None:
+    alice = login(server, "alice")
+    no_token = alice.http.post("/queues/all/claim", data={})
+    forged = alice.http.post("/queues/all/claim", data={"csrftoken": "forged.token"})
+    assert (no_token.status_code, forged.status_code) == (403, 403)
+    assert "CSRF" in no_token.text
+    assert server.service.leases.held_by("alice") is None
+    # a cross-site login form (no cookies at all) is refused as well
+    fresh = Reviewer(server.url, "alice")
+    fresh.http.cookies.clear()
+    reply = fresh.http.post("/login", data={"name": "alice", "password": PASSWORDS["alice"]})
+    assert reply.status_code == 403
+    assert alice.claim() is not None  # with the token it works
+
+
+def test_cookies_are_httponly_and_samesite(server: ReviewServer) -> None:
+    bob = Reviewer(server.url, "bob")
+    reply = bob.login(PASSWORDS["bob"])
+    cookie = next(v for k, v in reply.headers.multi_items() if k == "set-cookie")
+    assert "refusal_review_session=" in cookie
+    assert "httponly" in cookie.lower() and "samesite=lax" in cookie.lower()
+    page = bob.http.get("/")
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+
+
+def test_wrong_passwords_past_the_rate_limit_are_refused(server: ReviewServer) -> None:
+    mallory = Reviewer(server.url, "bob")
+    statuses = [mallory.login("wrong-password").status_code for _ in range(5)]
+    assert statuses == [401] * 5
+    limited = mallory.login(PASSWORDS["bob"])  # even the right password, for now
+    assert limited.status_code == 429
+    assert "Too many login attempts" in limited.text
+    assert mallory.http.get("/").status_code == 303  # not logged in
+    unknown = Reviewer(server.url, "no-such-user").login("whatever-password")
+    assert unknown.status_code == 401 and "Wrong name or password" in unknown.text
+
+
+def test_two_reviewers_never_hold_one_item_and_verdicts_reach_clickhouse(
+    server: ReviewServer,
+) -> None:
+    alice, bob = login(server, "alice"), login(server, "bob")
+    first = alice.claim()
+    assert first is not None
+    assert alice.claim() == first  # one at a time: claiming again gives the held item
+    second = bob.claim()
+    assert second is not None and key_of(second) != key_of(first)
+    # bob cannot judge the item alice holds
+    held = bob.submit(first.split("?")[0], verdict="agree")
+    assert held.status_code == 409 and "another reviewer holds" in held.text
+    reply = alice.submit(first, verdict="agree", note="fine")
+    assert reply.status_code == 303 and reply.headers["location"].startswith("/items/")
+    assert key_of(reply.headers["location"]) not in (key_of(first), key_of(second))
+    fix = bob.submit(
+        second,
+        verdict="disagree",
+        corrected_category="over_refusal",
+        corrected_false_positive="yes",
+        corrected_clause="none",
+        note="harmless request",
+    )
+    assert fix.status_code == 303
+    stored = {(v.reviewer, v.log_id): v for v in current_verdicts(server.store)}
+    assert stored[("alice", key_of(first)[1])].verdict == "agree"
+    correction = stored[("bob", key_of(second)[1])]
+    assert (correction.verdict, correction.corrected_category) == ("disagree", "over_refusal")
+    assert correction.corrected_false_positive is True and correction.corrected_clause is None
+    assert correction.source == "web" and correction.note == "harmless request"
+    # the item is done (1 verdict each): bob may not add one, nor see alice's verdict
+    late = bob.submit(first.split("?")[0], verdict="disagree", corrected_category="privacy",
+                      corrected_false_positive="no")  # fmt: skip
+    assert late.status_code == 409 and "already has its 1 verdict" in late.text
+    assert "fine" not in bob.http.get(first.split("?")[0]).text
+    assert "harmless request" not in bob.http.get("/history").text.split("<main>")[0]
+
+
+def test_a_reviewer_revises_their_verdict_and_the_history_is_kept(server: ReviewServer) -> None:
+    alice = login(server, "alice")
+    item = alice.claim()
+    assert item is not None
+    path = item.split("?")[0]
+    assert alice.submit(path, verdict="agree").status_code == 303
+    revised = alice.submit(path, verdict="disagree", corrected_category="over_refusal",
+                           corrected_false_positive="yes", corrected_clause="none")  # fmt: skip
+    assert revised.status_code == 303
+    _, log_id = key_of(item)
+    (current,) = [v for v in current_verdicts(server.store) if v.log_id == log_id]
+    assert current.verdict == "disagree"
+    history = server.store.select(
+        "SELECT verdict FROM {db:Identifier}.review_verdicts FINAL WHERE log_id = {id:String} "
+        "ORDER BY submitted_at",
+        {"id": log_id},
+    )
+    assert [r["verdict"] for r in history] == ["agree", "disagree"]
+
+
+def test_bad_form_fields_get_a_message_and_keep_the_values(server: ReviewServer) -> None:
+    bob = login(server, "bob")
+    item = bob.claim()
+    assert item is not None
+    no_fp = bob.submit(item, verdict="disagree", corrected_category="over_refusal",
+                       note="kept note")  # fmt: skip
+    assert no_fp.status_code == 422
+    assert "say whether the refusal was a false positive" in no_fp.text
+    assert "kept note" in no_fp.text
+    bad_category = bob.submit(item, verdict="disagree", corrected_category="made_up",
+                              corrected_false_positive="no")  # fmt: skip
+    assert bad_category.status_code == 422 and "not in the taxonomy" in bad_category.text
+    nothing = bob.submit(item)
+    assert nothing.status_code == 422 and "choose Agree or Disagree" in nothing.text
+    assert current_verdicts(server.store) == []
+    assert bob.submit(item, verdict="agree").status_code == 303
+
+
+def test_an_expired_lease_returns_the_item(server: ReviewServer) -> None:
+    alice, carol = login(server, "alice"), login(server, "carol")
+    first = alice.claim()
+    assert first is not None
+    server.clock.advance(server.settings.review_lease_seconds + 1)
+    assert carol.claim() == first  # returned to the queue, oldest first
+    late = alice.submit(first.split("?")[0], verdict="agree")
+    assert late.status_code == 409
+
+
+def test_skip_hands_out_the_next_item_and_offers_the_skipped_again(
+    server: ReviewServer,
+) -> None:
+    carol = login(server, "carol")
+    first = carol.claim()
+    assert first is not None
+    page = carol.http.get(first)
+    reply = carol.post(f"{first.split('?')[0]}/skip", audited_at=audited_at(page.text),
+                       queue="all")  # fmt: skip
+    assert reply.status_code == 303 and key_of(reply.headers["location"]) != key_of(first)
+    assert server.service.skipped("carol") == 1
+    second = reply.headers["location"]
+    assert carol.post("/unskip").status_code == 303
+    assert carol.claim() == second  # she still holds the item the skip handed her
+    assert carol.submit(second, verdict="agree").status_code == 303
+    assert carol.claim() == first  # the skipped item is offered again
+
+
+def test_queues_filter_items_and_only_admins_manage_them(server: ReviewServer) -> None:
+    alice, bob = login(server, "alice"), login(server, "bob")
+    assert bob.http.get("/admin/queues").status_code == 403
+    denied = bob.post("/admin/queues", name="sampled", review_reason="random_sample")
+    assert denied.status_code == 403
+    bad = alice.post("/admin/queues", name="bad name!", review_reason="random_sample")
+    assert bad.status_code == 422 and "name" in bad.text
+    saved = alice.post("/admin/queues", name="sampled", review_reason="random_sample",
+                       description="the random sample")  # fmt: skip
+    assert saved.status_code == 303
+    assert "sampled" in bob.http.get("/").text
+    item = bob.claim("sampled")
+    assert item is not None
+    row = server.store.select(
+        "SELECT review_reason FROM {db:Identifier}.current_assessments WHERE log_id = {id:String}",
+        {"id": key_of(item)[1]},
+    )
+    assert row[0]["review_reason"] == "random_sample"
+    assert alice.post("/admin/queues/sampled/delete").status_code == 303
+    assert bob.post("/queues/sampled/claim").status_code == 404
+
+
+def test_a_deactivated_reviewer_is_logged_out(server: ReviewServer) -> None:
+    bob = login(server, "bob")
+    assert bob.http.get("/").status_code == 200
+    deactivate_reviewer(server.store, "bob")
+    server.accounts.refresh()  # (the server re-reads accounts every 10 s by itself)
+    assert bob.http.get("/").status_code == 303
+    assert Reviewer(server.url, "bob").login(PASSWORDS["bob"]).status_code == 401
+
+
+def test_a_warehouse_failure_during_submit_loses_nothing(server: ReviewServer) -> None:
+    alice = login(server, "alice")
+    item = alice.claim()
+    assert item is not None
+    original = server.store.insert_rows
+    calls = {"n": 0}
+
+    def failing_once(table: str, columns: object, rows: object) -> None:
+        calls["n"] += 1
+        if table == "review_verdicts" and calls["n"] == 1:
+            raise WarehouseError("connection refused (simulated outage)")
+        original(table, columns, rows)  # type: ignore[arg-type]
+
+    server.store.insert_rows = failing_once  # type: ignore[method-assign]
+    try:
+        failed = alice.submit(item, verdict="agree", note="my careful note")
+        assert failed.status_code == 503
+        assert "Nothing was saved" in failed.text and "my careful note" in failed.text
+        assert current_verdicts(server.store) == []
+        assert server.service.leases.held_by("alice") is not None  # still hers
+        retried = alice.submit(item, verdict="agree", note="my careful note")
+        assert retried.status_code == 303
+    finally:
+        server.store.insert_rows = original  # type: ignore[method-assign]
+    assert [v.note for v in current_verdicts(server.store)] == ["my careful note"]
+
+
+def test_a_reaudit_makes_a_new_item_and_old_verdicts_stay(server: ReviewServer) -> None:
+    alice = login(server, "alice")
+    item = alice.claim()
+    assert item is not None
+    old_page = alice.http.get(item).text
+    assert alice.submit(item, verdict="agree").status_code == 303
+    _, log_id = key_of(item)
+    # the same events audited again with another engine configuration: new assessments
+    from review_app_harness import EXAMPLE_LOG
+    from test_pipeline import options
+
+    run_batch(settings(local_false_positive_threshold=0.45), [EXAMPLE_LOG], options(),
+              sink=server.store)  # fmt: skip
+    (old,) = [v for v in current_verdicts(server.store) if v.log_id == log_id]
+    rows = server.store.select(
+        "SELECT audited_at, requires_human_review, sampled_for_review "
+        "FROM {db:Identifier}.current_assessments WHERE log_id = {id:String}",
+        {"id": log_id},
+    )
+    assert rows[0]["audited_at"] > old.assessment_audited_at  # the verdict kept its assessment
+    stale = alice.post(f"{item.split('?')[0]}/verdict", audited_at=audited_at(old_page),
+                       verdict="agree")  # fmt: skip
+    assert stale.status_code == 409 and "re-audited" in stale.text
+    if rows[0]["requires_human_review"] or rows[0]["sampled_for_review"]:
+        page = alice.http.get(item.split("?")[0]).text
+        assert "verdicts: 0 / 1" in page  # a new item, not yet judged
+
+
+def test_claims_under_concurrency_give_each_item_exactly_its_verdicts(
+    warehouse: Warehouse, tmp_path: Path
+) -> None:
+    with serve(warehouse, tmp_path / "data", review_reviews_per_item=2) as server:
+        server.service.save_queue(ReviewQueue(name="code", product="code-helper"), "alice")
+        expected = {
+            (r["policy_bundle"], r["log_id"])
+            for r in server.store.select(
+                "SELECT policy_bundle, log_id FROM {db:Identifier}.current_assessments "
+                "WHERE (requires_human_review OR sampled_for_review) AND product = 'code-helper'"
+            )
+        }
+        assert len(expected) >= 10
+        extra = {name: f"{name}-password-9" for name in ("dave", "erin", "frank")}
+        add_accounts(server.store, extra)
+        passwords = {**PASSWORDS, **extra}
+        names = sorted(passwords)  # six reviewers, concurrently
+        spans: dict[tuple[str, str], list[tuple[float, float, str]]] = defaultdict(list)
+        errors: list[str] = []
+        lock = threading.Lock()
+
+        def work(name: str) -> None:
+            client = Reviewer(server.url, name, passwords[name])
+            while True:
+                item = client.claim("code")
+                if item is None:
+                    return
+                claimed = time.monotonic()
+                page = client.http.get(item)
+                sent = time.monotonic()
+                reply = client.post(f"{item.split('?')[0]}/verdict", queue="",
+                                    audited_at=audited_at(page.text), verdict="agree")  # fmt: skip
+                with lock:
+                    spans[key_of(item)].append((claimed, sent, name))
+                    if reply.status_code not in (303, 409):
+                        errors.append(f"{reply.status_code}: {reply.text[:200]}")
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in names]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        assert not errors
+        # no item was held by two reviewers at once
+        for key, held in spans.items():
+            ordered = sorted(held)
+            for (_, end, a), (start, _, b) in itertools.pairwise(ordered):
+                assert end <= start, f"{key} held by {a} and {b} at once"
+        verdicts = defaultdict(set)
+        for v in current_verdicts(server.store):
+            verdicts[(v.policy_bundle, v.log_id)].add(v.reviewer)
+        assert set(verdicts) == expected  # none lost, none outside the queue
+        assert all(len(who) == 2 for who in verdicts.values())
