@@ -355,3 +355,54 @@ def test_claims_under_concurrency_give_each_item_exactly_its_verdicts(
             verdicts[(v.policy_bundle, v.log_id)].add(v.reviewer)
         assert set(verdicts) == expected  # none lost, none outside the queue
         assert all(len(who) == 2 for who in verdicts.values())
+
+
+@pytest.mark.parametrize(("trusted", "logged_in"), [("127.0.0.1", True), ("10.9.9.9", False)])
+def test_the_proxy_header_is_believed_only_from_trusted_addresses(
+    warehouse: Warehouse, tmp_path: Path, trusted: str, logged_in: bool
+) -> None:
+    with serve(
+        warehouse,
+        tmp_path / "data",
+        review_proxy_user_header="X-Forwarded-User",
+        review_trusted_proxies=[trusted],
+    ) as server:
+        client = Reviewer(server.url, "bob")
+        page = client.http.get("/", headers={"X-Forwarded-User": "bob"})
+        assert (page.status_code == 200) is logged_in
+        if logged_in:
+            assert "bob (reviewer)" in page.text
+            unknown = client.http.get("/", headers={"X-Forwarded-User": "mallory"})
+            assert unknown.status_code == 303  # the header must name an account
+        else:
+            assert page.headers["location"].startswith("/login")
+
+
+def test_add_reviewer_reads_the_password_from_stdin_and_stores_an_argon2id_hash(
+    cli_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from refusal_audit.cli import app
+    from refusal_audit.config import load_settings
+    from warehouse.review import reviewer_accounts
+
+    runner = CliRunner()
+    made = runner.invoke(app, ["review", "add-reviewer", "dana", "--role", "admin"],
+                         input="correct horse battery\n", env=cli_env)  # fmt: skip
+    assert made.exit_code == 0, made.output
+    short = runner.invoke(app, ["review", "add-reviewer", "eve"], input="short\n", env=cli_env)
+    assert short.exit_code == 2 and "at least 8 characters" in short.output
+    bad_role = runner.invoke(app, ["review", "add-reviewer", "eve", "--role", "root"],
+                             input="long enough pw\n", env=cli_env)  # fmt: skip
+    assert bad_role.exit_code == 2
+    listed = runner.invoke(app, ["review", "reviewers"], env=cli_env)
+    assert "dana" in listed.output and "admin" in listed.output and "eve" not in listed.output
+    assert "$argon2" not in listed.output
+    for key, value in cli_env.items():
+        monkeypatch.setenv(key, value)
+    store = Warehouse.open(load_settings())
+    account = reviewer_accounts(store)["dana"]
+    store.close()
+    assert account.password_hash.startswith("$argon2id$")
+    assert "correct horse" not in account.password_hash
