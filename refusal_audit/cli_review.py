@@ -82,6 +82,9 @@ def review_stats(
         rows = [[asdict(g)] for g in groups]
         render(["group"], rows, OutputFormat.json, console)
         return
+    if not groups:
+        console.print("no verdicts yet: nothing to compare")
+        return
     table_rows = []
     for g in groups:
         human, n, low, high = g.verified_fp
@@ -230,9 +233,14 @@ def review_serve(
     port: int | None = typer.Option(None, help="Port (default: review_web_port)."),
 ) -> None:
     """Serve the review web app (login, queues, items, verdicts) until stopped."""
+    import signal
+    import sys
+
     import uvicorn
 
-    from refusal_audit.web.server import build_app
+    from refusal_audit.web.server import build_app, owner_routes
+    from warehouse.client import redact_dsn
+    from warehouse.remote import RemoteClient
 
     overrides: dict[str, object] = {}
     if host is not None:
@@ -241,18 +249,29 @@ def review_serve(
         overrides["review_web_port"] = port
     cfg = settings(**overrides)
     store = open_store(cfg)
+    channel = None
     try:
-        app = build_app(cfg, store).app
-    except ConfigError as exc:
+        routes, channel = owner_routes(cfg, store)
+        app = build_app(cfg, store, routes).app
+    except (ConfigError, WarehouseError) as exc:
+        store.close()
         raise fail_usage(str(exc)) from exc
+    where = "through its owner" if isinstance(store.client, RemoteClient) else "owned here"
     console.print(
         f"review app on http://{cfg.review_web_host}:{cfg.review_web_port}/ "
-        f"(warehouse {cfg.warehouse_database}; Ctrl-C stops)"
+        f"(warehouse {redact_dsn(cfg.resolved_warehouse_dsn)} {where}; Ctrl-C stops)"
     )
+    if channel is not None:
+        channel.publish_when_listening()
+    # uvicorn re-raises the signal that stopped it after its shutdown: exit through the
+    # finally below (which withdraws the owner file) instead of dying on it
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         uvicorn.run(
             app, host=cfg.review_web_host, port=cfg.review_web_port, log_level="info",
             server_header=False,
         )
     finally:
+        if channel is not None:
+            channel.close()
         store.close()

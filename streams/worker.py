@@ -23,6 +23,10 @@ a thread of its own (``PipelineLoop``), created at start-up, and awaited from th
 The loop lives as long as the worker because the openai engine's ``AsyncOpenAI``/httpx
 client binds to the loop it first runs on. The pipeline's own ``asyncio.to_thread`` sink
 calls run in that loop's default executor.
+
+On an embedded (chDB path) warehouse the worker owns the store's lock; it serves the store to
+other commands (``refusal-audit sql``, ``query``, ...) over the owner channel, a
+``POST /_owner/warehouse`` page on its web server (``streams.owner``).
 """
 
 from __future__ import annotations
@@ -51,9 +55,11 @@ from streams.detectors import DetectorRunner
 from streams.logs import json_logging_config
 from streams.membership import AssignmentWatch, group_instance_id, leave_group
 from streams.metrics import WorkerMetrics
+from streams.owner import MAX_REQUEST_BYTES, OwnerChannel
 from streams.producer import TopicWriter, make_producer
 from streams.sink import StreamSink, kafka_location, window_originals
 from streams.topics import Topics, admin_client, require_topic
+from warehouse.remote import OWNER_PATH
 from warehouse.store import Warehouse
 
 log = logging.getLogger("refusal_audit.worker")
@@ -135,7 +141,8 @@ class WorkerContext:
     ``pipeline_loop`` is the loop (in its own thread) every ``pipeline.run`` executes on;
     ``detectors`` runs the drift and policy-gap detectors on a timer; ``io_lock`` (faust's
     loop) serialises a window's storage with a detector pass; ``assignment`` logs why a
-    start waits for partitions, and what each rebalance assigned.
+    start waits for partitions, and what each rebalance assigned; ``owner`` serves an
+    embedded store to other processes (None for a server warehouse).
     """
 
     settings: Settings
@@ -150,6 +157,7 @@ class WorkerContext:
     detectors: DetectorRunner
     io_lock: asyncio.Lock
     assignment: AssignmentWatch
+    owner: OwnerChannel | None = None
 
 
 def faust_data_dir(cfg: Settings) -> Path:
@@ -206,7 +214,8 @@ def build_context(cfg: Settings, wrap_sink: Callable[[Sink], Sink] | None = None
     ):
         require_topic(admin, name)
     metrics = WorkerMetrics()
-    store = Warehouse.open(cfg)
+    store = Warehouse.open(cfg, via_owner=False)  # the worker owns an embedded store
+    owner = OwnerChannel.open(cfg)
     store.on_retry = lambda table: metrics.warehouse_retries.labels(table).inc()
     writer = TopicWriter(make_producer(cfg.kafka_bootstrap_servers))
     inner: Sink = wrap_sink(store) if wrap_sink is not None else store
@@ -238,6 +247,7 @@ def build_context(cfg: Settings, wrap_sink: Callable[[Sink], Sink] | None = None
         detectors,
         asyncio.Lock(),
         AssignmentWatch(cfg, topics.input),
+        owner,
     )
 
 
@@ -388,8 +398,9 @@ def record_metrics(metrics: WorkerMetrics, report: RunReport) -> None:
 
 
 def create_app(ctx: WorkerContext) -> faust.App:
-    """The faust app: the audit agent, ``/health``, ``/metrics``, the detector timer (every
-    ``alerts_interval_seconds``) and a consumer-lag timer."""
+    """The faust app: the audit agent, ``/health``, ``/metrics``, the owner channel (when
+    ``ctx.owner``), the detector timer (every ``alerts_interval_seconds``) and a
+    consumer-lag timer."""
     cfg = ctx.settings
     app = faust.App(
         cfg.kafka_consumer_group,
@@ -409,6 +420,7 @@ def create_app(ctx: WorkerContext) -> faust.App:
         consumer_group_instance_id=group_instance_id(cfg),
         broker_session_timeout=cfg.kafka_session_timeout_seconds,
         broker_request_timeout=max(90.0, cfg.kafka_session_timeout_seconds + 30.0),
+        web_application_options={"client_max_size": MAX_REQUEST_BYTES},
     )
     topic_name = ctx.topics.input
     topic = app.topic(
@@ -437,6 +449,17 @@ def create_app(ctx: WorkerContext) -> faust.App:
     async def health_view(web: Any, request: Any) -> Any:
         status = await asyncio.to_thread(check_health, ctx)
         return web.json(status, status=200 if status["ok"] else 503)
+
+    if ctx.owner is not None:
+        owner: OwnerChannel = ctx.owner
+
+        @app.page(OWNER_PATH)
+        class OwnerView(faust.web.View):
+            async def post(self, request: Any) -> Any:
+                status, body = await owner.handle(
+                    request.headers.get("Authorization"), await request.read()
+                )
+                return self.bytes(body, content_type="application/json", status=status)
 
     @app.timer(interval=cfg.alerts_interval_seconds)  # type: ignore[untyped-decorator]
     async def detect() -> None:
@@ -500,6 +523,8 @@ def run_worker(
         },
     )
     ctx.assignment.start()
+    if ctx.owner is not None:
+        ctx.owner.publish_when_listening()
     worker = faust.Worker(
         app,
         loglevel=loglevel,
@@ -510,6 +535,8 @@ def run_worker(
     try:
         worker.execute_from_commandline()
     finally:  # close the engine's client on the loop it ran on, then stop that loop
+        if ctx.owner is not None:  # other commands stop coming here first
+            ctx.owner.close()
         engine = ctx.pipeline.engine
         ctx.pipeline_loop.close(lambda: close_engine(engine))
         instance = group_instance_id(cfg)

@@ -87,7 +87,8 @@ class Deployment:
         return result
 
     def sql(self, statement: str) -> list[dict[str, Any]]:
-        """Rows of a read-only query on this deployment's warehouse (worker must be stopped)."""
+        """Rows of a read-only query on this deployment's warehouse (through a running worker
+        too: it serves its embedded store to the CLI)."""
         out = self.cli("sql", statement, "-o", "json").stdout
         return [orjson.loads(line) for line in out.splitlines() if line.strip()]
 

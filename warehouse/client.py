@@ -5,14 +5,18 @@ chDB engine, ``http(s)://user@host:8123`` a ClickHouse server; everything else i
 (DDL, inserts, queries) is the same for both. All calls block: run them off the event loop.
 
 chDB hosts ONE data path per process; connecting to a second path raises ``WarehouseError``.
+And one process at a time may open a data path: while another process owns it and serves
+the owner channel (the stream worker does, see ``warehouse.remote``), ``connect`` returns a
+client that reaches the store through that owner instead.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import clickhouse_connect
@@ -29,6 +33,8 @@ __all__ = [
     "split_sql",
     "validate_identifier",
 ]
+
+log = logging.getLogger(__name__)
 
 _IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _HEREDOC_RE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
@@ -92,7 +98,49 @@ def _check_dsn(dsn: str) -> bool:
     )
 
 
-def connect(dsn: str, database: str, password: str | None = None) -> Client:
+def _owner_client(dsn: str) -> Client | None:
+    """A client to the live owner of the embedded store at ``dsn`` (see ``warehouse.remote``),
+    or None when there is none or it does not answer a ping."""
+    from warehouse.remote import RemoteClient, find_owner
+
+    owner = find_owner(dsn)
+    if owner is None:
+        return None
+    remote = RemoteClient(owner.url, owner.token)
+    if remote.ping():
+        log.debug("warehouse %s: using its owner, process %d, at %s", dsn, owner.pid, owner.url)
+        # RemoteClient implements the subset of Client this package uses (query, command,
+        # insert, create_insert_context, close, database)
+        return cast(Client, remote)
+    remote.close()
+    log.warning(
+        "the owner of %s (process %d, %s) does not answer; opening the store directly",
+        dsn,
+        owner.pid,
+        owner.url,
+    )
+    return None
+
+
+def _lock_hint(dsn: str, via_owner: bool) -> str:
+    """The hint for a store locked by another process (naming its owner, if announced)."""
+    from warehouse.remote import find_owner
+
+    owner = find_owner(dsn) if via_owner else None
+    if owner is not None:
+        return (
+            f" (process {owner.pid} owns this embedded store and serves it at {owner.url}, "
+            "but did not answer: it may still be starting, try again in a moment)"
+        )
+    return (
+        " (another process, e.g. a running worker or audit, holds this embedded "
+        "store: stop it, or use a ClickHouse server DSN to share the warehouse)"
+    )
+
+
+def connect(
+    dsn: str, database: str, password: str | None = None, *, via_owner: bool = True
+) -> Client:
     """Open the warehouse at ``dsn`` and return a client bound to ``database``.
 
     ``dsn`` is ``chdb:///absolute/path`` (embedded, created if missing), ``chdb://memory``
@@ -100,14 +148,26 @@ def connect(dsn: str, database: str, password: str | None = None) -> Client:
     overrides one in the DSN) and ignored for chDB. The database is created when missing.
     Datetimes come back timezone-aware (UTC).
 
+    For an embedded path whose owner process (the stream worker) is alive and announces
+    the owner channel (``warehouse.remote.find_owner``), the result is a
+    ``warehouse.remote.RemoteClient`` to that owner, typed as ``Client``: it implements the
+    subset of ``Client`` this package uses. ``via_owner=False`` always opens the store in
+    this process (the owner itself does so). If the owner does not answer, the store is
+    opened here, which fails while the owner holds chDB's lock.
+
     Raises ``WarehouseError`` for an invalid DSN or database name, an unreachable server,
-    failed authentication, a missing chDB package, or a second chDB data path in this
-    process.
+    failed authentication, a missing chDB package, a second chDB data path in this
+    process, or an embedded store locked by another process.
     """
     validate_identifier(database)
     is_chdb = _check_dsn(dsn)
+    is_path = is_chdb and not urlsplit(dsn).netloc
+    if is_path and via_owner:
+        remote = _owner_client(dsn)
+        if remote is not None:
+            return _use_database(remote, dsn, database)
     kwargs: dict[str, Any] = {"dsn": dsn, "tz_mode": "aware"}
-    if is_chdb and dsn.lower() != "chdb://memory":
+    if is_path:
         # made here, so a path that cannot be a directory fails with one clear line
         # instead of chDB's C++ stack trace
         path = Path(dsn[len("chdb://") :])
@@ -132,11 +192,18 @@ def connect(dsn: str, database: str, password: str | None = None) -> Client:
         if "already initialized" in str(exc):
             hint = " (chDB allows one data path per process)"
         elif "Cannot lock file" in str(exc) or "Error initializing EmbeddedServer" in str(exc):
-            hint = (
-                " (another process, e.g. a running worker or audit, holds this embedded "
-                "store: stop it, or use a ClickHouse server DSN to share the warehouse)"
-            )
+            if is_path and via_owner:  # the owner may have announced itself meanwhile
+                remote = _owner_client(dsn)
+                if remote is not None:
+                    return _use_database(remote, dsn, database)
+            hint = _lock_hint(dsn, via_owner)
         raise WarehouseError(f"cannot open warehouse {redact_dsn(dsn)}{hint}: {exc}") from exc
+    return _use_database(client, dsn, database)
+
+
+def _use_database(client: Client, dsn: str, database: str) -> Client:
+    """Create ``database`` when missing and make it ``client``'s default; on failure close
+    the client and raise ``WarehouseError``."""
     try:
         exists = client.query(
             "SELECT count() FROM system.databases WHERE name = {db:String}",

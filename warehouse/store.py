@@ -325,9 +325,13 @@ class Warehouse:
         self._column_types_lock = threading.Lock()
 
     @classmethod
-    def open(cls, settings: Settings, *, run_migrations: bool = True) -> Warehouse:
+    def open(
+        cls, settings: Settings, *, run_migrations: bool = True, via_owner: bool = True
+    ) -> Warehouse:
         """Connect with ``settings`` (DSN, database, password, retries) and migrate.
 
+        ``via_owner``: see ``warehouse.client.connect`` (an embedded store owned by another
+        process is reached through its owner; False opens it in this process).
         Raises ``WarehouseError`` (``MigrationError`` for a migration problem).
         """
         from warehouse.migrate import migrate
@@ -337,6 +341,7 @@ class Warehouse:
             settings.resolved_warehouse_dsn,
             settings.warehouse_database,
             password.get_secret_value() if password is not None else None,
+            via_owner=via_owner,
         )
         try:
             if run_migrations:

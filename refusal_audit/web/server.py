@@ -2,7 +2,9 @@
 
 ``build_app`` is what ``refusal-audit review serve`` runs (and what tests serve); the session
 key comes from ``review_session_secret`` or, when unset, a random key kept in
-``<data_dir>/review-session.key`` (mode 0600), so logins survive a restart.
+``<data_dir>/review-session.key`` (mode 0600), so logins survive a restart. On an embedded
+store the review server is either the store's owner (it then serves the owner channel too,
+``owner_routes``) or reaches the owner, e.g. a running worker, like every other command.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
@@ -22,6 +26,8 @@ from refusal_audit.config import ConfigError, Settings
 from refusal_audit.review_accounts import AccountBook
 from refusal_audit.review_service import ReviewService
 from refusal_audit.web.app import WebOptions, create_app
+from streams.owner import OwnerChannel
+from warehouse.remote import OWNER_PATH, RemoteClient
 from warehouse.store import Warehouse
 
 
@@ -64,6 +70,25 @@ class ReviewApp:
     app: ASGIApp
     service: ReviewService
     accounts: AccountBook
+
+
+def owner_routes(cfg: Settings, store: Warehouse) -> tuple[list[Route], OwnerChannel | None]:
+    """The owner channel's route when this process owns an embedded store (``store`` opened
+    locally, not through another owner), so other commands reach the store while the review
+    server runs; else no route. Raises ``WarehouseError``."""
+    if isinstance(store.client, RemoteClient):
+        return [], None
+    channel = OwnerChannel.open(cfg, cfg.review_web_host, cfg.review_web_port)
+    if channel is None:
+        return [], None
+
+    async def endpoint(request: Request) -> Response:
+        status, body = await channel.handle(
+            request.headers.get("authorization"), await request.body()
+        )
+        return Response(body, status, media_type="application/json")
+
+    return [Route(OWNER_PATH, endpoint, methods=["POST"])], channel
 
 
 def build_app(

@@ -1,0 +1,157 @@
+"""The worker's side of the owner channel (``warehouse.remote``).
+
+A worker whose warehouse is an embedded chDB path holds that store's lock for as long as it
+runs. So that the CLI keeps working meanwhile, it serves the store on its web server
+(``POST /_owner/warehouse``) through a second client of its own on the same path (channel
+requests never share the pipeline's client), and announces itself in the store's owner
+file once the web server answers; the file is withdrawn on shutdown (a crash leaves a file
+whose process is gone, which readers ignore).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import orjson
+
+from refusal_audit.config import Settings
+from warehouse.client import Client, WarehouseError, connect
+from warehouse.remote import (
+    OWNER_PATH,
+    check_bearer,
+    new_token,
+    owner_file,
+    publish_owner,
+    serve_request,
+    withdraw_owner,
+)
+
+__all__ = ["MAX_REQUEST_BYTES", "OwnerChannel", "channel_url"]
+
+log = logging.getLogger("refusal_audit.worker")
+
+#: Largest channel request the worker's web server accepts (an insert of a whole audit run).
+MAX_REQUEST_BYTES = 512 * 1024 * 1024
+
+_UNAUTHORIZED = orjson.dumps(
+    {"error": {"class": "InterfaceError", "message": "missing or wrong bearer token",
+               "code": None, "name": None}}
+)  # fmt: skip
+
+
+def channel_url(host: str, port: int) -> str:
+    """The channel's URL on a web server bound to ``host:port`` (a wildcard address is
+    reached on loopback, ``127.0.0.1``)."""
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    try:
+        if ipaddress.ip_address(host).version == 6:
+            host = f"[{host}]"
+    except ValueError:  # a host name
+        pass
+    return f"http://{host}:{port}{OWNER_PATH}"
+
+
+class OwnerChannel:
+    """Serves the embedded store at ``dsn`` to other processes with ``client`` (opened in
+    this process, not the pipeline's) at ``url``.
+
+    ``handle`` answers one request; ``publish_when_listening`` announces the channel in the
+    owner file once ``url`` answers; ``close`` withdraws the file and closes the client.
+    """
+
+    def __init__(self, dsn: str, client: Client, url: str) -> None:
+        self.dsn = dsn
+        self.client = client
+        self.url = url
+        self.token: str | None = None  # set when the channel is announced
+        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="owner-channel")
+        self._stop = threading.Event()
+        self._publisher: threading.Thread | None = None
+
+    @classmethod
+    def open(
+        cls, cfg: Settings, host: str | None = None, port: int | None = None
+    ) -> OwnerChannel | None:
+        """The channel of ``cfg``'s warehouse on the web server at ``host:port`` (default:
+        the worker's, ``worker_web_host:worker_web_port``), or None when the warehouse is not
+        an embedded path (a server or in-memory store needs none) or the port is 0 (unknown
+        in advance).
+
+        Call after this process opened the store itself. Raises ``WarehouseError``.
+        """
+        dsn = cfg.resolved_warehouse_dsn
+        if owner_file(dsn) is None:
+            return None
+        host = cfg.worker_web_host if host is None else host
+        port = cfg.worker_web_port if port is None else port
+        if port == 0:
+            log.warning("web port 0: other commands cannot reach the embedded store")
+            return None
+        client = connect(dsn, cfg.warehouse_database, via_owner=False)
+        return cls(dsn, client, channel_url(host, port))
+
+    async def handle(self, authorization: str | None, body: bytes) -> tuple[int, bytes]:
+        """Answer one request (``Authorization`` header value, body): ``(status, JSON)``.
+
+        401 until the channel is announced or for a wrong token; otherwise
+        ``warehouse.remote.serve_request`` run in this channel's threads.
+        """
+        token = self.token
+        if token is None or not check_bearer(authorization, token):
+            return 401, _UNAUTHORIZED
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, serve_request, self.client, body)
+
+    def publish_when_listening(self, timeout: float = 600.0) -> None:
+        """In a daemon thread: wait until ``url`` answers (at most ``timeout`` seconds), then
+        write the owner file. Returns at once."""
+
+        def run() -> None:
+            with httpx.Client(timeout=2.0, trust_env=False) as http:
+                waited = 0.0
+                while not self._stop.is_set() and waited < timeout:
+                    try:
+                        if http.post(self.url, content=b"").status_code == 401:
+                            break
+                    except httpx.HTTPError:
+                        pass
+                    self._stop.wait(0.2)
+                    waited += 0.2
+                else:
+                    if not self._stop.is_set():
+                        log.warning("web server not up: the embedded store is not announced")
+                    return
+            self.publish()
+
+        self._publisher = threading.Thread(target=run, name="owner-publisher", daemon=True)
+        self._publisher.start()
+
+    def publish(self) -> None:
+        """Write the owner file now (a new token). Logs, and does not raise, on failure."""
+        self.token = new_token()  # accepted before anyone can read it
+        try:
+            publish_owner(self.dsn, self.url, self.token)
+        except WarehouseError as exc:
+            log.warning("cannot announce the embedded store to other commands: %s", exc)
+            return
+        log.info("embedded store announced", extra={"owner_url": self.url})
+
+    def close(self) -> None:
+        """Withdraw the owner file, stop serving and close the client. Never raises."""
+        self._stop.set()
+        if self._publisher is not None:
+            self._publisher.join(5.0)
+        token, self.token = self.token, None
+        if token is not None:
+            withdraw_owner(self.dsn, token)
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        try:
+            self.client.close()
+        except Exception as exc:  # closing must not hide the exit reason
+            log.warning("closing the owner channel's client failed: %r", exc)
