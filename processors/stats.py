@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from scipy.stats import binomtest
+import math
+from collections.abc import Sequence
+
+from scipy.stats import binomtest, norm
 
 
 def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -18,3 +21,43 @@ def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tu
         raise ValueError(f"successes={successes} outside [0, {trials}]")
     ci = binomtest(successes, trials).proportion_ci(confidence_level=confidence, method="wilson")
     return (float(ci.low), float(ci.high))
+
+
+def stratified_proportion(
+    strata: Sequence[tuple[int, int, int]], confidence: float = 0.95
+) -> tuple[float, float, float] | None:
+    """A population proportion estimated from a stratified sample: ``(estimate, low, high)``.
+
+    ``strata`` are ``(population, successes, trials)`` per stratum: ``population`` items in
+    the stratum, ``trials`` of them sampled (reviewed), ``successes`` of those positive. The
+    estimate is ``sum(W_h * p_h)`` with ``W_h = N_h / N`` and ``p_h = successes / trials``
+    (Cochran, *Sampling Techniques*, 3rd ed. 1977, §5.3). Its variance is
+    ``sum(W_h**2 * (1 - f_h) * q_h * (1 - q_h) / (n_h + 4))`` with the finite-population
+    correction ``f_h = n_h / N_h`` (a stratum reviewed in full adds no variance) and the
+    Agresti-Coull adjusted ``q_h = (x_h + 2) / (n_h + 4)`` (Agresti & Coull 1998, The American
+    Statistician 52:119), so a stratum with 0 or all positives still has a width; the
+    interval is normal, clipped to [0, 1].
+
+    None when a stratum with items has no trials (nothing to estimate it from) or there are
+    no items at all. Raises ``ValueError`` for negative counts, ``successes > trials`` or
+    ``trials > population``.
+    """
+    total = sum(population for population, _, _ in strata)
+    if total == 0:
+        return None
+    estimate = variance = 0.0
+    for population, successes, trials in strata:
+        if min(population, successes, trials) < 0 or successes > trials or trials > population:
+            raise ValueError(f"stratum {(population, successes, trials)} is not a valid sample")
+        if population == 0:
+            continue
+        if trials == 0:
+            return None
+        weight = population / total
+        estimate += weight * successes / trials
+        adjusted = (successes + 2) / (trials + 4)
+        fpc = 1.0 - trials / population
+        variance += weight**2 * fpc * adjusted * (1 - adjusted) / (trials + 4)
+    z = float(norm.ppf(0.5 + confidence / 2))
+    half = z * math.sqrt(variance)
+    return estimate, max(0.0, estimate - half), min(1.0, estimate + half)

@@ -13,16 +13,22 @@ batch's audit day and ``dead_letters`` the day the failure was recorded.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from datetime import date
 from typing import Any
 
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from processors.gap_text import describe_gap_sql
-from processors.stats import wilson_interval
 from warehouse.client import Client, WarehouseError, split_sql, validate_identifier
+from warehouse.named import (
+    DAY_MODEL_PRODUCT,
+    MODEL_PRODUCT,
+    NamedQuery,
+    QueryResult,
+    with_proportions,
+)
+from warehouse.review_queries import REVIEW_QUERIES
 
 __all__ = [
     "NAMED_QUERIES",
@@ -65,75 +71,6 @@ class ReadOnlyViolation(WarehouseError):
     """Ad hoc SQL that is not a single read-only statement (or the server refused it as such)."""
 
 
-@dataclass(frozen=True)
-class QueryResult:
-    """A query's result: column names and rows (tuples in column order)."""
-
-    columns: list[str]
-    rows: list[tuple[Any, ...]]
-
-    def as_dicts(self) -> list[dict[str, Any]]:
-        """The rows as ``{column: value}`` dicts."""
-        return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
-
-
-@dataclass(frozen=True)
-class NamedQuery:
-    """A named trend query.
-
-    ``sql`` binds ``{db:Identifier}``, ``{since:Date}``, ``{until:Date}`` and, for each name in
-    ``filters``, ``{model:String}`` / ``{product:String}`` (``''`` meaning "all").
-    ``postprocess`` (optional) turns the SQL result into the final one. ``columns`` are the
-    final result's column names (also returned for an empty result).
-    """
-
-    name: str
-    description: str
-    sql: str
-    columns: tuple[str, ...]
-    filters: frozenset[str] = field(default_factory=frozenset)
-    postprocess: Callable[[QueryResult], QueryResult] | None = None
-
-
-def _with_proportions(
-    *specs: tuple[str, str, str, str, str],
-) -> Callable[[QueryResult], QueryResult]:
-    """Post-processing that adds a rate and its Wilson 95% interval per spec.
-
-    Each spec is ``(successes, trials, rate, low, high)`` column names; the three new columns
-    are inserted right after the ``successes`` column.
-    """
-
-    def post(result: QueryResult) -> QueryResult:
-        columns = list(result.columns)
-        for successes, _trials, rate, low, high in specs:
-            at = columns.index(successes) + 1
-            columns[at:at] = [rate, low, high]
-        rows: list[tuple[Any, ...]] = []
-        for row in result.rows:
-            values = dict(zip(result.columns, row, strict=True))
-            out: list[Any] = []
-            for name in result.columns:
-                out.append(values[name])
-                for successes, trials, _rate, _low, _high in specs:
-                    if name == successes:
-                        k, n = int(values[successes]), int(values[trials])
-                        lo, hi = wilson_interval(k, n)
-                        out.extend([k / n if n else 0.0, lo, hi])
-            rows.append(tuple(out))
-        return QueryResult(columns, rows)
-
-    return post
-
-
-_DAY_MODEL_PRODUCT = """
-    toDate(event_time) BETWEEN {since:Date} AND {until:Date}
-    AND ({model:String} = '' OR model = {model:String})
-    AND ({product:String} = '' OR product = {product:String})
-"""
-
-_MODEL_PRODUCT = frozenset({"model", "product"})
-
 NAMED_QUERIES: dict[str, NamedQuery] = {
     q.name: q
     for q in (
@@ -146,7 +83,7 @@ SELECT toDate(event_time) AS day, model,
        count() AS audited,
        countIf(is_estimated_false_positive) AS estimated_false_positives
 FROM {{db:Identifier}}.current_assessments
-WHERE {_DAY_MODEL_PRODUCT}
+WHERE {DAY_MODEL_PRODUCT}
 GROUP BY day, model
 ORDER BY day, model
 """,
@@ -159,8 +96,8 @@ ORDER BY day, model
                 "wilson_low",
                 "wilson_high",
             ),
-            filters=_MODEL_PRODUCT,
-            postprocess=_with_proportions(
+            filters=MODEL_PRODUCT,
+            postprocess=with_proportions(
                 ("estimated_false_positives", "audited", "rate", "wilson_low", "wilson_high")
             ),
         ),
@@ -173,13 +110,13 @@ SELECT day, category, assessments,
 FROM (
     SELECT toDate(event_time) AS day, category, count() AS assessments
     FROM {{db:Identifier}}.current_assessments
-    WHERE {_DAY_MODEL_PRODUCT}
+    WHERE {DAY_MODEL_PRODUCT}
     GROUP BY day, category
 )
 ORDER BY day, assessments DESC, category
 """,
             columns=("day", "category", "assessments", "share"),
-            filters=_MODEL_PRODUCT,
+            filters=MODEL_PRODUCT,
         ),
         NamedQuery(
             name="policy_gaps",
@@ -217,7 +154,7 @@ ORDER BY day
                 "example_log_ids",
                 "descriptions",
             ),
-            filters=_MODEL_PRODUCT,
+            filters=MODEL_PRODUCT,
         ),
         NamedQuery(
             name="top_clauses",
@@ -232,13 +169,13 @@ FROM (
            count() AS citations,
            countIf(is_estimated_false_positive) AS estimated_false_positives
     FROM {{db:Identifier}}.current_assessments
-    WHERE policy_clause_cited IS NOT NULL AND {_DAY_MODEL_PRODUCT}
+    WHERE policy_clause_cited IS NOT NULL AND {DAY_MODEL_PRODUCT}
     GROUP BY policy_bundle, clause
 )
 ORDER BY citations DESC, policy_bundle, clause
 """,
             columns=("policy_bundle", "clause", "citations", "share", "estimated_false_positives"),
-            filters=_MODEL_PRODUCT,
+            filters=MODEL_PRODUCT,
         ),
         NamedQuery(
             name="review_share",
@@ -250,7 +187,7 @@ SELECT toDate(event_time) AS day,
        countIf(requires_human_review) AS flagged,
        countIf(sampled_for_review) AS sampled
 FROM {{db:Identifier}}.current_assessments
-WHERE {_DAY_MODEL_PRODUCT}
+WHERE {DAY_MODEL_PRODUCT}
 GROUP BY day
 ORDER BY day
 """,
@@ -266,8 +203,8 @@ ORDER BY day
                 "sampled_low",
                 "sampled_high",
             ),
-            filters=_MODEL_PRODUCT,
-            postprocess=_with_proportions(
+            filters=MODEL_PRODUCT,
+            postprocess=with_proportions(
                 ("flagged", "assessed", "review_share", "review_low", "review_high"),
                 ("sampled", "assessed", "sampled_share", "sampled_low", "sampled_high"),
             ),
@@ -282,12 +219,12 @@ SELECT toDate(event_time) AS day,
        countIf(is_refusal) AS refusals,
        countIf(NOT is_refusal) AS non_refusals
 FROM {{db:Identifier}}.refusal_events FINAL
-WHERE {_DAY_MODEL_PRODUCT}
+WHERE {DAY_MODEL_PRODUCT}
 GROUP BY day
 ORDER BY day
 """,
             columns=("day", "events", "refusals", "non_refusals"),
-            filters=_MODEL_PRODUCT,
+            filters=MODEL_PRODUCT,
         ),
         NamedQuery(
             name="dead_letters",
@@ -339,6 +276,7 @@ ORDER BY engine, engine_model
                 "mean_latency_ms",
             ),
         ),
+        *REVIEW_QUERIES,
     )
 }
 
