@@ -109,8 +109,9 @@ def agreement(
         rate_low=low,
         rate_high=high,
         kappa=kappa,
-        kappa_low=kappa - z * se,
-        kappa_high=kappa + z * se,
+        # kappa lies in [-1, 1]; the normal interval is clipped to it
+        kappa_low=max(-1.0, kappa - z * se),
+        kappa_high=min(1.0, kappa + z * se),
         labels=labels,
         confusion=table,
         insufficient_data=False,

@@ -29,7 +29,7 @@ OPTIONAL_COLUMNS = ("policy_bundle",)
 CONTEXT_COLUMNS = (
     "model", "product", "event_time", "request", "response", "model_category",
     "model_false_positive", "false_positive_score", "model_clause", "rationale",
-    "review_reason", "engine", "prompt_version", "audited_at",
+    "review_reason", "review_reasons", "engine", "prompt_version", "audited_at",
 )  # fmt: skip
 _TRUE = frozenset({"true", "yes", "1"})
 _FALSE = frozenset({"false", "no", "0"})
@@ -61,6 +61,11 @@ def _flag(value: Any, column: str) -> bool | None:
     raise RowError(f"{column} {text!r} is not true/false")
 
 
+def validation_message(exc: ValidationError) -> str:
+    """A pydantic error as one line for a reviewer (without pydantic's "Value error, ")."""
+    return "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+
+
 def parse_row(fields: Mapping[str, Any]) -> VerdictInput:
     """A row (column -> cell, str or JSON values) as a ``VerdictInput``.
 
@@ -90,7 +95,7 @@ def parse_row(fields: Mapping[str, Any]) -> VerdictInput:
     try:
         return VerdictInput.model_validate(values)
     except ValidationError as exc:
-        raise RowError("; ".join(e["msg"] for e in exc.errors())) from None
+        raise RowError(validation_message(exc)) from None
 
 
 def make_verdict(

@@ -43,9 +43,10 @@ def review_import(
         report = import_verdicts(open_store(cfg), bundles, file)
     except (ConfigError, OSError, WarehouseError) as exc:
         raise fail_usage(f"review import {file}: {exc}") from exc
+    new = report.imported - report.already_stored
     console.print(
-        f"{report.rows} row(s) read, {report.imported} verdict(s) stored, "
-        f"{len(report.errors)} refused"
+        f"{report.rows} row(s) read, {new} new verdict(s) stored, {report.already_stored} "
+        f"already stored (unchanged), {len(report.errors)} refused"
     )
     if report.errors:
         render(["line", "reason"], report.errors, OutputFormat.table, console, "Refused rows")
@@ -90,12 +91,13 @@ def review_stats(
         human, n, low, high = g.verified_fp
         verified = f"{human}/{n} [{low:.3f}, {high:.3f}]" if n else "no random sample"
         table_rows.append(
-            ["/".join(g.key), *_agreement_cells(g.false_positive),
+            [*g.key, *_agreement_cells(g.false_positive),
              *_agreement_cells(g.category)[1:], verified]
         )  # fmt: skip
     render(
-        ["model/bundle/engine/prompt/week", "items", "false-positive agreement", "fp kappa",
-         "category agreement", "category kappa", "missed over-refusals (random sample)"],
+        ["model", "bundle", "engine", "prompt", "audit week", "items",
+         "false-positive agreement", "fp kappa", "category agreement", "category kappa",
+         "missed over-refusals (random sample)"],
         table_rows,
         OutputFormat.table,
         console,
@@ -125,9 +127,10 @@ def review_export(
     needed = reviews_per_item or cfg.review_reviews_per_item
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        rows = open_items(open_store(cfg), where, needed)
+        bundles = load_bundles(cfg.policy_bundles)
+        rows = open_items(open_store(cfg), where, needed, bundles)
         write_items(rows, out)
-    except (OSError, WarehouseError) as exc:
+    except (ConfigError, OSError, WarehouseError) as exc:
         raise fail_usage(f"review export: {exc}") from exc
     console.print(f"{len(rows)} open review item(s) written to {out}")
 
@@ -240,7 +243,6 @@ def review_serve(
 
     from refusal_audit.web.server import build_app, owner_routes
     from warehouse.client import redact_dsn
-    from warehouse.remote import RemoteClient
 
     overrides: dict[str, object] = {}
     if host is not None:
@@ -256,13 +258,15 @@ def review_serve(
     except (ConfigError, WarehouseError) as exc:
         store.close()
         raise fail_usage(str(exc)) from exc
-    where = "through its owner" if isinstance(store.client, RemoteClient) else "owned here"
+    where = "owned here" if channel is not None and channel.owns else "through its owner"
+    if channel is None:
+        where = "server"
     console.print(
         f"review app on http://{cfg.review_web_host}:{cfg.review_web_port}/ "
         f"(warehouse {redact_dsn(cfg.resolved_warehouse_dsn)} {where}; Ctrl-C stops)"
     )
     if channel is not None:
-        channel.publish_when_listening()
+        channel.announce_when_listening()
     # uvicorn re-raises the signal that stopped it after its shutdown: exit through the
     # finally below (which withdraws the owner file) instead of dying on it
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

@@ -29,20 +29,23 @@ from processors.review import (
     make_verdict,
     parse_row,
 )
+from processors.review_queue import reasons_of
 from processors.stats import wilson_interval
 from schemas.policy import PolicyBundle
 from schemas.review import Verdict, VerdictInput
-from warehouse.review import current_verdicts, insert_verdicts
+from warehouse.review import current_verdicts, existing_verdict_ids, insert_verdicts
 from warehouse.store import Warehouse
 
 
 @dataclass
 class ImportReport:
-    """What an import did: ``rows`` read, ``imported`` verdicts stored, ``errors`` as
+    """What an import did: ``rows`` read, ``imported`` verdicts stored (``already_stored``
+    of them identical to verdicts stored before, which change nothing), ``errors`` as
     ``(line, reason)`` for every row left out."""
 
     rows: int = 0
     imported: int = 0
+    already_stored: int = 0
     errors: list[tuple[int, str]] = field(default_factory=list)
 
 
@@ -116,8 +119,10 @@ def import_verdicts(
             )
         except RowError as exc:
             report.errors.append((line, str(exc)))
+    stored = existing_verdict_ids(store, [v.verdict_id for v in verdicts])
     insert_verdicts(store, verdicts)
     report.imported = len(verdicts)
+    report.already_stored = sum(v.verdict_id in stored for v in verdicts)
     report.errors.sort()
     return report
 
@@ -211,11 +216,17 @@ class ItemFilter:
     until: datetime | None = None
 
 
-def open_items(store: Warehouse, where: ItemFilter, reviews_per_item: int) -> list[dict[str, Any]]:
+def open_items(
+    store: Warehouse,
+    where: ItemFilter,
+    reviews_per_item: int,
+    bundles: Mapping[str, PolicyBundle] | None = None,
+) -> list[dict[str, Any]]:
     """Review items (current assessments flagged for review or sampled) with fewer than
     ``reviews_per_item`` reviewers' verdicts, oldest event first, as export rows
-    (``IMPORT_COLUMNS`` empty for the reviewer, ``policy_bundle`` and ``CONTEXT_COLUMNS``).
-    Raises ``WarehouseError``."""
+    (``IMPORT_COLUMNS`` empty for the reviewer, ``policy_bundle`` and ``CONTEXT_COLUMNS``;
+    ``review_reasons`` are the refined reasons of ``processors.review_queue``, with
+    categories mapped to their top level by ``bundles``). Raises ``WarehouseError``."""
     items = store.select(
         "SELECT a.*, e.request AS request, e.response AS response "
         "FROM {db:Identifier}.current_assessments AS a "
@@ -260,12 +271,18 @@ def open_items(store: Warehouse, where: ItemFilter, reviews_per_item: int) -> li
             model_clause=a["policy_clause_cited"] or "",
             rationale=a["assessment_rationale"],
             review_reason=a["review_reason"],
+            review_reasons=" ".join(reasons_of(a, _top(bundles, a))),
             engine=a["engine"],
             prompt_version=a["prompt_version"],
             audited_at=a["audited_at"].isoformat(),
         )
         rows.append(row)
     return rows
+
+
+def _top(bundles: Mapping[str, PolicyBundle] | None, row: Mapping[str, Any]) -> str:
+    bundle = (bundles or {}).get(row["policy_bundle"])
+    return bundle.top_level(row["category"]) if bundle is not None else str(row["category"])
 
 
 EXPORT_COLUMNS = (*IMPORT_COLUMNS, *OPTIONAL_COLUMNS, *CONTEXT_COLUMNS)

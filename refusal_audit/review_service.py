@@ -136,6 +136,18 @@ class ReviewService:
         """Create or replace a saved queue. Raises ``ReviewRefused`` for the built-in one."""
         if queue.name == ALL_ITEMS.name:
             raise ReviewRefused("the queue 'all' is built in and cannot be changed", 422)
+        if queue.policy_bundle is not None and queue.policy_bundle not in self.bundles:
+            raise ReviewRefused(f"policy bundle {queue.policy_bundle!r} is not configured", 422)
+        if queue.category is not None:
+            bundles = [self.bundles[queue.policy_bundle]] if queue.policy_bundle else list(
+                self.bundles.values()
+            )
+            if not any(queue.category in b.category_codes() for b in bundles):
+                raise ReviewRefused(
+                    f"category {queue.category!r} is in no configured taxonomy "
+                    "(use a code or a top-level code)",
+                    422,
+                )
         save_queue(self.store, queue, by, self.now())
 
     def delete_queue(self, name: str, by: str) -> None:

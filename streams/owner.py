@@ -21,6 +21,7 @@ import orjson
 
 from refusal_audit.config import Settings
 from warehouse.client import Client, WarehouseError, connect
+from warehouse.follow import FollowingClient
 from warehouse.remote import (
     OWNER_PATH,
     check_bearer,
@@ -31,7 +32,7 @@ from warehouse.remote import (
     withdraw_owner,
 )
 
-__all__ = ["MAX_REQUEST_BYTES", "OwnerChannel", "channel_url"]
+__all__ = ["MAX_REQUEST_BYTES", "OwnerChannel", "OwnerSlot", "channel_url"]
 
 log = logging.getLogger("refusal_audit.worker")
 
@@ -155,3 +156,68 @@ class OwnerChannel:
             self.client.close()
         except Exception as exc:  # closing must not hide the exit reason
             log.warning("closing the owner channel's client failed: %r", exc)
+
+
+_NOT_OWNER = orjson.dumps(
+    {"error": {"class": "OperationalError", "message": "this process does not own the store",
+               "code": None, "name": None}}
+)  # fmt: skip
+
+
+class OwnerSlot:
+    """The owner channel of a long-running process (the worker, the review server) on an
+    embedded store: served from the start when the process opened the store itself, or from
+    the moment it takes the store over from an owner that went away
+    (``warehouse.follow.FollowingClient.on_owned``); until then requests get 503.
+
+    ``host``/``port``: the process's web server, where the channel is served.
+    """
+
+    def __init__(self, cfg: Settings, host: str, port: int) -> None:
+        self.cfg = cfg
+        self.host = host
+        self.port = port
+        self.channel: OwnerChannel | None = None
+
+    @classmethod
+    def attach(cls, cfg: Settings, client: object, host: str, port: int) -> OwnerSlot | None:
+        """The slot for ``cfg``'s warehouse opened as ``client``; None for a server or
+        in-memory store. Raises ``WarehouseError``."""
+        if owner_file(cfg.resolved_warehouse_dsn) is None:
+            return None
+        slot = cls(cfg, host, port)
+        if isinstance(client, FollowingClient) and not client.owned:
+            client.on_owned = slot.take_over
+        else:
+            slot.channel = OwnerChannel.open(cfg, host, port)
+        return slot
+
+    @property
+    def owns(self) -> bool:
+        """Whether this process serves the store now."""
+        return self.channel is not None
+
+    def announce_when_listening(self) -> None:
+        """Announce the channel once the web server answers (when this process owns)."""
+        if self.channel is not None:
+            self.channel.publish_when_listening()
+
+    def take_over(self) -> None:
+        """Serve and announce the channel now (the web server is listening). Raises
+        ``WarehouseError``."""
+        channel = OwnerChannel.open(self.cfg, self.host, self.port)
+        if channel is not None:
+            self.channel = channel
+            channel.publish()
+
+    async def handle(self, authorization: str | None, body: bytes) -> tuple[int, bytes]:
+        """``OwnerChannel.handle``, or 503 while this process does not own the store."""
+        channel = self.channel
+        if channel is None:
+            return 503, _NOT_OWNER
+        return await channel.handle(authorization, body)
+
+    def close(self) -> None:
+        """Withdraw and close the channel, if any. Never raises."""
+        if self.channel is not None:
+            self.channel.close()

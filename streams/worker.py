@@ -55,7 +55,7 @@ from streams.detectors import DetectorRunner
 from streams.logs import json_logging_config
 from streams.membership import AssignmentWatch, group_instance_id, leave_group
 from streams.metrics import WorkerMetrics
-from streams.owner import MAX_REQUEST_BYTES, OwnerChannel
+from streams.owner import MAX_REQUEST_BYTES, OwnerSlot
 from streams.producer import TopicWriter, make_producer
 from streams.sink import StreamSink, kafka_location, window_originals
 from streams.topics import Topics, admin_client, require_topic
@@ -157,7 +157,7 @@ class WorkerContext:
     detectors: DetectorRunner
     io_lock: asyncio.Lock
     assignment: AssignmentWatch
-    owner: OwnerChannel | None = None
+    owner: OwnerSlot | None = None
 
 
 def faust_data_dir(cfg: Settings) -> Path:
@@ -214,8 +214,10 @@ def build_context(cfg: Settings, wrap_sink: Callable[[Sink], Sink] | None = None
     ):
         require_topic(admin, name)
     metrics = WorkerMetrics()
-    store = Warehouse.open(cfg, via_owner=False)  # the worker owns an embedded store
-    owner = OwnerChannel.open(cfg)
+    # an embedded store: owned here, or followed through the process that owns it (e.g. the
+    # review server), and taken over when that process stops
+    store = Warehouse.open(cfg)
+    owner = OwnerSlot.attach(cfg, store.client, cfg.worker_web_host, cfg.worker_web_port)
     store.on_retry = lambda table: metrics.warehouse_retries.labels(table).inc()
     writer = TopicWriter(make_producer(cfg.kafka_bootstrap_servers))
     inner: Sink = wrap_sink(store) if wrap_sink is not None else store
@@ -451,7 +453,7 @@ def create_app(ctx: WorkerContext) -> faust.App:
         return web.json(status, status=200 if status["ok"] else 503)
 
     if ctx.owner is not None:
-        owner: OwnerChannel = ctx.owner
+        owner: OwnerSlot = ctx.owner
 
         @app.page(OWNER_PATH)
         class OwnerView(faust.web.View):
@@ -524,7 +526,7 @@ def run_worker(
     )
     ctx.assignment.start()
     if ctx.owner is not None:
-        ctx.owner.publish_when_listening()
+        ctx.owner.announce_when_listening()
     worker = faust.Worker(
         app,
         loglevel=loglevel,

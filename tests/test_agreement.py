@@ -65,8 +65,8 @@ def test_rate_and_kappa_match_independent_computations(
     assert result.kappa == pytest.approx(cohen_kappa_score(ms, hs), abs=1e-12)
     kappa, se = kappa_by_hand(pairs)
     assert result.kappa == pytest.approx(kappa, abs=1e-12)
-    assert result.kappa_low == pytest.approx(kappa - Z95 * se, abs=1e-9)
-    assert result.kappa_high == pytest.approx(kappa + Z95 * se, abs=1e-9)
+    assert result.kappa_low == pytest.approx(max(-1.0, kappa - Z95 * se), abs=1e-9)
+    assert result.kappa_high == pytest.approx(min(1.0, kappa + Z95 * se), abs=1e-9)
 
 
 def test_the_confusion_matrix_has_model_rows_and_reviewer_columns() -> None:
@@ -100,3 +100,15 @@ def test_perfect_agreement_has_kappa_one_and_a_zero_width_interval() -> None:
     result = agreement(pairs)
     assert result.kappa == pytest.approx(1.0)
     assert result.kappa_low == pytest.approx(1.0) and result.kappa_high == pytest.approx(1.0)
+
+
+def test_the_kappa_interval_stays_within_minus_one_and_one() -> None:
+    # few items in perfect disagreement: the normal interval would pass -1
+    pairs = [("yes", "no"), ("no", "yes")] * 2 + [("yes", "yes"), ("no", "no")]
+    result = agreement(pairs, min_items=1)
+    assert result.kappa is not None and result.kappa_low is not None
+    assert result.kappa_high is not None
+    kappa, se = kappa_by_hand(pairs)
+    assert kappa - Z95 * se < -1.0  # the unclipped bound
+    assert -1.0 <= result.kappa_low <= result.kappa <= result.kappa_high <= 1.0
+    assert result.kappa_low == -1.0

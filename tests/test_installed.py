@@ -7,6 +7,7 @@ goes first on ``PYTHONPATH``; every command runs in a fresh empty directory."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,8 +25,14 @@ EXAMPLE_LOG = REPO / "examples" / "refusal_log.jsonl"
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory holding the package installed from a freshly built wheel."""
     wheels = tmp_path_factory.mktemp("wheel")
+    # from a copy without build outputs: setuptools reuses a stale build/ directory
+    source = tmp_path_factory.mktemp("source") / "refusal-audit"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "*.egg-info", "__pycache__", "out", ".refusal-audit",
+        ".mypy_cache", ".ruff_cache", ".pytest_cache", "lib", "data",
+    ))  # fmt: skip
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)],
         capture_output=True,
         text=True,
         timeout=600,

@@ -153,7 +153,13 @@ def test_the_cli_imports_and_reports_agreement(cli_env: dict[str, str], tmp_path
         f.write("missing,ann,agree,,,,\n")
     imported = runner.invoke(app, ["review", "import", str(path)], env=cli_env)
     assert imported.exit_code == 1, imported.output
-    assert f"{len(ids)} verdict(s) stored, 1 refused" in imported.output
+    assert f"{len(ids)} new verdict(s) stored, 0 already stored (unchanged), 1 refused" in (
+        " ".join(imported.output.split())
+    )
+    again = runner.invoke(app, ["review", "import", str(path)], env=cli_env)
+    assert f"0 new verdict(s) stored, {len(ids)} already stored (unchanged)" in (
+        " ".join(again.output.split())
+    )
     stats = runner.invoke(app, ["review", "stats", "--json"], env=cli_env)
     assert stats.exit_code == 0, stats.output
     groups = [orjson.loads(line)["group"] for line in stats.output.splitlines()]
@@ -167,12 +173,16 @@ def test_exported_items_filled_in_import_as_they_are(
 ) -> None:
     from refusal_audit.review import ItemFilter, open_items, write_items
 
-    items = open_items(warehouse, ItemFilter(), reviews_per_item=1)
+    items = open_items(warehouse, ItemFilter(), reviews_per_item=1, bundles=bundles())
     expected = {
         a["log_id"] for a in audited if a["requires_human_review"] or a["sampled_for_review"]
     }
     assert {r["log_id"] for r in items} == expected and items
     assert all(r["request"] and r["model_category"] for r in items)
+    sampled = {a["log_id"] for a in audited if a["review_reason"] == "random_sample"}
+    for r in items:  # the refined reasons the review app's queues filter on
+        assert r["review_reasons"]
+        assert ("random_sample" in r["review_reasons"].split()) == (r["log_id"] in sampled)
     path = tmp_path / f"items{suffix}"
     write_items(items, path)
     if suffix == ".csv":

@@ -136,12 +136,23 @@ def test_the_keyboard_only_flow(browser: Any, server: ReviewServer, tmp_path: Pa
     page.keyboard.press("Escape")
     assert page.locator("#help").is_hidden()
 
-    first_code = page.locator('input[name="corrected_category"][data-key="1"]').get_attribute(
-        "value"
-    )
+    def code(key: str) -> str:
+        selector = f'input[name="corrected_category"][data-key="{key}"]'
+        return str(page.locator(selector).get_attribute("value"))
+
     page.keyboard.press("d")
     assert page.locator("#correction").is_visible()
     page.keyboard.press("1")
+    page.keyboard.press("2")  # quickly after the 1: category 12
+    assert page.locator('input[name="corrected_category"]:checked').get_attribute("value") == (
+        code("12")
+    )
+    page.wait_for_timeout(900)  # a pause: the next digit starts a new number
+    page.keyboard.press("1")
+    first_code = code("1")
+    assert page.locator('input[name="corrected_category"]:checked').get_attribute("value") == (
+        first_code
+    )
     page.keyboard.press("y")
     with page.expect_navigation():
         page.keyboard.press("Enter")

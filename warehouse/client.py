@@ -148,10 +148,11 @@ def connect(
     overrides one in the DSN) and ignored for chDB. The database is created when missing.
     Datetimes come back timezone-aware (UTC).
 
-    For an embedded path whose owner process (the stream worker) is alive and announces
-    the owner channel (``warehouse.remote.find_owner``), the result is a
-    ``warehouse.remote.RemoteClient`` to that owner, typed as ``Client``: it implements the
-    subset of ``Client`` this package uses. ``via_owner=False`` always opens the store in
+    For an embedded path whose owner process (the stream worker or the review server) is
+    alive and announces the owner channel (``warehouse.remote.find_owner``), the result is a
+    ``warehouse.follow.FollowingClient`` on that owner's channel, typed as ``Client``: it
+    implements the subset of ``Client`` this package uses, and follows a new owner or takes
+    the store over when the owner goes away. ``via_owner=False`` always opens the store in
     this process (the owner itself does so). If the owner does not answer, the store is
     opened here, which fails while the owner holds chDB's lock.
 
@@ -165,7 +166,7 @@ def connect(
     if is_path and via_owner:
         remote = _owner_client(dsn)
         if remote is not None:
-            return _use_database(remote, dsn, database)
+            return _following(_use_database(remote, dsn, database), dsn, database, password)
     kwargs: dict[str, Any] = {"dsn": dsn, "tz_mode": "aware"}
     if is_path:
         # made here, so a path that cannot be a directory fails with one clear line
@@ -195,10 +196,26 @@ def connect(
             if is_path and via_owner:  # the owner may have announced itself meanwhile
                 remote = _owner_client(dsn)
                 if remote is not None:
-                    return _use_database(remote, dsn, database)
+                    return _following(
+                        _use_database(remote, dsn, database), dsn, database, password
+                    )
             hint = _lock_hint(dsn, via_owner)
         raise WarehouseError(f"cannot open warehouse {redact_dsn(dsn)}{hint}: {exc}") from exc
     return _use_database(client, dsn, database)
+
+
+def _following(remote: Client, dsn: str, database: str, password: str | None) -> Client:
+    """``remote`` (a ``RemoteClient``) wrapped in a ``warehouse.follow.FollowingClient``,
+    which follows a new owner or takes the store over when this one goes away."""
+    from warehouse.follow import FollowingClient
+    from warehouse.remote import RemoteClient
+
+    assert isinstance(remote, RemoteClient)
+    follower = FollowingClient(
+        dsn, remote, lambda: connect(dsn, database, password, via_owner=False)
+    )
+    # FollowingClient implements the subset of Client this package uses
+    return cast(Client, follower)
 
 
 def _use_database(client: Client, dsn: str, database: str) -> Client:

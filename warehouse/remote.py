@@ -482,6 +482,7 @@ class RemoteClient:
         connect_timeout: float = CONNECT_TIMEOUT,
     ) -> None:
         self.url = url
+        self.token = token
         self.database = database
         self._closed = False
         self._http = httpx.Client(

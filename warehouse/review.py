@@ -32,6 +32,18 @@ def insert_verdicts(store: Warehouse, verdicts: Sequence[Verdict]) -> None:
     store.insert_rows("review_verdicts", VERDICT_COLUMNS, [_row(v) for v in verdicts])
 
 
+def existing_verdict_ids(store: Warehouse, ids: Sequence[str]) -> set[str]:
+    """Which of ``ids`` are stored already. Raises ``WarehouseError``."""
+    if not ids:
+        return set()
+    rows = store.select(
+        "SELECT DISTINCT verdict_id FROM {db:Identifier}.review_verdicts "
+        "WHERE verdict_id IN {ids:Array(String)}",
+        {"ids": list(ids)},
+    )
+    return {r["verdict_id"] for r in rows}
+
+
 def current_verdicts(store: Warehouse) -> list[Verdict]:
     """Every reviewer's newest verdict on every assessment. Raises ``WarehouseError``."""
     rows = store.select(

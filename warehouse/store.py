@@ -371,7 +371,9 @@ class Warehouse:
                     rows,
                     column_names=list(columns),
                     database=self.database,
-                    column_types=self._types_of(key),
+                    # a remote client's context has no types (the owner reads them); None
+                    # lets the driver read them too when the store was taken over since
+                    column_types=self._types_of(key) or None,
                     settings={**_INSERT_SETTINGS, "insert_deduplication_token": token},
                 )
             except BaseException:  # the table may have changed: read its types again
@@ -417,8 +419,9 @@ class Warehouse:
                 table, list(columns), database=self.database
             )
             types = list(context.column_types)
-            with self._column_types_lock:
-                self._column_types[key] = types
+            if types:  # none from a remote client: ask again next time (it may be local)
+                with self._column_types_lock:
+                    self._column_types[key] = types
         return types
 
     def _before_retry(self, table: str) -> Callable[[Any], None]:

@@ -34,6 +34,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from processors.review import validation_message
 from refusal_audit.review_accounts import AccountBook, LoginThrottle, fingerprint
 from refusal_audit.review_service import ReviewRefused, ReviewService
 from schemas.review import REVIEW_REASONS, ReviewerAccount, ReviewQueue, VerdictInput
@@ -134,7 +135,7 @@ def verdict_from_form(form: Mapping[str, Any], reviewer: str, log_id: str) -> Ve
             note=_blank(form.get("note")) or "",
         )
     except ValidationError as exc:
-        raise ValueError("; ".join(e["msg"] for e in exc.errors())) from None
+        raise ValueError(validation_message(exc)) from None
 
 
 def queue_from_form(form: Mapping[str, Any]) -> ReviewQueue:
@@ -376,8 +377,12 @@ def create_app(
             if found is not None:
                 current_values = {k: "" if v is None else str(v)
                                   for k, v in found.model_dump().items()}  # fmt: skip
+        items = await run_in_threadpool(service.items)
+        codes = sorted({t.code for b in service.bundles.values() for t in b.taxonomy})
         return render(request, "queues.html", status, user=user, overview=overview,
                       values=current_values, error=error, bundles=sorted(service.bundles),
+                      models=sorted({i.model for i in items}),
+                      products=sorted({i.product for i in items}), categories=codes,
                       reviews_per_item=service.reviews_per_item)  # fmt: skip
 
     async def save_queue(request: Request, user: ReviewerAccount) -> Response:

@@ -26,8 +26,8 @@ from refusal_audit.config import ConfigError, Settings
 from refusal_audit.review_accounts import AccountBook
 from refusal_audit.review_service import ReviewService
 from refusal_audit.web.app import WebOptions, create_app
-from streams.owner import OwnerChannel
-from warehouse.remote import OWNER_PATH, RemoteClient
+from streams.owner import OwnerSlot
+from warehouse.remote import OWNER_PATH
 from warehouse.store import Warehouse
 
 
@@ -72,23 +72,22 @@ class ReviewApp:
     accounts: AccountBook
 
 
-def owner_routes(cfg: Settings, store: Warehouse) -> tuple[list[Route], OwnerChannel | None]:
-    """The owner channel's route when this process owns an embedded store (``store`` opened
-    locally, not through another owner), so other commands reach the store while the review
-    server runs; else no route. Raises ``WarehouseError``."""
-    if isinstance(store.client, RemoteClient):
-        return [], None
-    channel = OwnerChannel.open(cfg, cfg.review_web_host, cfg.review_web_port)
-    if channel is None:
+def owner_routes(cfg: Settings, store: Warehouse) -> tuple[list[Route], OwnerSlot | None]:
+    """The owner channel's route on an embedded store (``streams.owner.OwnerSlot``): served
+    when this process owns the store, or from the moment it takes the store over from an
+    owner that went away (e.g. a worker that stopped); no route for a server DSN. Raises
+    ``WarehouseError``."""
+    slot = OwnerSlot.attach(cfg, store.client, cfg.review_web_host, cfg.review_web_port)
+    if slot is None:
         return [], None
 
     async def endpoint(request: Request) -> Response:
-        status, body = await channel.handle(
+        status, body = await slot.handle(
             request.headers.get("authorization"), await request.body()
         )
         return Response(body, status, media_type="application/json")
 
-    return [Route(OWNER_PATH, endpoint, methods=["POST"])], channel
+    return [Route(OWNER_PATH, endpoint, methods=["POST"])], slot
 
 
 def build_app(

@@ -1,5 +1,5 @@
 // Keyboard shortcuts of the review app (the pages work without this file).
-// a agree · d disagree · 1-9 category · y/n false positive · c clause · t note
+// a agree · d disagree · 1-99 category · y/n false positive · c clause · t note
 // Enter submit and next · s skip · p previous · ? help · Esc close help / leave a field
 // r (queue list) review the first queue with open items
 (function () {
@@ -34,6 +34,23 @@
     if (!el) return false;
     el.checked = true;
     el.dispatchEvent(new Event("change", { bubbles: true }));
+    return true;
+  }
+
+  // categories by number: one digit picks at once; a second digit within 0.8 s makes a
+  // two-digit number (1 then 2 picks 12), so every category has a key sequence
+  let digits = "";
+  let digitsAt = 0;
+  function pickCategory(digit) {
+    const now = Date.now();
+    const candidate = (now - digitsAt < 800 ? digits : "") + digit;
+    digitsAt = now;
+    const sel = (n) => 'input[name="corrected_category"][data-key="' + n + '"]';
+    if ($(sel(candidate))) digits = candidate;
+    else if ($(sel(digit))) digits = digit;
+    else { digits = ""; return false; }
+    check(sel(digits));
+    check("#verdict-disagree");
     return true;
   }
 
@@ -76,10 +93,8 @@
         break;
       }
       default:
-        if (/^[1-9]$/.test(ev.key)) {
-          handled = check('input[name="corrected_category"][data-key="' + ev.key + '"]');
-          if (handled) check("#verdict-disagree");
-        } else handled = false;
+        if (/^[0-9]$/.test(ev.key)) handled = pickCategory(ev.key);
+        else handled = false;
     }
     if (handled) ev.preventDefault();
   });
