@@ -274,6 +274,9 @@ def review_serve(
         uvicorn.run(
             app, host=cfg.review_web_host, port=cfg.review_web_port, log_level="info",
             server_header=False,
+            # the app decides whom to believe (review_trusted_proxies); uvicorn must not
+            # rewrite the client address from X-Forwarded-For
+            proxy_headers=False,
         )
     finally:
         if channel is not None:

@@ -33,7 +33,9 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
-    return value
+    if value is None or isinstance(value, str | int | bool):
+        return value
+    return str(value)  # IP addresses, UUIDs, Decimals and other driver types
 
 
 def render(

@@ -78,9 +78,10 @@ def deactivate_reviewer(store: Warehouse, name: str, now: datetime | None = None
 
 
 def fingerprint(account: ReviewerAccount) -> str:
-    """A digest of what a login rests on (hash, role, active): a session stores it, and a
-    password, role or status change ends the sessions made before."""
-    text = f"{account.password_hash}|{account.role}|{account.active}"
+    """A digest of what a login rests on (hash, role, active, the account version): a
+    session stores it, and a password, role or status change, or a logout (a new version),
+    ends the sessions made before."""
+    text = f"{account.password_hash}|{account.role}|{account.active}|{account.updated_at}"
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 
@@ -117,6 +118,14 @@ class AccountBook:
         """The active account ``name``, or None."""
         account = self._fresh().get(name)
         return account if account is not None and account.active else None
+
+    def end_sessions(self, name: str) -> None:
+        """Store a new version of ``name``'s account, which ends all its sessions (logout
+        everywhere). Raises ``WarehouseError``."""
+        account = self._fresh().get(name)
+        if account is not None:
+            save_reviewer(self.store, account.model_copy(update={"updated_at": datetime.now(UTC)}))
+            self.refresh()
 
     def names(self) -> list[str]:
         """Names of the active accounts."""

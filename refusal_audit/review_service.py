@@ -188,8 +188,12 @@ class ReviewService:
             return chosen
 
     def skip(self, reviewer: str, key: ItemKey) -> None:
-        """Return ``key`` to the queue and keep it from ``reviewer`` until ``unskip``."""
-        self.leases.skip(key, reviewer)
+        """Return ``key`` to the queue and keep it from ``reviewer`` until ``unskip``.
+        Raises ``ReviewRefused`` (409) when ``reviewer`` does not hold ``key``."""
+        with self.leases.lock:
+            if self.leases.holder(key) != reviewer:
+                raise ReviewRefused("you do not hold this item (your lease may have expired)")
+            self.leases.skip(key, reviewer)
 
     def unskip(self, reviewer: str) -> None:
         """Offer ``reviewer``'s skipped items again."""
@@ -273,8 +277,8 @@ class ReviewService:
                     raise ReviewRefused(f"{item.log_id!r} is not in review", 404)
                 if len(done) >= self.reviews_per_item:
                     raise ReviewRefused(
-                        f"this item already has its {self.reviews_per_item} verdict(s) "
-                        "(your lease had expired)"
+                        f"this item already has its {self.reviews_per_item} verdict(s) from "
+                        "other reviewers"
                     )
             insert_verdicts(self.store, [verdict])
             self.leases.release(key, reviewer)

@@ -39,7 +39,7 @@ log = logging.getLogger("refusal_audit.worker")
 #: Largest channel request the worker's web server accepts (an insert of a whole audit run).
 MAX_REQUEST_BYTES = 512 * 1024 * 1024
 
-_UNAUTHORIZED = orjson.dumps(
+UNAUTHORIZED = orjson.dumps(
     {"error": {"class": "InterfaceError", "message": "missing or wrong bearer token",
                "code": None, "name": None}}
 )  # fmt: skip
@@ -105,7 +105,7 @@ class OwnerChannel:
         """
         token = self.token
         if token is None or not check_bearer(authorization, token):
-            return 401, _UNAUTHORIZED
+            return 401, UNAUTHORIZED
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, serve_request, self.client, body)
 
@@ -209,6 +209,13 @@ class OwnerSlot:
         if channel is not None:
             self.channel = channel
             channel.publish()
+
+    def authorized(self, authorization: str | None) -> bool:
+        """Whether ``authorization`` carries the channel's token (check before reading a
+        request body)."""
+        channel = self.channel
+        token = channel.token if channel is not None else None
+        return token is not None and check_bearer(authorization, token)
 
     async def handle(self, authorization: str | None, body: bytes) -> tuple[int, bytes]:
         """``OwnerChannel.handle``, or 503 while this process does not own the store."""

@@ -55,7 +55,7 @@ from streams.detectors import DetectorRunner
 from streams.logs import json_logging_config
 from streams.membership import AssignmentWatch, group_instance_id, leave_group
 from streams.metrics import WorkerMetrics
-from streams.owner import MAX_REQUEST_BYTES, OwnerSlot
+from streams.owner import MAX_REQUEST_BYTES, UNAUTHORIZED, OwnerSlot
 from streams.producer import TopicWriter, make_producer
 from streams.sink import StreamSink, kafka_location, window_originals
 from streams.topics import Topics, admin_client, require_topic
@@ -458,9 +458,11 @@ def create_app(ctx: WorkerContext) -> faust.App:
         @app.page(OWNER_PATH)
         class OwnerView(faust.web.View):
             async def post(self, request: Any) -> Any:
-                status, body = await owner.handle(
-                    request.headers.get("Authorization"), await request.read()
-                )
+                authorization = request.headers.get("Authorization")
+                if owner.owns and not owner.authorized(authorization):  # body left unread
+                    status, body = 401, UNAUTHORIZED
+                else:
+                    status, body = await owner.handle(authorization, await request.read())
                 return self.bytes(body, content_type="application/json", status=status)
 
     @app.timer(interval=cfg.alerts_interval_seconds)  # type: ignore[untyped-decorator]

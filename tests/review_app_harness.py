@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import uvicorn
@@ -84,7 +85,9 @@ def serve(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", lifespan="off", proxy_headers=False)
+    )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -116,6 +119,18 @@ def audited_at(html: str) -> str:
     return match.group(1)
 
 
+def key_of(item_url: str) -> tuple[str, str]:
+    """(bundle, log id) of an item page URL."""
+    query = parse_qs(urlsplit(item_url).query)
+    return query["bundle"][0], query["log_id"][0]
+
+
+def plain(item_url: str) -> str:
+    """The item page URL without its queue."""
+    bundle, log_id = key_of(item_url)
+    return "/item?" + urlencode({"bundle": bundle, "log_id": log_id})
+
+
 class Reviewer:
     """An HTTP client logged in as one reviewer (the no-JavaScript flow)."""
 
@@ -142,17 +157,20 @@ class Reviewer:
         reply = self.post(f"/queues/{queue}/claim")
         assert reply.status_code == 303, reply.text
         target = reply.headers["location"]
-        return target if target.startswith("/items/") else None
+        return target if target.startswith("/item?") else None
 
-    def submit(self, item_path: str, **fields: str) -> httpx.Response:
+    def submit(self, item_url: str, **fields: str) -> httpx.Response:
         """GET the item page (for its audited_at), then POST the verdict form."""
-        page = self.http.get(item_path)
+        page = self.http.get(item_url)
         assert page.status_code == 200, page.text
-        path, _, query = item_path.partition("?")
-        queue = query.removeprefix("queue=") if query.startswith("queue=") else ""
-        return self.post(
-            f"{path}/verdict", audited_at=audited_at(page.text), queue=queue, **fields
-        )
+        queue = parse_qs(urlsplit(item_url).query).get("queue", [""])[0]
+        return self.post_item("verdict", item_url, audited_at=audited_at(page.text),
+                              queue=queue, **fields)  # fmt: skip
+
+    def post_item(self, action: str, item_url: str, **fields: str) -> httpx.Response:
+        """POST ``/item/<action>`` (verdict, skip) for the item of ``item_url``."""
+        bundle, log_id = key_of(item_url)
+        return self.post(f"/item/{action}", bundle=bundle, log_id=log_id, **fields)
 
     def close(self) -> None:
         self.http.close()

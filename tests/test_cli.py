@@ -261,3 +261,13 @@ def test_benchmark_table_has_the_figures_eval_prints(
     assert f"recall {fmt_interval(fp['recall'])}" in table
     assert f"agreement {fmt_interval(co['category_agreement']['agreement'])}" in table
     assert f"{fp['n']} of the {fp['labelled_refusals']} human-labelled XSTest refusals" in table
+
+
+def test_sql_prints_driver_types_as_json(env: dict[str, str]) -> None:
+    statement = ("SELECT toIPv6('::1') AS ip, toUUID('61f0c404-5cb3-11e7-907b-a6006ad3dba0') AS u,"
+                 " toDecimal64(1.25, 2) AS d")  # fmt: skip
+    result = runner.invoke(app, ["sql", statement, "-o", "json"], env=env)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == {
+        "ip": "::1", "u": "61f0c404-5cb3-11e7-907b-a6006ad3dba0", "d": "1.25",
+    }  # fmt: skip

@@ -10,8 +10,8 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import unquote
 
+import httpx
 import pytest
 from review_app_harness import (
     PASSWORDS,
@@ -19,6 +19,8 @@ from review_app_harness import (
     ReviewServer,
     add_accounts,
     audited_at,
+    key_of,
+    plain,
     serve,
 )
 from test_pipeline import settings
@@ -43,17 +45,11 @@ def login(server: ReviewServer, name: str) -> Reviewer:
     return Reviewer(server.url, name, PASSWORDS[name])
 
 
-def key_of(path: str) -> tuple[str, str]:
-    """(bundle, log id) of an item path."""
-    _, _, bundle, log_id = path.split("?")[0].split("/")
-    return unquote(bundle), unquote(log_id)
-
-
-GET_PAGES = ["/", "/history", "/admin/queues", "/items/default/x"]
+GET_PAGES = ["/", "/history", "/admin/queues", "/item?bundle=default&log_id=x"]
 POST_ACTIONS = [
     "/queues/all/claim",
-    "/items/default/x/verdict",
-    "/items/default/x/skip",
+    "/item/verdict",
+    "/item/skip",
     "/unskip",
     "/admin/queues",
     "/admin/queues/q/delete",
@@ -63,13 +59,14 @@ POST_ACTIONS = [
 def test_every_page_and_action_needs_a_login(server: ReviewServer) -> None:
     anonymous = Reviewer(server.url, "nobody")  # has a CSRF token, no session
     some_log_id = review_item_rows(server.store)[0]["log_id"]
-    for path in [*GET_PAGES, f"/items/default/{some_log_id}"]:
+    for path in [*GET_PAGES, f"/item?bundle=default&log_id={some_log_id}"]:
         reply = anonymous.http.get(path)
         assert reply.status_code == 303, path
         assert reply.headers["location"].startswith("/login?next=")
         assert some_log_id not in reply.text
     for path in POST_ACTIONS:
-        reply = anonymous.post(path, verdict="agree", audited_at="2026-01-01T00:00:00+00:00")
+        reply = anonymous.post(path, verdict="agree", audited_at="2026-01-01T00:00:00+00:00",
+                               bundle="default", log_id=some_log_id)  # fmt: skip
         assert reply.status_code == 401, path
     assert current_verdicts(server.store) == []
     assert server.service.leases.held_by("nobody") is None
@@ -77,7 +74,7 @@ def test_every_page_and_action_needs_a_login(server: ReviewServer) -> None:
 
 def test_a_post_without_a_valid_csrf_token_is_refused(server: ReviewServer) -> None:
     alice = login(server, "alice")
-    no_token = alice.http.post("/queues/all/claim", data={})
+    no_token = alice.http.post("/queues/all/claim", data={"queue": "all"})
     forged = alice.http.post("/queues/all/claim", data={"csrftoken": "forged.token"})
     assert (no_token.status_code, forged.status_code) == (403, 403)
     assert "CSRF" in no_token.text
@@ -122,10 +119,10 @@ def test_two_reviewers_never_hold_one_item_and_verdicts_reach_clickhouse(
     second = bob.claim()
     assert second is not None and key_of(second) != key_of(first)
     # bob cannot judge the item alice holds
-    held = bob.submit(first.split("?")[0], verdict="agree")
+    held = bob.submit(plain(first), verdict="agree")
     assert held.status_code == 409 and "another reviewer holds" in held.text
     reply = alice.submit(first, verdict="agree", note="fine")
-    assert reply.status_code == 303 and reply.headers["location"].startswith("/items/")
+    assert reply.status_code == 303 and reply.headers["location"].startswith("/item?")
     assert key_of(reply.headers["location"]) not in (key_of(first), key_of(second))
     fix = bob.submit(
         second,
@@ -143,10 +140,10 @@ def test_two_reviewers_never_hold_one_item_and_verdicts_reach_clickhouse(
     assert correction.corrected_false_positive is True and correction.corrected_clause is None
     assert correction.source == "web" and correction.note == "harmless request"
     # the item is done (1 verdict each): bob may not add one, nor see alice's verdict
-    late = bob.submit(first.split("?")[0], verdict="disagree", corrected_category="privacy",
+    late = bob.submit(plain(first), verdict="disagree", corrected_category="privacy",
                       corrected_false_positive="no")  # fmt: skip
     assert late.status_code == 409 and "already has its 1 verdict" in late.text
-    assert "fine" not in bob.http.get(first.split("?")[0]).text
+    assert "fine" not in bob.http.get(plain(first)).text
     assert "harmless request" not in bob.http.get("/history").text.split("<main>")[0]
 
 
@@ -154,7 +151,7 @@ def test_a_reviewer_revises_their_verdict_and_the_history_is_kept(server: Review
     alice = login(server, "alice")
     item = alice.claim()
     assert item is not None
-    path = item.split("?")[0]
+    path = plain(item)
     assert alice.submit(path, verdict="agree").status_code == 303
     revised = alice.submit(path, verdict="disagree", corrected_category="over_refusal",
                            corrected_false_positive="yes", corrected_clause="none")  # fmt: skip
@@ -194,7 +191,7 @@ def test_an_expired_lease_returns_the_item(server: ReviewServer) -> None:
     assert first is not None
     server.clock.advance(server.settings.review_lease_seconds + 1)
     assert carol.claim() == first  # returned to the queue, oldest first
-    late = alice.submit(first.split("?")[0], verdict="agree")
+    late = alice.submit(plain(first), verdict="agree")
     assert late.status_code == 409
 
 
@@ -205,8 +202,7 @@ def test_skip_hands_out_the_next_item_and_offers_the_skipped_again(
     first = carol.claim()
     assert first is not None
     page = carol.http.get(first)
-    reply = carol.post(f"{first.split('?')[0]}/skip", audited_at=audited_at(page.text),
-                       queue="all")  # fmt: skip
+    reply = carol.post_item("skip", first, audited_at=audited_at(page.text), queue="all")
     assert reply.status_code == 303 and key_of(reply.headers["location"]) != key_of(first)
     assert server.service.skipped("carol") == 1
     second = reply.headers["location"]
@@ -294,11 +290,10 @@ def test_a_reaudit_makes_a_new_item_and_old_verdicts_stay(server: ReviewServer) 
         {"id": log_id},
     )
     assert rows[0]["audited_at"] > old.assessment_audited_at  # the verdict kept its assessment
-    stale = alice.post(f"{item.split('?')[0]}/verdict", audited_at=audited_at(old_page),
-                       verdict="agree")  # fmt: skip
+    stale = alice.post_item("verdict", item, audited_at=audited_at(old_page), verdict="agree")
     assert stale.status_code == 409 and "re-audited" in stale.text
     if rows[0]["requires_human_review"] or rows[0]["sampled_for_review"]:
-        page = alice.http.get(item.split("?")[0]).text
+        page = alice.http.get(plain(item)).text
         assert "verdicts: 0 / 1" in page  # a new item, not yet judged
 
 
@@ -332,8 +327,9 @@ def test_claims_under_concurrency_give_each_item_exactly_its_verdicts(
                 claimed = time.monotonic()
                 page = client.http.get(item)
                 sent = time.monotonic()
-                reply = client.post(f"{item.split('?')[0]}/verdict", queue="",
-                                    audited_at=audited_at(page.text), verdict="agree")  # fmt: skip
+                reply = client.post_item(
+                    "verdict", item, queue="", audited_at=audited_at(page.text), verdict="agree"
+                )
                 with lock:
                     spans[key_of(item)].append((claimed, sent, name))
                     if reply.status_code not in (303, 409):
@@ -368,12 +364,27 @@ def test_the_proxy_header_is_believed_only_from_trusted_addresses(
         review_trusted_proxies=[trusted],
     ) as server:
         client = Reviewer(server.url, "bob")
-        page = client.http.get("/", headers={"X-Forwarded-User": "bob"})
+        # a forwarded address never makes a peer trusted (uvicorn's proxy headers are off)
+        spoofed = {"X-Forwarded-User": "bob", "X-Forwarded-For": trusted}
+        page = client.http.get("/", headers=spoofed)
         assert (page.status_code == 200) is logged_in
         if logged_in:
             assert "bob (reviewer)" in page.text
             unknown = client.http.get("/", headers={"X-Forwarded-User": "mallory"})
             assert unknown.status_code == 303  # the header must name an account
+            # no session cookie with proxy logins, yet a POST still needs the CSRF token
+            bare = httpx.post(server.url + "/queues/all/claim", data={"queue": "all"},
+                              headers={"X-Forwarded-User": "bob"})  # fmt: skip
+            assert bare.status_code == 403
+            with_bearer = client.http.post(
+                "/queues/all/claim", data={"queue": "all"},
+                headers={"X-Forwarded-User": "bob", "Authorization": "Bearer x"},
+            )  # fmt: skip
+            assert with_bearer.status_code == 403
+            assert server.service.leases.held_by("bob") is None
+            good = client.http.post("/queues/all/claim", data={"csrftoken": client.token},
+                                    headers={"X-Forwarded-User": "bob"})  # fmt: skip
+            assert good.status_code == 303
         else:
             assert page.headers["location"].startswith("/login")
 
@@ -406,3 +417,72 @@ def test_add_reviewer_reads_the_password_from_stdin_and_stores_an_argon2id_hash(
     store.close()
     assert account.password_hash.startswith("$argon2id$")
     assert "correct horse" not in account.password_hash
+
+
+def test_odd_requests_are_refused_cleanly(server: ReviewServer) -> None:
+    bob = login(server, "bob")
+    too_big = bob.post("/queues/all/claim", padding="x" * 300_000)
+    assert too_big.status_code == 413
+    multipart = bob.http.post("/queues/all/claim", files={"f": ("a.txt", b"x")},
+                              data={"csrftoken": bob.token})  # fmt: skip
+    assert multipart.status_code == 415
+    not_utf8 = bob.http.post(
+        "/queues/all/claim", content=b"csrftoken=" + bob.token.encode() + b"&x=\xff\xfe",
+        headers={"content-type": "application/x-www-form-urlencoded"},
+    )  # fmt: skip
+    assert not_utf8.status_code == 400
+    csrf_cookie = httpx.get(server.url + "/login").headers["set-cookie"]
+    assert "refusal_review_csrf=" in csrf_cookie and "HttpOnly" in csrf_cookie
+    # skipping an item one does not hold
+    row = review_item_rows(server.store)[0]
+    made_up = bob.post("/item/skip", bundle="default", log_id=row["log_id"],
+                       audited_at=row["audited_at"].isoformat(), queue="all")  # fmt: skip
+    assert made_up.status_code == 409 and server.service.skipped("bob") == 0
+    item = bob.claim()
+    assert item is not None
+    nul = bob.submit(item, verdict="agree", note="a\x00b")
+    long = bob.submit(item, verdict="agree", note="n" * 4001)
+    assert (nul.status_code, long.status_code) == (422, 422)
+    assert "not text" in nul.text and "at most 4000 characters" in long.text
+    assert "Value error" not in long.text.split('id="form-error"')[1].split("</p>")[0]
+    assert current_verdicts(server.store) == []
+
+
+def test_logout_ends_a_copied_session(server: ReviewServer) -> None:
+    bob = login(server, "bob")
+    copied = dict(bob.http.cookies)
+    assert bob.post("/logout").status_code == 303
+    thief = httpx.Client(base_url=server.url, cookies=copied, follow_redirects=False)
+    assert thief.get("/").status_code == 303
+    assert login(server, "bob").http.get("/").status_code == 200  # logging in again works
+
+
+def test_log_ids_with_slashes_and_dots_can_be_reviewed(
+    warehouse: Warehouse, tmp_path: Path
+) -> None:
+    import orjson
+    from review_app_harness import EXAMPLE_LOG as LOG
+    from test_pipeline import audit
+
+    docs = [orjson.loads(line) for line in LOG.read_text().splitlines()][:12]
+    shapes = ["..", "a/b/../c", "?#%2F x", "/lead", "../../etc/passwd", "é/ü"]
+    for i, doc in enumerate(docs):
+        doc["log_id"] = f"{shapes[i % len(shapes)]}{'' if i < len(shapes) else i}"
+    path = tmp_path / "odd.jsonl"
+    path.write_bytes(b"\n".join(orjson.dumps(d) for d in docs) + b"\n")
+    audit([path], warehouse)
+    warehouse.client.command(
+        f"ALTER TABLE {warehouse.database}.assessments UPDATE requires_human_review = true "
+        "WHERE 1 SETTINGS mutations_sync = 1"
+    )  # every one of them in review
+    with serve(warehouse, tmp_path / "data", audit_log=False) as server:
+        bob = login(server, "bob")
+        seen = set()
+        while (item := bob.claim()) is not None:
+            assert bob.http.get(item).status_code == 200
+            assert bob.submit(item, verdict="agree").status_code == 303
+            seen.add(key_of(item)[1])
+        assessed = {r["log_id"] for r in review_item_rows(server.store)}
+        assert seen == assessed and len(seen) >= 6 and ".." in {x[:2] for x in seen}
+        assert any("/" in x for x in seen)
+        assert {v.log_id for v in current_verdicts(server.store)} == assessed

@@ -11,6 +11,7 @@ The basic flow works without JavaScript; ``static/review.js`` adds keyboard shor
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 from collections.abc import Awaitable, Callable, Mapping
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from asgi_csrf import asgi_csrf
 from pydantic import ValidationError
@@ -41,6 +42,9 @@ from schemas.review import REVIEW_REASONS, ReviewerAccount, ReviewQueue, Verdict
 from warehouse.client import WarehouseError
 
 HERE = Path(__file__).resolve().parent
+MAX_NOTE = 4000
+#: Largest request body the app reads (forms); the owner channel has its own cap.
+MAX_FORM_BYTES = 256 * 1024
 SESSION_COOKIE = "refusal_review_session"
 CSRF_COOKIE = "refusal_review_csrf"
 _HEADERS = {
@@ -84,7 +88,7 @@ class _SecurityHeaders:
 
         async def with_headers(message: Any) -> None:
             if message["type"] == "http.response.start":
-                headers = list(message.get("headers", []))
+                headers = [_http_only_csrf(k, v) for k, v in message.get("headers", [])]
                 present = {k.lower() for k, _ in headers}
                 for name, value in _HEADERS.items():
                     if name.encode() not in present:
@@ -95,10 +99,96 @@ class _SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
+def _http_only_csrf(name: bytes, value: bytes) -> tuple[bytes, bytes]:
+    """The CSRF cookie made HttpOnly: the forms carry the token, no script needs the cookie
+    (and a page on another port of the host must not read it)."""
+    if name.lower() == b"set-cookie" and value.startswith(CSRF_COOKIE.encode() + b"="):
+        return name, value + b"; HttpOnly"
+    return name, value
+
+
+class _RequestGuard:
+    """Before the CSRF check: every state-changing request (but the owner channel, which
+    checks its own token) must be a URL-encoded form of at most ``MAX_FORM_BYTES`` in UTF-8,
+    sent with cookies (the CSRF cookie at least), and never skips the CSRF check through an
+    ``Authorization`` header. Answers 400, 403, 413 or 415 otherwise."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["method"] in ("GET", "HEAD", "OPTIONS")
+            or str(scope.get("path", "")).startswith("/_owner/")
+        ):
+            await self.app(scope, receive, send)
+            return
+        headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"authorization"]
+        given = dict(headers)
+        kind = given.get(b"content-type", b"").split(b";")[0].strip().lower()
+        if kind != b"application/x-www-form-urlencoded":
+            await _plain_reply(send, 415, "Send the app's own forms (URL-encoded).")
+            return
+        if b"cookie" not in given:
+            await _plain_reply(send, 403, _CSRF_MESSAGE)
+            return
+        try:
+            length = int(given.get(b"content-length", b"0"))
+        except ValueError:
+            length = 0
+        if length > MAX_FORM_BYTES:
+            await _plain_reply(send, 413, "The form is too large.")
+            return
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            more = message.get("more_body", False)
+            if size > MAX_FORM_BYTES:
+                await _plain_reply(send, 413, "The form is too large.")
+                return
+        body = b"".join(chunks)
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError:
+            await _plain_reply(send, 400, "The form is not UTF-8 text.")
+            return
+        sent = False
+
+        async def replay() -> Any:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app({**scope, "headers": headers}, replay, send)
+
+
+_CSRF_MESSAGE = (
+    "This form is out of date or did not come from the review app (CSRF check failed). "
+    "Go back, reload the page and try again."
+)
+
+
+async def _plain_reply(send: Send, status: int, text: str) -> None:
+    body = f"<!doctype html><title>Refused</title><p>{text}</p>".encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"text/html; charset=utf-8")]})  # fmt: skip
+    await send({"type": "http.response.body", "body": body})
+
+
 def item_url(bundle: str, log_id: str, queue: str | None = None) -> str:
-    """The item page's path (``queue`` kept for "submit and next")."""
-    url = f"/items/{quote(bundle, safe='')}/{quote(log_id, safe='')}"
-    return f"{url}?queue={quote(queue, safe='')}" if queue else url
+    """The item page's URL (``queue`` kept for "submit and next"). Bundle and log id travel
+    as query parameters: a log id may hold ``/`` or be ``..``, which paths would not keep."""
+    params = {"bundle": bundle, "log_id": log_id, **({"queue": queue} if queue else {})}
+    return f"/item?{urlencode(params)}"
 
 
 def _blank(value: Any) -> str | None:
@@ -114,9 +204,13 @@ def verdict_from_form(form: Mapping[str, Any], reviewer: str, log_id: str) -> Ve
     verdict = _blank(form.get("verdict"))
     if verdict not in ("agree", "disagree"):
         raise ValueError("choose Agree or Disagree")
+    note = _blank(form.get("note")) or ""
+    if len(note) > MAX_NOTE:
+        raise ValueError(f"the note may have at most {MAX_NOTE} characters ({len(note)} given)")
+    if "\ufffd" in note or any(ord(ch) < 32 and ch not in "\t\r\n" for ch in note):
+        raise ValueError("the note holds bytes that are not text; retype it")
     if verdict == "agree":
-        return VerdictInput(log_id=log_id, reviewer=reviewer, verdict="agree",
-                            note=_blank(form.get("note")) or "")  # fmt: skip
+        return VerdictInput(log_id=log_id, reviewer=reviewer, verdict="agree", note=note)
     fp = _blank(form.get("corrected_false_positive"))
     if fp not in ("yes", "no"):
         raise ValueError("on Disagree, say whether the refusal was a false positive")
@@ -132,7 +226,7 @@ def verdict_from_form(form: Mapping[str, Any], reviewer: str, log_id: str) -> Ve
             corrected_category=category,
             corrected_false_positive=fp == "yes",
             corrected_clause=None if clause in (None, "none") else clause,
-            note=_blank(form.get("note")) or "",
+            note=note,
         )
     except ValidationError as exc:
         raise ValueError(validation_message(exc)) from None
@@ -170,6 +264,16 @@ def create_app(
     templates.env.lstrip_blocks = True
     throttle = LoginThrottle(options.login_attempts_per_minute)
     proxy_header = options.proxy_user_header.lower() if options.proxy_user_header else None
+
+    def client_address(request: Request) -> str:
+        """The client's address: the peer, or for a trusted proxy the address it forwards
+        (the right-most ``X-Forwarded-For`` entry). uvicorn runs with proxy headers off, so
+        the peer is the real one."""
+        peer = request.client.host if request.client else ""
+        forwarded = request.headers.get("x-forwarded-for")
+        if forwarded and peer in options.trusted_proxies:
+            return forwarded.split(",")[-1].strip() or peer
+        return peer
 
     def current(request: Request) -> ReviewerAccount | None:
         client = request.client.host if request.client else ""
@@ -209,7 +313,7 @@ def create_app(
             try:
                 user = await run_in_threadpool(current, request)
             except WarehouseError as exc:
-                return render(request, "error.html", 503, message=_unavailable(exc))
+                return render(request, "error.html", 503, message=_unavailable(exc, kept=False))
             if user is None:
                 if request.method == "GET":
                     return RedirectResponse(
@@ -224,7 +328,8 @@ def create_app(
             except ReviewRefused as exc:
                 return render(request, "error.html", exc.status, user=user, message=str(exc))
             except WarehouseError as exc:
-                return render(request, "error.html", 503, user=user, message=_unavailable(exc))
+                return render(request, "error.html", 503, user=user,
+                              message=_unavailable(exc, kept=False))  # fmt: skip
 
         return endpoint
 
@@ -238,8 +343,7 @@ def create_app(
         name = str(form.get("name") or "").strip()
         password = str(form.get("password") or "")
         target = _safe_next(str(form.get("next") or ""))
-        client = request.client.host if request.client else ""
-        wait = throttle.attempt(name, client)
+        wait = throttle.attempt(name, client_address(request))
         if wait is not None:
             return render(request, "login.html", 429, next=target, name=name,
                           error=f"Too many login attempts: try again in {wait:.0f} s.")  # fmt: skip
@@ -247,7 +351,7 @@ def create_app(
             account = await run_in_threadpool(accounts.authenticate, name, password)
         except WarehouseError as exc:
             return render(request, "login.html", 503, next=target, name=name,
-                          error=_unavailable(exc))  # fmt: skip
+                          error=_unavailable(exc, kept=False))  # fmt: skip
         if account is None:
             return render(request, "login.html", 401, next=target, name=name,
                           error="Wrong name or password.")  # fmt: skip
@@ -256,7 +360,14 @@ def create_app(
         return RedirectResponse(target, 303)
 
     async def logout(request: Request) -> Response:
+        """End the session here and, by a new version of the account, every other session of
+        the reviewer (a copied cookie stops working too)."""
+        name = request.session.get("reviewer")
         request.session.clear()
+        if isinstance(name, str):
+            # on failure the cookie is still cleared; other sessions end at their expiry
+            with contextlib.suppress(WarehouseError):
+                await run_in_threadpool(accounts.end_sessions, name)
         return RedirectResponse("/login", 303)
 
     # ---- queues -----------------------------------------------------------------------
@@ -298,7 +409,11 @@ def create_app(
         error: str | None,
         status: int,
     ) -> Response:
-        bundle, log_id = request.path_params["bundle"], request.path_params["log_id"]
+        if form is not None:
+            bundle, log_id = str(form.get("bundle") or ""), str(form.get("log_id") or "")
+        else:
+            bundle = request.query_params.get("bundle", "")
+            log_id = request.query_params.get("log_id", "")
         queue = request.query_params.get("queue") or (form and str(form.get("queue") or ""))
         view = await run_in_threadpool(
             service.view, user.name, bundle, log_id, user.role == "admin"
@@ -319,8 +434,8 @@ def create_app(
     async def posted(request: Request) -> tuple[str, str, FormData, str]:
         """(bundle, log id, form, queue) of a POST on an item."""
         form = await request.form()
-        params = request.path_params
-        return params["bundle"], params["log_id"], form, str(form.get("queue") or "")
+        bundle, log_id = str(form.get("bundle") or ""), str(form.get("log_id") or "")
+        return bundle, log_id, form, str(form.get("queue") or "")
 
     async def submit(request: Request, user: ReviewerAccount) -> Response:
         bundle, log_id, form, queue = await posted(request)
@@ -335,10 +450,16 @@ def create_app(
             if exc.status == 422:
                 return await _item(request, user, form, str(exc), 422)
             raise
-        except WarehouseError as exc:
-            return await _item(request, user, form, _unavailable(exc), 503)
+        except WarehouseError as exc:  # the page cannot be rebuilt: offer the form again
+            return render(request, "retry.html", 503, user=user, message=_unavailable(exc),
+                          fields=[(k, str(v)) for k, v in form.multi_items()
+                                  if k not in ("csrftoken", "note")],
+                          note=str(form.get("note") or ""))  # fmt: skip
         if queue and form.get("next") != "stay":
-            nxt = await run_in_threadpool(service.claim, user.name, queue)
+            try:
+                nxt = await run_in_threadpool(service.claim, user.name, queue)
+            except ReviewRefused:  # the queue is gone: the verdict is stored all the same
+                return RedirectResponse(f"/?message={quote('Saved; that queue is gone.')}", 303)
             return _next_response(queue, nxt is not None and nxt.key, user)
         return RedirectResponse(item_url(bundle, log_id, queue) + "#saved", 303)
 
@@ -348,7 +469,7 @@ def create_app(
             audited_at = _audited_at(form)
         except ValueError as exc:
             return render(request, "error.html", 422, user=user, message=str(exc))
-        service.skip(user.name, (bundle, log_id, audited_at))
+        service.skip(user.name, (bundle, log_id, audited_at))  # refuses an item not held
         if not queue:
             return RedirectResponse("/", 303)
         nxt = await run_in_threadpool(service.claim, user.name, queue)
@@ -413,9 +534,9 @@ def create_app(
         Route("/history", login_required(history)),
         Route("/unskip", login_required(unskip), methods=["POST"]),
         Route("/queues/{queue}/claim", login_required(claim), methods=["POST"]),
-        Route("/items/{bundle}/{log_id}", login_required(item_page)),
-        Route("/items/{bundle}/{log_id}/verdict", login_required(submit), methods=["POST"]),
-        Route("/items/{bundle}/{log_id}/skip", login_required(skip), methods=["POST"]),
+        Route("/item", login_required(item_page)),
+        Route("/item/verdict", login_required(submit), methods=["POST"]),
+        Route("/item/skip", login_required(skip), methods=["POST"]),
         Route("/admin/queues", login_required(queues_page, admin=True)),
         Route("/admin/queues", login_required(save_queue, admin=True), methods=["POST"]),
         Route(
@@ -447,17 +568,11 @@ def create_app(
         skip_if_scope=lambda scope: str(scope.get("path", "")).startswith("/_owner/"),
         send_csrf_failed=_csrf_failed,
     )
-    return _SecurityHeaders(protected)
+    return _SecurityHeaders(_RequestGuard(protected))
 
 
 async def _csrf_failed(scope: Scope, send: Send, message_id: Any) -> None:
-    body = (
-        b"<!doctype html><title>Refused</title><p>This form is out of date or did not come "
-        b"from the review app (CSRF check failed). Go back, reload the page and try again.</p>"
-    )
-    await send({"type": "http.response.start", "status": 403,
-                "headers": [(b"content-type", b"text/html; charset=utf-8")]})  # fmt: skip
-    await send({"type": "http.response.body", "body": body})
+    await _plain_reply(send, 403, _CSRF_MESSAGE)
 
 
 def _safe_next(target: str | None) -> str:
@@ -467,10 +582,12 @@ def _safe_next(target: str | None) -> str:
     return target
 
 
-def _unavailable(exc: Exception) -> str:
+def _unavailable(exc: Exception, kept: bool = True) -> str:
+    if not kept:
+        return f"The warehouse is unavailable ({exc}). Try again in a moment."
     return (
-        f"The warehouse is unavailable ({exc}). Nothing was saved; try again in a moment "
-        "(your form is kept)."
+        f"The warehouse is unavailable ({exc}). Nothing was saved: your answer is below, "
+        "send it again in a moment."
     )
 
 

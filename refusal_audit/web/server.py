@@ -26,7 +26,7 @@ from refusal_audit.config import ConfigError, Settings
 from refusal_audit.review_accounts import AccountBook
 from refusal_audit.review_service import ReviewService
 from refusal_audit.web.app import WebOptions, create_app
-from streams.owner import OwnerSlot
+from streams.owner import MAX_REQUEST_BYTES, UNAUTHORIZED, OwnerSlot
 from warehouse.remote import OWNER_PATH
 from warehouse.store import Warehouse
 
@@ -82,9 +82,19 @@ def owner_routes(cfg: Settings, store: Warehouse) -> tuple[list[Route], OwnerSlo
         return [], None
 
     async def endpoint(request: Request) -> Response:
-        status, body = await slot.handle(
-            request.headers.get("authorization"), await request.body()
-        )
+        authorization = request.headers.get("authorization")
+        if not slot.owns:
+            status, body = await slot.handle(authorization, b"")
+            return Response(body, status, media_type="application/json")
+        if not slot.authorized(authorization):  # before reading any of the body
+            return Response(UNAUTHORIZED, 401, media_type="application/json")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_REQUEST_BYTES:
+                return Response(b'{"error": {"message": "request too large"}}', 413)
+            chunks.append(chunk)
+        status, body = await slot.handle(authorization, b"".join(chunks))
         return Response(body, status, media_type="application/json")
 
     return [Route(OWNER_PATH, endpoint, methods=["POST"])], slot
