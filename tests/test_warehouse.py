@@ -27,6 +27,7 @@ from schemas import (
     StoredEvent,
 )
 from schemas.deadletter import DeadLetterStage
+from schemas.review import Verdict, VerdictInput, verdict_id
 from warehouse import (
     NAMED_QUERIES,
     Migration,
@@ -45,11 +46,14 @@ from warehouse import (
     run_readonly,
 )
 from warehouse.queries import _run_guarded
+from warehouse.review import insert_verdicts
 from warehouse.store import is_transient
 
 pytestmark = pytest.mark.integration
 
-TABLES = ("refusal_events", "assessments", "audit_batches", "alerts", "dead_letters")
+TABLES = (
+    "refusal_events", "assessments", "audit_batches", "alerts", "dead_letters", "review_verdicts",
+)  # fmt: skip
 
 # Three event days across a month boundary (partitions are monthly).
 DAY0 = datetime(2024, 2, 28, 9, 0, tzinfo=UTC)
@@ -219,12 +223,41 @@ BATCHES = [make_batch(b) for b in ("b1", "b2", "b3")]
 DEAD_LETTERS = make_dead_letters()
 
 
+def verdicts() -> list[Verdict]:
+    """One reviewer's verdict on every assessment: agree, except a corrected false-positive
+    judgement on every third (so the review queries have rows)."""
+    out = []
+    for i, a in enumerate(ASSESSMENTS):
+        said = (
+            VerdictInput(log_id=a.log_id, reviewer="ann", verdict="agree")
+            if i % 3
+            else VerdictInput(log_id=a.log_id, reviewer="ann", verdict="disagree",
+                              corrected_category=a.category,
+                              corrected_false_positive=not a.is_estimated_false_positive)
+        )  # fmt: skip
+        out.append(
+            Verdict(
+                **said.model_dump(),
+                verdict_id=verdict_id(said, a.policy_bundle, a.audited_at),
+                policy_bundle=a.policy_bundle, assessment_audited_at=a.audited_at,
+                model=a.model, product=a.product, model_category=a.category,
+                model_false_positive=a.is_estimated_false_positive,
+                model_clause=a.policy_clause_cited, engine=a.engine,
+                engine_model=a.engine_model, engine_version=a.engine_version,
+                prompt_version=a.prompt_version, bundle_version=a.bundle_version,
+                review_reason=a.review_reason, submitted_at=AUDIT_TIME, source="test",
+            )
+        )  # fmt: skip
+    return out
+
+
 def load(wh: Warehouse) -> None:
     wh.insert_events(EVENTS)
     wh.insert_assessments(ASSESSMENTS)
     for batch in BATCHES:
         wh.insert_batch(batch)
     wh.insert_dead_letters(DEAD_LETTERS)
+    insert_verdicts(wh, verdicts())
 
 
 def utc_day(value: datetime) -> date:
