@@ -8,7 +8,7 @@ redaction -> refusal pre-filter.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -21,7 +21,7 @@ from processors.adapters import (
     SourceRecord,
     decode_record,
 )
-from processors.prefilter import RefusalDecision, detect_refusal
+from processors.prefilter import RefusalDecision, TextScorer, detect_refusals
 from processors.redaction import Redactor, redact_bytes, redact_event
 from schemas.deadletter import DeadLetter, DeadLetterStage
 from schemas.events import RefusalEvent, StoredEvent
@@ -102,8 +102,10 @@ class IntakeSettings:
 
     ``known_bundles`` are the configured policy-bundle names (an event naming another is
     dead-lettered as ``unknown_policy_bundle``); ``redactor`` None disables redaction;
-    ``prefilter`` False treats every event as a refusal; a dead letter keeps a record's
-    bytes whole up to ``dead_letter_max_raw_bytes``.
+    ``prefilter`` False treats every event as a refusal; ``refusal_model`` (a trained
+    scorer, ``processors.refusal_model.RefusalModel``) replaces the cue scorer's decision when
+    set (the cues still explain it); a dead letter keeps a record's bytes whole up to
+    ``dead_letter_max_raw_bytes``.
     """
 
     decode: DecodeOptions
@@ -111,12 +113,10 @@ class IntakeSettings:
     redactor: Redactor | None
     prefilter: bool = True
     dead_letter_max_raw_bytes: int = DEFAULT_DEAD_LETTER_MAX_RAW_BYTES
+    refusal_model: TextScorer | None = None
 
 
-def _decision(event: RefusalEvent, prefilter: bool) -> RefusalDecision:
-    if prefilter:
-        return detect_refusal(event)
-    return RefusalDecision(is_refusal=True, kind="full", score=1.0, cues=(), source="text")
+_PASS_ALL = RefusalDecision(is_refusal=True, kind="full", score=1.0, cues=(), source="text")
 
 
 def prepare(
@@ -128,6 +128,12 @@ def prepare(
     a ``DeadLetter`` (stage ``decode`` or ``validate``) naming the reason. Never raises for
     bad input.
     """
+    return prepare_many([record], fmt, settings, [now])[0]
+
+
+def _checked(
+    record: SourceRecord, fmt: InputFormat, settings: IntakeSettings, now: datetime
+) -> tuple[RefusalEvent, dict[str, int], str] | DeadLetter:
     decoded = decode_record(record, fmt, settings.decode)
     if isinstance(decoded, DecodeFailure):
         return make_dead_letter(
@@ -157,15 +163,50 @@ def prepare(
     event = decoded
     if settings.redactor is not None:
         event, redactions = redact_event(decoded, settings.redactor)
-    decision = _decision(event, settings.prefilter)
-    return StoredEvent(
-        event=event,
-        redactions=redactions,
-        is_refusal=decision.is_refusal,
-        refusal_kind=decision.kind,
-        refusal_score=decision.score,
-        refusal_cues=list(decision.cues),
-        source=record.source,
-        ingested_at=now,
-        content_fingerprint=fingerprint,
-    )
+    return event, redactions, fingerprint
+
+
+def prepare_many(
+    records: Sequence[SourceRecord],
+    fmt: InputFormat,
+    settings: IntakeSettings,
+    nows: Sequence[datetime],
+) -> list[StoredEvent | DeadLetter]:
+    """:func:`prepare` for a chunk of records, pre-filtering the chunk's events at once.
+
+    ``nows`` holds each record's intake time (same length as ``records``; ``ValueError``
+    otherwise). Returns one outcome per record, in order (a trained
+    ``settings.refusal_model`` scores the whole chunk with one sparse-matrix product).
+    Never raises for bad input.
+    """
+    if len(nows) != len(records):
+        raise ValueError(f"{len(records)} records but {len(nows)} intake times")
+    checked = [
+        _checked(record, fmt, settings, now) for record, now in zip(records, nows, strict=True)
+    ]
+    events = [c[0] for c in checked if not isinstance(c, DeadLetter)]
+    if settings.prefilter:
+        decisions = iter(detect_refusals(events, settings.refusal_model))
+    else:
+        decisions = iter([_PASS_ALL] * len(events))
+    out: list[StoredEvent | DeadLetter] = []
+    for record, now, c in zip(records, nows, checked, strict=True):
+        if isinstance(c, DeadLetter):
+            out.append(c)
+            continue
+        event, redactions, fingerprint = c
+        decision = next(decisions)
+        out.append(
+            StoredEvent(
+                event=event,
+                redactions=redactions,
+                is_refusal=decision.is_refusal,
+                refusal_kind=decision.kind,
+                refusal_score=decision.score,
+                refusal_cues=list(decision.cues),
+                source=record.source,
+                ingested_at=now,
+                content_fingerprint=fingerprint,
+            )
+        )
+    return out

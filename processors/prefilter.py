@@ -1,8 +1,13 @@
 """Refusal pre-filter: decide whether a logged response is a refusal before paying for an audit.
 
-Pure and deterministic (no I/O, no model). :func:`detect_refusal` trusts an upstream
+Pure and deterministic (no I/O). :func:`detect_refusal` trusts an upstream
 classifier's ``is_refusal`` verdict when the event carries one; otherwise
 :func:`detect_refusal_text` scores the response text with weighted lexical cues.
+:func:`detect_refusals` / :func:`detect_refusal_texts` do the same for a batch and, given a
+trained scorer (``processors.refusal_model.RefusalModel``, setting ``prefilter_model =
+"trained"``), let it decide ``is_refusal`` and ``score`` while the cues below still explain
+the decision and give the full/partial ``kind``. :func:`read_cues` exposes the fired cues
+(the trained model's cue features) without deciding.
 
 How the text scorer works
 -------------------------
@@ -34,8 +39,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from schemas.events import RefusalEvent
 
@@ -341,17 +347,47 @@ def _score(evidence: float) -> float:
     return 1.0 / (1.0 + math.exp(-(evidence - THRESHOLD)))
 
 
-def detect_refusal_text(response: str) -> RefusalDecision:
-    """Decide from the response text alone whether it is a refusal.
+@dataclass(frozen=True)
+class CueReading:
+    """What the cue scorer reads in one response, before any decision.
 
-    ``response`` is any string (may be empty). Returns a :class:`RefusalDecision` with
-    ``source="text"``; an empty or whitespace-only response is ``kind="none"`` with the cue
-    ``"empty_response"`` (an empty answer is a failure, not a policy refusal; the audit has
-    nothing to judge). Never raises.
+    ``norm`` is the normalised text (empty for an empty response), ``opening`` its first two
+    sentences (at most 400 characters); ``cues`` the refusal,
+    compliance and shape cues that fired, in detection order (a refusal cue found only after
+    the opening is named ``<cue>@later``; ``answer_list`` / ``long_answer`` are the shape
+    penalties); ``evidence`` the summed weights (the text scorer's ``s``),
+    ``refusal_evidence`` the part of it from refusal cues; ``list_items`` the number of list
+    lines in the raw response.
+    """
+
+    norm: str
+    opening: str
+    cues: tuple[str, ...]
+    evidence: float
+    refusal_evidence: float
+    list_items: int
+
+
+#: Every name :func:`read_cues` can put in ``CueReading.cues`` (refusal cues in the opening
+#: and later, compliance cues, shape penalties), in a fixed order: the trained pre-filter
+#: uses them as binary features (``processors.refusal_model``).
+CUE_FEATURE_NAMES: tuple[str, ...] = (
+    *(c.name for c in _REFUSAL_CUES),
+    *(f"{c.name}@later" for c in _REFUSAL_CUES if c.rest_weight),
+    *(c.name for c in _COMPLIANCE_CUES),
+    "answer_list",
+    "long_answer",
+)
+
+
+def read_cues(response: str) -> CueReading:
+    """Run the cue scorer's detection on ``response`` (any string) without deciding.
+
+    Returns a :class:`CueReading`; never raises. :func:`detect_refusal_text` decides from it.
     """
     norm = _normalise(response)
     if not norm:
-        return RefusalDecision(False, "none", 0.0, ("empty_response",), "text")
+        return CueReading("", "", (), 0.0, 0.0, 0)
     opening, rest = _split_opening(norm)
 
     evidence = 0.0
@@ -380,39 +416,145 @@ def detect_refusal_text(response: str) -> RefusalDecision:
     elif len(norm) > 800 and not opening_refuses:
         evidence -= 1.0
         cues.append("long_answer")
+    return CueReading(norm, opening, tuple(cues), evidence, refusal_evidence, list_items)
 
-    score = _score(evidence)
-    if score < 0.5 or refusal_evidence <= 0.0:
-        return RefusalDecision(False, "none", score, tuple(cues), "text")
 
+def refusal_kind(reading: CueReading) -> tuple[RefusalKind, tuple[str, ...]]:
+    """The full/partial reading of a response already judged a refusal.
+
+    Returns ``("partial" | "full", cues)`` where ``cues`` is ``reading.cues`` plus the
+    partial cues that fired (module docstring: an offered or given safe version, a list of
+    three or more items after the refusal, or only soft hedges before a long answer).
+    """
+    cues = list(reading.cues)
     partial = False
     for cue in _PARTIAL_CUES:
-        if cue.pattern.search(norm):
+        if cue.pattern.search(reading.norm):
             partial = True
             cues.append(cue.name)
-    if list_items >= 3:
+    if reading.list_items >= 3:
         partial = True
         cues.append("list_after_refusal")
-    if not _HARD_CUES.intersection(cues) and len(norm) > _HEDGED_ANSWER_MIN_CHARS:
+    if not _HARD_CUES.intersection(cues) and len(reading.norm) > _HEDGED_ANSWER_MIN_CHARS:
         partial = True
         cues.append("hedged_answer")
-    return RefusalDecision(True, "partial" if partial else "full", score, tuple(cues), "text")
+    return ("partial" if partial else "full"), tuple(cues)
 
 
-def detect_refusal(event: RefusalEvent) -> RefusalDecision:
+def decide_from_cues(reading: CueReading) -> RefusalDecision:
+    """The cue scorer's decision on a :class:`CueReading` (``source="text"``)."""
+    if not reading.norm:
+        return RefusalDecision(False, "none", 0.0, ("empty_response",), "text")
+    score = _score(reading.evidence)
+    if score < 0.5 or reading.refusal_evidence <= 0.0:
+        return RefusalDecision(False, "none", score, reading.cues, "text")
+    kind, cues = refusal_kind(reading)
+    return RefusalDecision(True, kind, score, cues, "text")
+
+
+def decide_from_score(reading: CueReading, score: float) -> RefusalDecision:
+    """The decision when a trained model scored the response (``score`` in [0, 1]).
+
+    ``score >= 0.5`` is a refusal (the model's threshold is already folded into the score,
+    ``processors.refusal_model``); ``cues`` and the full/partial ``kind`` still come from the
+    cue reading, so the explanation names the phrases that fired. An empty response is
+    ``kind="none"`` with cue ``"empty_response"`` whatever the score.
+    """
+    if not reading.norm:
+        return RefusalDecision(False, "none", 0.0, ("empty_response",), "text")
+    score = min(1.0, max(0.0, score))
+    if score < 0.5:
+        return RefusalDecision(False, "none", score, reading.cues, "text")
+    kind, cues = refusal_kind(reading)
+    return RefusalDecision(True, kind, score, cues, "text")
+
+
+def detect_refusal_text(response: str) -> RefusalDecision:
+    """Decide from the response text alone whether it is a refusal (the cue scorer).
+
+    ``response`` is any string (may be empty). Returns a :class:`RefusalDecision` with
+    ``source="text"``; an empty or whitespace-only response is ``kind="none"`` with the cue
+    ``"empty_response"`` (an empty answer is a failure, not a policy refusal; the audit has
+    nothing to judge). Never raises.
+    """
+    return decide_from_cues(read_cues(response))
+
+
+class TextScorer(Protocol):
+    """A trained scorer of cue readings (``processors.refusal_model.RefusalModel``)."""
+
+    def scores(self, readings: Sequence[CueReading]) -> Iterable[float]:
+        """Scores in [0, 1], one per reading, 0.5 the decision boundary."""
+        ...
+
+
+def detect_refusal_texts(
+    responses: Sequence[str], model: TextScorer | None = None
+) -> list[RefusalDecision]:
+    """:func:`detect_refusal_text` for a batch, or the trained ``model``'s decision.
+
+    With ``model`` None this is the cue scorer on each response. With a model, the batch is
+    scored at once (one sparse-matrix product) and each decision comes from
+    :func:`decide_from_score`: the model decides ``is_refusal`` and ``score``, the cues still
+    explain it and give the full/partial ``kind``. Returns one decision per response, in
+    order; never raises for any text.
+    """
+    readings = [read_cues(r) for r in responses]
+    if model is None:
+        return [decide_from_cues(r) for r in readings]
+    scores = model.scores(readings) if readings else []
+    return [decide_from_score(r, float(s)) for r, s in zip(readings, scores, strict=True)]
+
+
+def _classifier_decision(event: RefusalEvent, text: RefusalDecision) -> RefusalDecision:
+    signal = event.classifier
+    assert signal is not None and signal.is_refusal is not None
+    if not signal.is_refusal:
+        return RefusalDecision(False, "none", 0.0, ("classifier_verdict",), "classifier")
+    kind: RefusalKind = text.kind if text.kind != "none" else "full"
+    return RefusalDecision(True, kind, 1.0, ("classifier_verdict", *text.cues), "classifier")
+
+
+def _trusts_classifier(event: RefusalEvent) -> bool:
+    return event.classifier is not None and event.classifier.is_refusal is not None
+
+
+def detect_refusals(
+    events: Sequence[RefusalEvent], model: TextScorer | None = None
+) -> list[RefusalDecision]:
+    """:func:`detect_refusal` for a batch of events, text scored with ``model`` if given.
+
+    An upstream ``classifier.is_refusal`` verdict still wins; a positive verdict takes its
+    full/partial ``kind`` from the cue scorer (as :func:`detect_refusal`). Returns one
+    decision per event, in order. Never raises.
+    """
+    out: list[RefusalDecision | None] = [None] * len(events)
+    text_idx: list[int] = []
+    for i, event in enumerate(events):
+        if _trusts_classifier(event):
+            signal = event.classifier
+            assert signal is not None
+            text = detect_refusal_text(event.response) if signal.is_refusal else _NO_TEXT
+            out[i] = _classifier_decision(event, text)
+        else:
+            text_idx.append(i)
+    decisions = detect_refusal_texts([events[i].response for i in text_idx], model)
+    for i, decision in zip(text_idx, decisions, strict=True):
+        out[i] = decision
+    return [d for d in out if d is not None]
+
+
+_NO_TEXT = RefusalDecision(False, "none", 0.0, (), "text")
+
+
+def detect_refusal(event: RefusalEvent, model: TextScorer | None = None) -> RefusalDecision:
     """Decide whether ``event.response`` is a refusal, trusting an upstream verdict if present.
 
     When ``event.classifier`` is set and its ``is_refusal`` is not None, that verdict wins
     (``source="classifier"``; ``score`` is 1.0 or 0.0; ``kind`` is ``"none"`` for a
     non-refusal, else the text scorer's ``full``/``partial`` reading, defaulting to
     ``"full"`` when the text shows no refusal cue; cue ``"classifier_verdict"``). Otherwise the
-    result of :func:`detect_refusal_text` on ``event.response``. Never raises.
+    result of :func:`detect_refusal_text` on ``event.response`` (or of the trained ``model``,
+    :func:`detect_refusal_texts`). Never raises.
     """
-    signal = event.classifier
-    if signal is not None and signal.is_refusal is not None:
-        if not signal.is_refusal:
-            return RefusalDecision(False, "none", 0.0, ("classifier_verdict",), "classifier")
-        text = detect_refusal_text(event.response)
-        kind: RefusalKind = text.kind if text.kind != "none" else "full"
-        return RefusalDecision(True, kind, 1.0, ("classifier_verdict", *text.cues), "classifier")
-    return detect_refusal_text(event.response)
+    return detect_refusals([event], model)[0]

@@ -23,7 +23,7 @@ from processors.redaction import Redactor
 from refusal_audit.bundles import load_bundles
 from refusal_audit.config import ConfigError, Settings
 from refusal_audit.drift import DriftConfig, bundle_baselines
-from refusal_audit.engines import close_engine, make_engine
+from refusal_audit.engines import close_engine, make_engine, tag_prefilter
 from refusal_audit.pipeline import AuditPipeline, InputSource, RunReport, Sink
 from refusal_audit.readers import default_model_for, read_records
 from warehouse.store import Warehouse
@@ -130,18 +130,29 @@ def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) ->
     """The pipeline configured from ``cfg``.
 
     With an LLM engine the batch token budget is also capped so that every batch's prompt
-    fits the model's context window. Raises ``ConfigError`` for bad bundles/engine.
+    fits the model's context window. With ``prefilter_model = "trained"`` the shipped model
+    is loaded here (start-up) and its version is appended to the engine's
+    (``tag_prefilter``). Raises ``ConfigError`` for bad bundles/engine or a missing/corrupt
+    model artifact.
     """
     bundles = load_bundles(cfg.policy_bundles)
     redactor = Redactor(cfg.redaction_kinds) if cfg.redaction_enabled else None
+    refusal_model = None
+    if cfg.prefilter_enabled and cfg.prefilter_model == "trained":
+        from refusal_audit.prefilter_model import load_shipped_model
+
+        refusal_model = load_shipped_model()  # ConfigError when missing or corrupt
     intake = IntakeSettings(
         decode=DecodeOptions(),
         known_bundles=frozenset(bundles),
         redactor=redactor,
         prefilter=cfg.prefilter_enabled,
         dead_letter_max_raw_bytes=cfg.dead_letter_max_raw_bytes,
+        refusal_model=refusal_model,
     )
     engine = make_engine(cfg, engine_name)
+    if refusal_model is not None:
+        tag_prefilter(engine, refusal_model.version)
     budget = cfg.batch_token_budget
     context_cap = getattr(engine, "event_token_budget", None)
     if context_cap is not None:  # an LLM engine: the batch must also fit its context window

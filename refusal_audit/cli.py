@@ -13,7 +13,7 @@ import orjson
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from refusal_audit import cli_alerts, cli_review
+from refusal_audit import cli_alerts, cli_review, cli_train
 from refusal_audit.batch import BatchOptions, run_batch
 from refusal_audit.cli_common import (
     EXIT_FAILURES,
@@ -472,6 +472,8 @@ def alerts_tail(
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(EXIT_FAILURES) from exc
 
+
+app.command("train")(cli_train.train)
 
 config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")

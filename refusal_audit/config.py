@@ -241,6 +241,11 @@ class Settings(BaseSettings):
     prefilter_enabled: bool = Field(
         default=True, description="Skip the audit of responses that are not refusals."
     )
+    prefilter_model: Literal["cues", "trained"] = Field(
+        default="cues",
+        description="Refusal pre-filter: `cues` (hand-weighted cue scorer) or `trained` (the "
+        "shipped logistic model, `refusal-audit train`; its hash joins the engine version).",
+    )
 
     # human review sampling
     review_sample_rate: float = Field(

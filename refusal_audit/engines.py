@@ -54,6 +54,18 @@ def _openai_engine(settings: Settings) -> AuditEngine:
     )
 
 
+def tag_prefilter(engine: AuditEngine, model_version: str) -> None:
+    """Append the trained pre-filter's version to ``engine.version`` (``.../prefilter=<v>``).
+
+    The pre-filter decides which events reach the engine, so assessments made behind another
+    pre-filter model are another audit configuration: the stored ``engine_version`` tells
+    them apart in trend queries (and a re-run audits them again). Idempotent.
+    """
+    suffix = f"/prefilter={model_version}"
+    if not engine.version.endswith(suffix):
+        engine.version += suffix
+
+
 async def close_engine(engine: Any) -> None:
     """Close an engine's network client, if it has one (call in the loop that used it)."""
     client = getattr(engine, "client", None)

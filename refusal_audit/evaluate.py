@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from processors.evaluation import EvalItem, evaluate, labels_from_attributes
-from processors.prefilter import detect_refusal_text
+from processors.prefilter import TextScorer, detect_refusal_texts
 from refusal_audit.batch import BatchOptions, build_pipeline, file_source
 from refusal_audit.config import Settings
 from refusal_audit.engines import close_engine
@@ -50,7 +50,10 @@ class MemorySink:
 
 
 def eval_item(
-    stored: StoredEvent, assessment: StoredAssessment | None, top_level: str | None
+    stored: StoredEvent,
+    assessment: StoredAssessment | None,
+    top_level: str | None,
+    model: TextScorer | None = None,
 ) -> EvalItem:
     """The ``EvalItem`` of one stored event and its assessment (None when not audited).
 
@@ -58,7 +61,8 @@ def eval_item(
     the event's attributes; when they carry no refusal label but the event's
     ``classifier.is_refusal`` does (a label mapped there with ``--map``), that verdict is the
     label, and since the pipeline trusted it, the item is scored with the text pre-filter's
-    decision alone (``label_in_classifier``).
+    decision alone (``label_in_classifier``; the trained ``model`` when the pipeline uses
+    one, else the cue scorer).
     """
     labels = labels_from_attributes(stored.event.attributes)
     detected = stored.is_refusal
@@ -66,7 +70,7 @@ def eval_item(
     classifier = stored.event.classifier
     if labels.is_refusal is None and classifier is not None and classifier.is_refusal is not None:
         labels = replace(labels, is_refusal=classifier.is_refusal)
-        detected = detect_refusal_text(stored.event.response).is_refusal
+        detected = detect_refusal_texts([stored.event.response], model)[0].is_refusal
         in_classifier = True
     return EvalItem(
         labels=labels,
@@ -106,7 +110,7 @@ def run_eval(
         assessment = by_id.get(stored.event.log_id)
         bundle = pipeline.bundles[stored.event.policy_bundle]
         top_level = bundle.top_level(assessment.category) if assessment else None
-        items.append(eval_item(stored, assessment, top_level))
+        items.append(eval_item(stored, assessment, top_level, pipeline.intake.refusal_model))
     figures = evaluate(items)
     figures["engine"] = {
         "name": pipeline.engine.name,

@@ -43,7 +43,7 @@ from processors.auditing import audit_batch, failed_batch_dead_letter, unresolve
 from processors.batching import AuditBatch, Batcher
 from processors.drift import WindowCounts
 from processors.engines.base import AuditEngine, EngineError
-from processors.intake import IntakeSettings, make_dead_letter, prepare
+from processors.intake import IntakeSettings, make_dead_letter, prepare_many
 from processors.trends import trend_lines
 from processors.validation import AuditValidationError, recompute_summary
 from schemas.audit import AuditSummary, BatchRecord, StoredAssessment
@@ -203,9 +203,11 @@ class AuditPipeline:
         for source in sources:
             intake = replace(self.intake, decode=source.options)
             for chunk in chunks(source.records, self.lookup_chunk):
-                prepared = [
-                    (record, prepare(record, source.fmt, intake, self.clock())) for record in chunk
-                ]
+                records = list(chunk)
+                nows = [self.clock() for _ in records]
+                prepared = list(
+                    zip(records, prepare_many(records, source.fmt, intake, nows), strict=True)
+                )
                 stored = await self._stored(prepared, taken)
                 for record, outcome in prepared:
                     report.records += 1

@@ -1,0 +1,1 @@
+"""The shipped refusal pre-filter artifact (package data; rebuilt by ``refusal-audit train``)."""
