@@ -363,6 +363,28 @@ def _addresses(text: str) -> Iterator[PiiSpan]:
 
 _DETECTORS = (_cards, _gov_ids, _emails, _ips, _phones, _addresses)
 
+# Cheap gates, derived from the patterns: a detector can only yield a span when the text
+# holds at least this many ``\d`` characters (``re``'s Unicode decimal digits), or an ``@``.
+# cards: >= 13 digits (the run check); phones: >= 7 (bare \d{7}; every other form yields
+# only with >= 8); gov ids: >= 6 (NINO's three pairs; SSN/ITIN/SIN 9, DNI/NIE >= 7);
+# IPs: >= 1 (IPv6 needs a digit, IPv4 four); addresses: >= 1 (the house number); e-mails
+# need "@" and no digit. Skipping a detector whose gate fails changes no output.
+_DIGIT_RE = re.compile(r"\d")
+_MIN_DIGITS = {_cards: 13, _gov_ids: 6, _ips: 1, _phones: 7, _addresses: 1}
+
+
+def _candidates(text: str) -> list[PiiSpan]:
+    """Every detector's spans in ``text``, skipping detectors whose gate rules a match out."""
+    has_at = "@" in text
+    digits = len(_DIGIT_RE.findall(text)) if _DIGIT_RE.search(text) else 0
+    if not digits and not has_at:
+        return []
+    spans: list[PiiSpan] = []
+    for detect in _DETECTORS:
+        if has_at if detect is _emails else digits >= _MIN_DIGITS[detect]:
+            spans.extend(detect(text))
+    return spans
+
 
 def _resolve(candidates: list[PiiSpan]) -> list[PiiSpan]:
     """Drop phone/gov-id candidates overlapping a card, then keep earliest-then-longest."""
@@ -409,7 +431,9 @@ class Redactor:
         return self._kinds
 
     def _find_once(self, text: str) -> list[PiiSpan]:
-        candidates = [span for detect in _DETECTORS for span in detect(text)]
+        candidates = _candidates(text)
+        if not candidates:
+            return []
         return [s for s in _resolve(candidates) if s.kind in self._kinds]
 
     def find(self, text: str) -> list[PiiSpan]:
@@ -418,14 +442,17 @@ class Redactor:
         Re-scans the partly redacted text until a pass finds nothing (at most
         :data:`MAX_PASSES`), mapping later finds back to ``text``. Never raises.
         """
+        first = self._find_once(text)
+        if not first:  # the common case: no PII, nothing to map back
+            return []
         found: list[PiiSpan] = []
         current = text
         origin: list[int] = list(range(len(text)))  # current index -> text index, -1 = placeholder
-        for _ in range(MAX_PASSES):
+        for pass_no in range(MAX_PASSES):
             # a later pass never re-reads placeholder characters (origin -1) as PII
             spans = [
                 s
-                for s in self._find_once(current)
+                for s in (self._find_once(current) if pass_no else first)
                 if all(origin[k] >= 0 for k in range(s.start, s.end))
             ]
             if not spans:
