@@ -43,6 +43,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from processors.regex_gates import Gate, gated_search, required_literals
 from schemas.events import RefusalEvent
 
 RefusalKind = Literal["full", "partial", "none"]
@@ -77,10 +78,14 @@ class _Cue:
     pattern: re.Pattern[str]
     opening_weight: float
     rest_weight: float
+    #: Literals one of which must occur for ``pattern`` to match (``None``: always search);
+    #: see :mod:`processors.regex_gates`.
+    gate: Gate | None = None
 
 
 def _cue(name: str, pattern: str, opening: float, rest: float = 0.0) -> _Cue:
-    return _Cue(name, re.compile(pattern), opening, rest)
+    compiled = re.compile(pattern)
+    return _Cue(name, compiled, opening, rest, required_literals(compiled))
 
 
 _ACTION = (
@@ -394,17 +399,17 @@ def read_cues(response: str) -> CueReading:
     cues: list[str] = []
     for cue in _REFUSAL_CUES:
         w = 0.0
-        if cue.opening_weight and cue.pattern.search(opening):
+        if cue.opening_weight and gated_search(cue.pattern, cue.gate, opening):
             w = cue.opening_weight
             cues.append(cue.name)
-        elif cue.rest_weight and cue.pattern.search(rest):
+        elif cue.rest_weight and gated_search(cue.pattern, cue.gate, rest):
             w = cue.rest_weight
             cues.append(f"{cue.name}@later")
         evidence += w
     refusal_evidence = evidence
 
     for cue in _COMPLIANCE_CUES:
-        if cue.pattern.search(opening):
+        if gated_search(cue.pattern, cue.gate, opening):
             evidence += cue.opening_weight
             cues.append(cue.name)
 
@@ -429,7 +434,7 @@ def refusal_kind(reading: CueReading) -> tuple[RefusalKind, tuple[str, ...]]:
     cues = list(reading.cues)
     partial = False
     for cue in _PARTIAL_CUES:
-        if cue.pattern.search(reading.norm):
+        if gated_search(cue.pattern, cue.gate, reading.norm):
             partial = True
             cues.append(cue.name)
     if reading.list_items >= 3:

@@ -66,6 +66,7 @@ from rank_bm25 import BM25Okapi
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from processors.engines.base import EngineOutput
+from processors.regex_gates import Gate, required_literals
 from schemas.audit import AuditResult, AuditSummary, IndividualAssessment, PolicyGapFlag
 from schemas.events import RefusalEvent
 from schemas.policy import Clause, PolicyBundle
@@ -333,6 +334,9 @@ class Cue:
     weight: float
     pattern: re.Pattern[str]
     case_sensitive: bool = False
+    gate: Gate | None = None
+    """Literals one of which must occur for ``pattern`` to match (``None``: always search);
+    see :mod:`processors.regex_gates`."""
 
 
 def _cue(
@@ -340,7 +344,8 @@ def _cue(
 ) -> Cue:
     """Build a :class:`Cue`; unless ``case_sensitive``, the pattern is matched against the
     lower-cased text (faster than ``re.IGNORECASE``), so it must be written in lower case."""
-    return Cue(label, family, side, weight, re.compile(regex), case_sensitive)
+    compiled = re.compile(regex)
+    return Cue(label, family, side, weight, compiled, case_sensitive, required_literals(compiled))
 
 
 _HUMAN = (
@@ -1108,7 +1113,15 @@ def find_cues(request: str, response: str) -> list[tuple[Cue, str]]:
     for cue in CUES:
         if cue.family == "named_entity":
             continue
-        m = cue.pattern.search((texts if cue.case_sensitive else lowered)[cue.side])
+        text = (texts if cue.case_sensitive else lowered)[cue.side]
+        gate = cue.gate
+        if gate is not None:  # processors.regex_gates.gated_search, inlined (hot loop)
+            for literal in gate:
+                if literal in text:
+                    break
+            else:
+                continue  # no gate literal in the text: the pattern cannot match
+        m = cue.pattern.search(text)
         if m is not None:
             hits.append((cue, " ".join(m.group(0).split())[:60]))
     families = {c.family for c, _ in hits}
