@@ -1,10 +1,13 @@
-"""Check that the literal cue gates (processors.regex_gates) change no output.
+"""Check that the literal cue gates and word-key searches (processors.regex_gates) change no output.
 
 Runs the committed (``git show HEAD:``) pre-filter and local-engine modules and the working
 tree's side by side over every text of ../shared/data (JSONL string fields, CSV cells), the
 example logs, the test fixtures and the string constants of tests/*.py, and compares
 read_cues / refusal_kind / detect_refusal_text, find_cues (on each prompt/response pair, on
-each text as request and response, and upper-cased) and LocalEngine.audit_sync batches.
+each text as request and response, and upper-cased), the engine's ``tokenize`` (request and
+response mode), every engine cue's search against a plain ``pattern.search`` on texts whose
+word boundaries are perturbed (a letter, digit, ``_``, ``é`` or apostrophe glued to words),
+and LocalEngine.audit_sync batches.
 
 Usage: python benchmarks/cue_gate_equivalence.py [--ref HEAD]
 """
@@ -17,6 +20,7 @@ import csv
 import dataclasses
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -30,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 DATA = ROOT.parent / "shared" / "data"
 
 from processors import prefilter as new_pf  # noqa: E402
+from processors import regex_gates as new_gates  # noqa: E402
 from processors.engines import local as new_local  # noqa: E402
 from processors.policy import parse_bundle  # noqa: E402
 from schemas.events import RefusalEvent  # noqa: E402
@@ -134,6 +139,41 @@ def main() -> int:
         check("find_cues(pair)", hits(old_local, req, resp), hits(new_local, req, resp), req)
         check("find_cues(pair swapped)", hits(old_local, resp, req),
               hits(new_local, resp, req), req)
+
+    for t in variants:
+        check("tokenize(request)", old_local.tokenize(t), new_local.tokenize(t), t)
+        check("tokenize(response)", old_local.tokenize(t, response=True),
+              new_local.tokenize(t, response=True), t)
+
+    # word-boundary perturbations: words glued to letters, digits, "_", "é", apostrophes
+    glue = ["x", "9", "_", "\u00e9", "'", "-", ""]
+    perturbed: list[str] = []
+    for i, t in enumerate(uniq[:6000]):
+        g = glue[i % len(glue)]
+        perturbed += [t.replace(" ", f" {g}"), t.replace(" ", f"{g} "), g + t.lower() + g]
+    perturbed = list(dict.fromkeys(perturbed))
+    n["perturbed texts"] = len(perturbed)
+    for cue in new_local.CUES:
+        for t in perturbed:
+            text = t if cue.case_sensitive else t.lower()
+            m = cue.pattern.search(text)
+            found: re.Match[str] | None
+            if cue.keys is not None and cue.starts is not None:
+                found = new_gates.keyed_search(
+                    cue.pattern, cue.starts, text, new_gates.text_keys(text)
+                )
+            elif cue.leads is not None:
+                found = new_gates.search_at(cue.pattern, cue.leads, text)
+            else:
+                found = new_gates.gated_search(cue.pattern, cue.gate, text)
+            check(
+                "cue search (perturbed)",
+                m and (m.span(), m.group(0)),
+                found and (found.span(), found.group(0)),
+                (cue.label, text),
+            )
+    for t in perturbed:
+        check("find_cues(perturbed)", hits(old_local, t, t), hits(new_local, t, t), t)
 
     pol = ROOT / "refusal_audit" / "example_policies"
     bundle = parse_bundle("wren", *((pol / f).read_text(encoding="utf-8") for f in (

@@ -31,19 +31,13 @@ from sklearn.metrics import precision_recall_fscore_support, roc_auc_score
 from processors.engines import local
 from processors.engines.local import LocalEngine
 from processors.policy import parse_bundle
+from refusal_audit.training.labels import COCONOT_TOP_LEVEL
 from schemas.events import RefusalEvent
 from schemas.policy import PolicyBundle
 
 REPO = Path(__file__).resolve().parents[1]
 EVENT_TIME = datetime(2024, 1, 1, tzinfo=UTC)
 REFUSAL_LABELS = ("2_full_refusal", "3_partial_refusal")
-COCONOT_TOP_LEVEL = {
-    "Requests with safety concerns": "genuine_safety_refusal",
-    "Unsupported requests": "capability_boundary",
-    "Incomplete requests": "clarification_needed",
-    "Unknowns": "clarification_needed",
-    "Humanizing requests": "capability_boundary",
-}
 
 
 def load_bundle() -> PolicyBundle:

@@ -62,12 +62,17 @@ async def audit_batch(
     review_seed: int,
     now: datetime,
     baseline: WindowCounts | None = None,
+    review_band: float = 0.0,
 ) -> AuditedBatch:
     """Run ``engine`` on ``batch`` and turn a valid result into warehouse rows.
 
     The batch's ``usage.latency_ms`` is the engine call's wall time measured here.
     The summary's ``trends_identified`` are computed by ``processors.trends.trend_lines``
     against ``baseline`` (the engine's own free-text trends are discarded).
+    Review sampling is ``processors.sampling.review_reasons`` with ``review_rate`` and
+    ``review_seed``; a ``review_band`` above 0 also samples (reason ``uncertainty``) the
+    unflagged, undrawn items whose ``false_positive_scores`` lie within it of the engine's
+    ``false_positive_threshold`` (0.5 for an engine without one).
     Events the engine reports as ``unresolved`` are left out (the caller dead-letters them
     with ``unresolved_dead_letters``) and the rest is validated on its own.
     Raises ``EngineError`` (engine failure) or ``AuditValidationError`` (invalid result);
@@ -81,7 +86,14 @@ async def audit_batch(
     trends = trend_lines(result.individual_assessments, baseline)
     summary = result.audit_summary.model_copy(update={"trends_identified": trends})
     result = result.model_copy(update={"audit_summary": summary})
-    reasons = review_reasons(result.individual_assessments, review_rate, review_seed)
+    reasons = review_reasons(
+        result.individual_assessments,
+        review_rate,
+        review_seed,
+        scores=output.false_positive_scores,
+        threshold=getattr(engine, "false_positive_threshold", 0.5),
+        uncertainty_band=review_band,
+    )
     batch_id = batch_id_for(batch, bundle, engine)
     provenance = {
         "batch_id": batch_id,

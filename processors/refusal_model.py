@@ -279,6 +279,60 @@ def artifact_paths(stem: Path) -> tuple[Path, Path]:
     return stem.with_suffix(".npz"), stem.with_suffix(".json")
 
 
+def read_artifact(stem: Path, what: str) -> tuple[dict[str, Any], dict[str, np.ndarray[Any, Any]]]:
+    """The metadata (a JSON object with a ``spec`` object) and the arrays of the artifact
+    ``stem``.json / ``stem``.npz, read without pickle. ``what`` names the model in errors.
+
+    Raises :class:`ModelArtifactError` (with the path and what is wrong) when a file is
+    missing or unreadable or the metadata is not the expected JSON.
+    """
+    npz_path, json_path = artifact_paths(stem)
+    try:
+        meta = json.loads(json_path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ModelArtifactError(f"{what} metadata missing: {json_path}") from exc
+    except (OSError, ValueError) as exc:
+        raise ModelArtifactError(f"{what} metadata unreadable: {json_path}: {exc}") from exc
+    if not isinstance(meta, dict) or not isinstance(meta.get("spec"), dict):
+        raise ModelArtifactError(f"{what} metadata has no spec: {json_path}")
+    try:
+        with np.load(npz_path, allow_pickle=False) as data:
+            arrays = {name: data[name] for name in data.files}
+    except FileNotFoundError as exc:
+        raise ModelArtifactError(f"{what} weights missing: {npz_path}") from exc
+    except Exception as exc:  # zipfile.BadZipFile, ValueError, OSError, EOFError, ...
+        raise ModelArtifactError(f"{what} weights unreadable: {npz_path}: {exc}") from exc
+    return meta, arrays
+
+
+def check_hash(stem: Path, what: str, recorded: object, computed: str) -> None:
+    """Raise :class:`ModelArtifactError` when the recomputed content hash differs from the
+    recorded one (a corrupt or edited artifact)."""
+    if computed != recorded:
+        raise ModelArtifactError(
+            f"{what} {artifact_paths(stem)[0]} does not match its recorded content hash "
+            f"({recorded!r} recorded, {computed} computed)"
+        )
+
+
+def write_artifact(
+    stem: Path,
+    spec: dict[str, Any],
+    arrays: dict[str, np.ndarray[Any, Any]],
+    extra: dict[str, Any],
+) -> str:
+    """Write ``stem``.npz (compressed ``arrays``) and ``stem``.json (hash, ``spec`` and
+    ``extra``, which does not enter the hash); return the content hash."""
+    digest = content_hash(spec, arrays)
+    npz_path, json_path = artifact_paths(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    with npz_path.open("wb") as fh:
+        np.savez_compressed(fh, allow_pickle=False, **arrays)
+    meta = {"content_hash": digest, "spec": spec, **extra}
+    json_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return digest
+
+
 def load_model(stem: Path) -> RefusalModel:
     """Load and verify the artifact ``stem``.npz / ``stem``.json (no pickle).
 
@@ -287,28 +341,9 @@ def load_model(stem: Path) -> RefusalModel:
     spec, or the recomputed content hash differs from the one recorded (a corrupt or edited
     artifact).
     """
-    npz_path, json_path = artifact_paths(stem)
-    try:
-        meta = json.loads(json_path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise ModelArtifactError(f"refusal model metadata missing: {json_path}") from exc
-    except (OSError, ValueError) as exc:
-        raise ModelArtifactError(f"refusal model metadata unreadable: {json_path}: {exc}") from exc
-    if not isinstance(meta, dict) or not isinstance(meta.get("spec"), dict):
-        raise ModelArtifactError(f"refusal model metadata has no spec: {json_path}")
-    try:
-        with np.load(npz_path, allow_pickle=False) as data:
-            arrays = {name: data[name] for name in data.files}
-    except FileNotFoundError as exc:
-        raise ModelArtifactError(f"refusal model weights missing: {npz_path}") from exc
-    except Exception as exc:  # zipfile.BadZipFile, ValueError, OSError, EOFError, ...
-        raise ModelArtifactError(f"refusal model weights unreadable: {npz_path}: {exc}") from exc
+    meta, arrays = read_artifact(stem, "refusal model")
     model = model_from_arrays(meta["spec"], arrays)
-    if model.content_hash != meta.get("content_hash"):
-        raise ModelArtifactError(
-            f"refusal model {npz_path} does not match its recorded content hash "
-            f"({meta.get('content_hash')!r} recorded, {model.content_hash} computed)"
-        )
+    check_hash(stem, "refusal model", meta.get("content_hash"), model.content_hash)
     return model
 
 
@@ -328,16 +363,4 @@ def save_model(
     spec = build_spec(families, threshold)
     if weights.shape != (sum(spec["widths"].values()),):
         raise ValueError(f"weights shape {weights.shape} does not fit families {families}")
-    arrays = model_arrays(weights, bias)
-    digest = content_hash(spec, arrays)
-    npz_path, json_path = artifact_paths(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(
-        npz_path,
-        weight_index=arrays["weight_index"],
-        weight_value=arrays["weight_value"],
-        bias=arrays["bias"],
-    )
-    meta = {"content_hash": digest, "spec": spec, **extra}
-    json_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    return digest
+    return write_artifact(stem, spec, model_arrays(weights, bias), extra)

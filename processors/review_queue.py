@@ -1,15 +1,18 @@
 """Review items, queues and who gets which item next (issue 10; pure, no I/O).
 
 A review item is a current assessment that requires human review or was sampled for it.
-Its ``reasons`` refine the stored ``review_reason`` (``flagged`` / ``random_sample``) into
-what a queue filters on (``schemas.review.REVIEW_REASONS``):
+Its ``reasons`` refine the stored ``review_reason`` (``flagged`` / ``random_sample`` /
+``uncertainty``) into what a queue filters on (``schemas.review.REVIEW_REASONS``):
 
 - ``estimated_false_positive``: the engine judged the refusal an over-refusal;
 - ``policy_gap``: flagged, and no clause of the bundle applies (``policy_clause_cited`` null);
 - ``gray_zone``: flagged, with a category under the taxonomy's ``policy_gray_zone``;
 - ``low_confidence``: flagged for none of the above: the engine was unsure (for the local
   engine, a score near its threshold or a weakly matched clause);
-- ``random_sample``: drawn by the seeded random review sample (``processors.sampling``).
+- ``random_sample``: drawn by the seeded random review sample (``processors.sampling``);
+- ``uncertainty``: unflagged and not drawn, but its over-refusal score lies within
+  ``review_uncertainty_band`` of the engine's threshold (``processors.sampling``); never part
+  of the random sample.
 """
 
 from __future__ import annotations
@@ -63,8 +66,8 @@ def reasons_of(row: Mapping[str, Any], top_category: str) -> tuple[str, ...]:
             reasons.append("gray_zone")
         if not reasons:
             reasons.append("low_confidence")
-    if row["review_reason"] == "random_sample":
-        reasons.append("random_sample")
+    if row["review_reason"] in ("random_sample", "uncertainty"):
+        reasons.append(row["review_reason"])
     return tuple(reasons)
 
 

@@ -177,7 +177,10 @@ def count_message_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
     return total
 
 
-def _split_template(text: str) -> tuple[str, str]:
+def split_template(text: str) -> tuple[str, str]:
+    """The system and user parts of a template ``text`` (the lines after the system marker
+    and after the user marker). Raises ``PromptTemplateError`` when the markers are missing,
+    repeated or out of order."""
     lines = text.splitlines(keepends=True)
     stripped = [line.strip() for line in lines]
     if stripped.count(SYSTEM_MARKER) != 1 or stripped.count(USER_MARKER) != 1:
@@ -219,7 +222,7 @@ def _check(system: str, user: str) -> None:
 
 def parse_template(text: str, version: str, path: Path | None = None) -> AuditPrompt:
     """Check and split template ``text``; raises ``PromptTemplateError`` when malformed."""
-    system, user = _split_template(text)
+    system, user = split_template(text)
     _check(system, user)
     return AuditPrompt(version=version, system_template=system, user_template=user, path=path)
 

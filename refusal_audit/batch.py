@@ -168,6 +168,7 @@ def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) ->
         token_budget=budget,
         review_rate=cfg.review_sample_rate,
         review_seed=cfg.review_seed,
+        review_band=cfg.review_uncertainty_band,
     )
 
 

@@ -13,7 +13,7 @@ import orjson
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from refusal_audit import cli_alerts, cli_review, cli_train
+from refusal_audit import cli_alerts, cli_clarify, cli_review, cli_train
 from refusal_audit.batch import BatchOptions, run_batch
 from refusal_audit.cli_common import (
     EXIT_FAILURES,
@@ -152,6 +152,19 @@ def eval_command(
         figures = run_eval(cfg, files, options, engine)
     except ConfigError as exc:
         raise fail_usage(str(exc)) from exc
+    trained = [
+        name
+        for name, on in (
+            ("refusal pre-filter", cfg.prefilter_enabled and cfg.prefilter_model == "trained"),
+            ("category model", cfg.local_category_model == "trained"),
+        )
+        if on
+    ]
+    if trained:
+        err.print(
+            f"note: the trained {' and '.join(trained)} learned from ../shared/data: on those "
+            "files these figures are in-sample; held-out figures: docs/evaluation.md"
+        )
     if as_json:
         console.file.write(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
@@ -429,6 +442,7 @@ review_app.command("reviewers")(cli_review.review_reviewers)
 
 alerts_app = typer.Typer(help="Tail, list and evaluate alerts.", no_args_is_help=True)
 app.add_typer(alerts_app, name="alerts")
+app.add_typer(cli_clarify.clarify_app, name="clarify")
 alerts_app.command("list")(cli_alerts.alerts_list)
 alerts_app.command("evaluate")(cli_alerts.alerts_evaluate)
 

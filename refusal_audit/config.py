@@ -207,6 +207,11 @@ class Settings(BaseSettings):
         description="Over-refusal score at or above which the local engine estimates a "
         "false positive.",
     )
+    local_category_model: Literal["cues", "trained"] = Field(
+        default="cues",
+        description="Local engine's category: `cues` (hand-written rules) or `trained` (the "
+        "shipped category model, `refusal-audit train`; its hash joins the engine version).",
+    )
 
     # batching
     batch_max_events: int = Field(default=25, ge=1, description="Max events per audit batch.")
@@ -253,6 +258,15 @@ class Settings(BaseSettings):
         ge=0.0,
         le=1.0,
         description="Share of unflagged assessments sampled for review.",
+    )
+    review_uncertainty_band: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=0.5,
+        description="Also send to review (reason `uncertainty`) the unflagged assessments the "
+        "random sample did not draw whose engine over-refusal score lies within this distance "
+        "of the engine's threshold; 0 is off. Never part of the random sample that estimates "
+        "the verified false-positive rate (see docs/review.md).",
     )
     review_seed: int = Field(default=0, description="Seed of the review sampling.")
     review_reviews_per_item: int = Field(
@@ -302,6 +316,77 @@ class Settings(BaseSettings):
     review_trusted_proxies: list[str] = Field(
         default_factory=lambda: ["127.0.0.1", "::1"],
         description="Client addresses whose review_proxy_user_header is believed.",
+    )
+
+    # the clarification service (refusal-audit clarify serve)
+    clarify_web_host: str = Field(
+        default="127.0.0.1",
+        description="Bind address of the clarification service (loopback unless behind a "
+        "TLS-terminating proxy).",
+    )
+    clarify_web_port: int = Field(
+        default=8091, ge=0, le=65535, description="Port of the clarification service."
+    )
+    clarify_api_token: SecretStr | None = Field(
+        default=None,
+        min_length=16,
+        description="Shared API token callers send as `Authorization: Bearer <token>`; unset: "
+        "a random token kept in <data_dir>/clarify-api.token (mode 0600).",
+    )
+    clarify_classifier_engine: Literal["local", "openai"] | None = Field(
+        default=None,
+        description="Engine that classifies refusals for clarification; unset: as `engine`.",
+    )
+    clarify_classifier_model: str | None = Field(
+        default=None,
+        description="Model of an openai classifier (may be cheaper); unset: `openai_model`.",
+    )
+    clarify_question_engine: Literal["local", "openai"] | None = Field(
+        default=None,
+        description="Engine that writes clarification questions; unset: as `engine`.",
+    )
+    clarify_question_model: str | None = Field(
+        default=None, description="Model of an openai question engine; unset: `openai_model`."
+    )
+    clarify_store: Literal["sqlite", "memory", "kafka"] | None = Field(
+        default=None,
+        description="Conversation state store: `sqlite` (a local file), `kafka` (the compacted "
+        "topic `<prefix>clarify.state`; survives the loss of the machine) or `memory`; unset: "
+        "`kafka` for `clarify serve --kafka`, else `sqlite`.",
+    )
+    clarify_consumer_group: str = Field(
+        default="refusal-audit-clarify",
+        min_length=1,
+        description="Kafka consumer group of `clarify serve --kafka` (requests, answers, "
+        "outcomes).",
+    )
+    clarify_audit_trail: bool = Field(
+        default=True,
+        description="Log every clarification step to the warehouse (`clarification_steps`).",
+    )
+    clarify_review_sample_rate: float = Field(
+        default=0.05,
+        ge=0.0,
+        le=1.0,
+        description="Share of finished clarification conversations sampled into the review "
+        "app (escalations are always there).",
+    )
+    clarify_review_accepted_weight: float = Field(
+        default=4.0,
+        ge=1.0,
+        le=100.0,
+        description="How many times more likely a conversation whose clarified request was "
+        "accepted is sampled than another (capped at 1).",
+    )
+    clarify_store_path: Path | None = Field(
+        default=None,
+        description="SQLite file of the conversation states; unset: <data_dir>/clarify.sqlite3.",
+    )
+    clarify_max_body_bytes: int = Field(
+        default=256 * 1024,
+        ge=1024,
+        le=16 * 1024 * 1024,
+        description="Largest HTTP request body the clarification service reads (413 beyond).",
     )
 
     # drift detectors and policy-gap alerts

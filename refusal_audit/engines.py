@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from processors.engines.base import AuditEngine
 from processors.engines.local import LocalEngine
 from refusal_audit.config import ConfigError, Settings
+
+if TYPE_CHECKING:
+    import openai
 
 log = logging.getLogger("refusal_audit.engines")
 
@@ -15,22 +18,31 @@ log = logging.getLogger("refusal_audit.engines")
 def make_engine(settings: Settings, name: str | None = None) -> AuditEngine:
     """Build the engine ``name`` (default: ``settings.resolved_engine``).
 
-    Raises ``ConfigError`` for an unknown engine or an openai engine without a key.
+    Raises ``ConfigError`` for an unknown engine, an openai engine without a key, or a
+    missing or corrupt category model with ``local_category_model = "trained"``.
     """
     chosen = name or settings.resolved_engine
     if chosen == "local":
         if name is None and settings.engine is None:
             log.info("no LLM endpoint or key configured: using the offline local engine")
-        return LocalEngine(false_positive_threshold=settings.local_false_positive_threshold)
+        category_model = None
+        if settings.local_category_model == "trained":
+            from refusal_audit.prefilter_model import load_shipped_category_model
+
+            category_model = load_shipped_category_model()  # ConfigError: missing/corrupt
+        return LocalEngine(
+            false_positive_threshold=settings.local_false_positive_threshold,
+            category_model=category_model,
+        )
     if chosen == "openai":
         return _openai_engine(settings)
     raise ConfigError(f"unknown engine {chosen!r} (available: local, openai)")
 
 
-def _openai_engine(settings: Settings) -> AuditEngine:
+def openai_client(settings: Settings) -> openai.AsyncOpenAI:
+    """The ``openai.AsyncOpenAI`` client of the openai_* settings (base URL, key, timeout,
+    retries). Raises ``ConfigError`` when neither a key nor a base URL is configured."""
     import openai
-
-    from processors.engines.openai_engine import OpenAIEngine
 
     key = settings.openai_key()
     if not key and not settings.openai_base_url:
@@ -38,12 +50,18 @@ def _openai_engine(settings: Settings) -> AuditEngine:
             "engine openai needs an API key (openai_api_key, openai_api_key_file or "
             "$OPENAI_API_KEY) or an openai_base_url of a server that needs none"
         )
-    client = openai.AsyncOpenAI(
+    return openai.AsyncOpenAI(
         api_key=key or "unused",
         base_url=settings.openai_base_url,
         timeout=settings.openai_timeout_seconds,
         max_retries=settings.openai_max_retries,
     )
+
+
+def _openai_engine(settings: Settings) -> AuditEngine:
+    from processors.engines.openai_engine import OpenAIEngine
+
+    client = openai_client(settings)
     return OpenAIEngine(
         client,
         settings.openai_model,

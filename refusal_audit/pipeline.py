@@ -99,11 +99,13 @@ class RunReport:
     batches: int = 0
     failed_batches: int = 0
     failed_events: int = 0
-    failures: list[Failure] = field(default_factory=list)
-    assessments: list[StoredAssessment] = field(default_factory=list)
-    batch_records: list[BatchRecord] = field(default_factory=list)
-    retired: list[str] = field(default_factory=list)
-    trends: list[str] = field(default_factory=list)
+    # repr=False: asyncio formats a finished task's result with reprlib when the event loop
+    # closes, and a full repr of every assessment cost ~30 µs per event (issue 11, item 7)
+    failures: list[Failure] = field(default_factory=list, repr=False)
+    assessments: list[StoredAssessment] = field(default_factory=list, repr=False)
+    batch_records: list[BatchRecord] = field(default_factory=list, repr=False)
+    retired: list[str] = field(default_factory=list, repr=False)
+    trends: list[str] = field(default_factory=list, repr=False)
 
     @property
     def failed(self) -> int:
@@ -154,7 +156,9 @@ class AuditPipeline:
     """Runs sources through intake, batching, audit and storage; see the module docstring.
 
     ``bundles`` maps policy-bundle names to parsed bundles; ``flush_every`` bounds the number
-    of decoded events held before they are written (memory bound). ``baselines`` maps bundle
+    of decoded events held before they are written (memory bound). ``review_rate``,
+    ``review_seed`` and ``review_band`` (uncertainty band, 0 = off) drive the review
+    sampling of ``processors.auditing.audit_batch``. ``baselines`` maps bundle
     names to the drift baseline counts the batch summaries' trend lines compare with
     (replaced as a whole by the caller, e.g. after each detector run; empty = no baseline).
     """
@@ -170,6 +174,7 @@ class AuditPipeline:
         token_budget: int,
         review_rate: float,
         review_seed: int,
+        review_band: float = 0.0,
         clock: Callable[[], datetime] = utc_now,
         flush_every: int = 500,
         lookup_chunk: int = 1000,
@@ -180,6 +185,7 @@ class AuditPipeline:
         self.intake = intake
         self.review_rate = review_rate
         self.review_seed = review_seed
+        self.review_band = review_band
         self.clock = clock
         self.flush_every = flush_every
         self.lookup_chunk = lookup_chunk
@@ -364,6 +370,7 @@ class AuditPipeline:
                 self.engine,
                 review_rate=self.review_rate,
                 review_seed=self.review_seed,
+                review_band=self.review_band,
                 now=now,
                 baseline=self.baselines.get(batch.policy_bundle),
             )

@@ -149,7 +149,8 @@ class GroupStats:
     false positives among the randomly sampled items (``successes, trials, low, high``):
     the sample is drawn from the assessments nobody flagged, so it estimates the
     over-refusals the model missed, without the bias of the flagged items (every estimated
-    false positive is flagged).
+    false positive is flagged). Items sampled for ``uncertainty`` (chosen by their score) are
+    never part of it.
     """
 
     key: tuple[str, str, str, str, str]

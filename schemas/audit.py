@@ -97,8 +97,9 @@ class StoredAssessment(AuditProvenance, IndividualAssessment):
 
     ``false_positive_score`` is the engine's over-refusal score in [0, 1] when it has one
     (the local engine does; an LLM may not). ``sampled_for_review`` is the harness's review
-    sampling decision (every flagged item plus a seeded random share of the rest);
-    ``review_reason`` says why (``flagged`` or ``random_sample`` or ``""``).
+    sampling decision (every flagged item plus a seeded random share of the rest and, with
+    ``review_uncertainty_band``, unflagged undrawn items scored near the threshold);
+    ``review_reason`` says why (``flagged``, ``random_sample``, ``uncertainty`` or ``""``).
     """
 
     event_time: datetime

@@ -13,6 +13,16 @@ from pydantic import BaseModel
 
 from schemas.alerts import Alert
 from schemas.audit import AuditResult, BatchRecord, StoredAssessment
+from schemas.clarification import (
+    ClarificationAnswer,
+    ClarificationRequest,
+    ClarificationResponse,
+    ClarifiedRequest,
+    ConversationState,
+    Escalation,
+    QuestionSet,
+    ReevaluationOutcome,
+)
 from schemas.events import RefusalEvent
 
 JSON_DIR = Path(__file__).parent / "json"
@@ -23,6 +33,14 @@ PUBLISHED: dict[str, type[BaseModel]] = {
     "stored_assessment": StoredAssessment,
     "batch_record": BatchRecord,
     "alert": Alert,
+    "clarification_request": ClarificationRequest,
+    "clarification_response": ClarificationResponse,
+    "question_set": QuestionSet,
+    "clarification_answer": ClarificationAnswer,
+    "clarified_request": ClarifiedRequest,
+    "reevaluation_outcome": ReevaluationOutcome,
+    "conversation_state": ConversationState,
+    "escalation": Escalation,
 }
 
 

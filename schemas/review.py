@@ -114,10 +114,12 @@ def verdict_id(item: VerdictInput, policy_bundle: str, assessment_audited_at: da
 
 # why an item is in review, as the queues filter it (``processors.review_queue.reasons_of``)
 ReviewReason = Literal[
-    "estimated_false_positive", "policy_gap", "gray_zone", "low_confidence", "random_sample"
-]
+    "estimated_false_positive", "policy_gap", "gray_zone", "low_confidence", "random_sample",
+    "uncertainty",
+]  # fmt: skip
 REVIEW_REASONS: tuple[ReviewReason, ...] = (
     "estimated_false_positive", "policy_gap", "gray_zone", "low_confidence", "random_sample",
+    "uncertainty",
 )  # fmt: skip
 Role = Literal["reviewer", "admin"]
 _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$"

@@ -2,7 +2,10 @@
 
 Every name is ``<kafka_topic_prefix><role>``. The specs follow the role: the input and
 output streams are time-retained (``cleanup.policy=delete``); alerts are retained longer;
-the dead-letter topic keeps failures for 30 days so they can be replayed.
+the dead-letter topic keeps failures for 30 days so they can be replayed. The clarification
+service's topics (``clarify_*``, docs/clarification.md) are streams too, but for
+``clarify_state``: a compacted topic keyed by conversation id that holds every
+conversation's newest state (the service's durable store).
 """
 
 from __future__ import annotations
@@ -54,6 +57,36 @@ ROLES: dict[str, tuple[str, dict[str, str]]] = {
         "dead-letters",
         {"cleanup.policy": "delete", "retention.ms": str(30 * DAY_MS)},
     ),
+    # the clarification service (issue 12): requests, answers and outcomes in; questions,
+    # clarified requests and escalations out; its conversation states (compacted)
+    "clarify_requests": (
+        "clarify.requests",
+        {"cleanup.policy": "delete", "retention.ms": str(7 * DAY_MS)},
+    ),
+    "clarify_questions": (
+        "clarify.questions",
+        {"cleanup.policy": "delete", "retention.ms": str(7 * DAY_MS)},
+    ),
+    "clarify_answers": (
+        "clarify.answers",
+        {"cleanup.policy": "delete", "retention.ms": str(7 * DAY_MS)},
+    ),
+    "clarify_clarified": (
+        "clarify.clarified-requests",
+        {"cleanup.policy": "delete", "retention.ms": str(7 * DAY_MS)},
+    ),
+    "clarify_outcomes": (
+        "clarify.outcomes",
+        {"cleanup.policy": "delete", "retention.ms": str(7 * DAY_MS)},
+    ),
+    "clarify_escalations": (
+        "clarify.escalations",
+        {"cleanup.policy": "delete", "retention.ms": str(30 * DAY_MS)},
+    ),
+    "clarify_state": (
+        "clarify.state",
+        {"cleanup.policy": "compact", "min.compaction.lag.ms": str(3600 * 1000)},
+    ),
 }
 
 
@@ -67,6 +100,13 @@ class Topics:
     policy_gap_alerts: str
     review_queue: str
     dead_letters: str
+    clarify_requests: str
+    clarify_questions: str
+    clarify_answers: str
+    clarify_clarified: str
+    clarify_outcomes: str
+    clarify_escalations: str
+    clarify_state: str
 
     @classmethod
     def from_prefix(cls, prefix: str) -> Topics:

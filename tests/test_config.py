@@ -64,6 +64,13 @@ def test_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError, match="review_sample_rate"):
         load_settings()
     monkeypatch.delenv("REFUSAL_AUDIT_REVIEW_SAMPLE_RATE")
+    assert load_settings().review_uncertainty_band == 0.0  # off by default
+    monkeypatch.setenv("REFUSAL_AUDIT_REVIEW_UNCERTAINTY_BAND", "0.6")
+    with pytest.raises(ConfigError, match="review_uncertainty_band"):
+        load_settings()
+    monkeypatch.setenv("REFUSAL_AUDIT_REVIEW_UNCERTAINTY_BAND", "0.3")
+    assert load_settings().review_uncertainty_band == 0.3
+    monkeypatch.delenv("REFUSAL_AUDIT_REVIEW_UNCERTAINTY_BAND")
     bad = tmp_path / "bad.toml"
     bad.write_text("no_such_setting = 1\n", encoding="utf-8")
     with pytest.raises(ConfigError):

@@ -9,7 +9,15 @@ import pytest
 
 from processors import prefilter
 from processors.engines import local
-from processors.regex_gates import gated_search, required_literals
+from processors.regex_gates import (
+    gated_search,
+    keyed_search,
+    required_literals,
+    search_at,
+    start_literals,
+    text_keys,
+    word_start_keys,
+)
 
 
 @pytest.mark.parametrize(
@@ -150,3 +158,114 @@ def test_cue_gates_agree_with_plain_search_on_cue_texts() -> None:
             gated = gated_search(pattern, gate, text)
             assert (plain and plain.span()) == (gated and gated.span()), (pattern.pattern, text)
     assert gated_count > len(patterns) // 2
+
+
+# --- word-start keys and start literals ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("regex", "starts"),
+    [
+        (r"\b(?:kill|shoot)\w*\s+x", {"kil": ("kill",), "sho": ("shoot",)}),
+        (r"\bdo(?:n't)? not\b", {"don": ("don't",), "do": ("do not",)}),
+        (r"\b(?:my|our)\s+friend", None),  # "my" then a class: the word's key is unknown
+        (r"\b(?:a |the )?cats?\b", {"a": ("a ",), "the": ("the ",), "cat": ("cat",)}),
+        (r"^(?:sorry|apologi[sz]e)", {"sor": ("sorry",), "apo": ("apologi",)}),
+        (r"(?<!no )\bhistory", {"his": ("history",)}),
+    ],
+)
+def test_word_start_keys(regex: str, starts: dict[str, tuple[str, ...]] | None) -> None:
+    assert word_start_keys(re.compile(regex)) == starts
+
+
+@pytest.mark.parametrize(
+    "regex",
+    [
+        r"kill\w*",  # no word boundary before the match
+        r"\b\w+ing",  # starts with a class
+        r"(?i)\bkill",  # case-insensitive
+        r"\b(?i:kill)",  # inline case-insensitive group
+        r"\b(?:kill)?",  # may match empty
+        r"\bx\w*",  # one-character literal the word goes on after
+        r"\b'em",  # starts with a non-word character
+    ],
+)
+def test_patterns_without_word_start_keys(regex: str) -> None:
+    assert word_start_keys(re.compile(regex)) is None
+
+
+def test_start_literals() -> None:
+    assert start_literals(re.compile(r"(?:fuck|shit)\w*|\bdeath to")) == (
+        "death to",
+        "fuck",
+        "shit",
+    )
+    assert start_literals(re.compile(r"\w+ing")) is None
+    assert start_literals(re.compile(r"\b(?:ab|a)c")) == ("abc", "ac")
+    assert start_literals(re.compile(r"(?i)abc")) is None
+
+
+def test_text_keys() -> None:
+    assert text_keys("i can't kill_time, é-tude 42x") == frozenset(
+        {"i", "can", "t", "kil", "é", "tud", "42x"}
+    )
+
+
+KEYED = [
+    r"\b(?:kill|shoot|get rid of)\w*\s+(?:the )?(?:bugs?|process)\b",
+    r"\bdo(?:n't)? not\b",
+    r"\b(?:a |the )?cats?\b",
+    r"(?<!criminal )\bhistory\b",
+    r"\b(?:i'?m|i am) not (?:sure|certain)",
+    r"^(?:sorry|apologi[sz]e)\b(?! to hear)",
+]
+KEYED_TEXTS = [
+    "",
+    "kill the bugs",
+    "skill the bugs",
+    "Kill the bugs",
+    "killing process now",
+    "they overkill process; kill process",
+    "don't not do not",
+    "dont not",
+    "the cat sat on a cats mat, acat",
+    "criminal history; family history",
+    "im not sure, i'm not certain",
+    "sorry to hear that",
+    "sorry, I can't",
+    "é-kill the bugs _kill the bugs 9kill the bugs",
+    "get rid of the process",
+    "x" * 40 + " kill " * 20 + "bugs",
+]
+
+
+@pytest.mark.parametrize("regex", KEYED)
+def test_keyed_search_equals_search(regex: str) -> None:
+    pattern = re.compile(regex)
+    starts = word_start_keys(pattern)
+    assert starts is not None
+    for text in KEYED_TEXTS + [t.lower() for t in TRICKY]:
+        expected = pattern.search(text)
+        got = keyed_search(pattern, starts, text, text_keys(text))
+        assert (got and (got.span(), got.group(0))) == (
+            expected and (expected.span(), expected.group(0))
+        ), text
+        leads = start_literals(pattern)
+        if leads is not None:
+            via = search_at(pattern, leads, text)
+            assert (via and via.span()) == (expected and expected.span()), text
+
+
+def test_every_cue_search_equals_plain_search() -> None:
+    """The engine's cue searches (keys, start literals or gate) on the TRICKY texts."""
+    for cue in local.CUES:
+        for raw in TRICKY + KEYED_TEXTS:
+            text = raw if cue.case_sensitive else raw.lower()
+            expected = cue.pattern.search(text)
+            if cue.starts is not None:
+                got = keyed_search(cue.pattern, cue.starts, text, text_keys(text))
+            elif cue.leads is not None:
+                got = search_at(cue.pattern, cue.leads, text)
+            else:
+                got = gated_search(cue.pattern, cue.gate, text)
+            assert (got and got.span()) == (expected and expected.span()), (cue.label, text)

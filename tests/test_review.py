@@ -237,3 +237,14 @@ def test_reviewed_events_export_as_labels_eval_reads(
     disagreements = sum(1 for i in range(60) if i % 4 == 0)
     assert fp["n"] == 60
     assert fp["tp"] + fp["tn"] == 60 - disagreements
+    # the same file trains the category model (refusal-audit train --with-verdicts)
+    from refusal_audit.training.labels import load_verdict_labels
+
+    labelled = {r.id: r for r in load_verdict_labels(path)}
+    assert set(labelled) == set(human)
+    assert all(r.over_refusal == human[k] for k, r in labelled.items())
+    assert all(r.source == "verdicts" and r.request and r.response for r in labelled.values())
+    assert all(
+        r.category == ("over_refusal" if human[k] else docs[k]["attributes"]["expected_category"])
+        for k, r in labelled.items()
+    )

@@ -234,6 +234,34 @@ def test_queues_filter_items_and_only_admins_manage_them(server: ReviewServer) -
     assert bob.post("/queues/sampled/claim").status_code == 404
 
 
+def test_a_queue_of_uncertainty_sampled_items(warehouse: Warehouse, tmp_path: Path) -> None:
+    from review_app_harness import EXAMPLE_LOG
+    from test_pipeline import options
+
+    run_batch(settings(review_uncertainty_band=0.3), [EXAMPLE_LOG], options(), sink=warehouse)
+    with serve(warehouse, tmp_path / "data", audit_log=False) as server:
+        alice, bob = login(server, "alice"), login(server, "bob")
+        form = alice.http.get("/admin/queues").text
+        assert '<option value="uncertainty"' in form
+        saved = alice.post("/admin/queues", name="near", review_reason="uncertainty")
+        assert saved.status_code == 303
+        assert "review_reason: uncertainty" in alice.http.get("/").text
+        item = bob.claim("near")
+        assert item is not None
+        page = bob.http.get(item)
+        assert page.status_code == 200
+        assert '<span class="chip reason">uncertainty</span>' in page.text
+        row = server.store.select(
+            "SELECT review_reason, requires_human_review FROM {db:Identifier}"
+            ".current_assessments WHERE log_id = {id:String}",
+            {"id": key_of(item)[1]},
+        )
+        assert (row[0]["review_reason"], row[0]["requires_human_review"]) == (
+            "uncertainty", False,
+        )  # fmt: skip
+        assert bob.submit(item, verdict="agree").status_code == 303
+
+
 def test_a_deactivated_reviewer_is_logged_out(server: ReviewServer) -> None:
     bob = login(server, "bob")
     assert bob.http.get("/").status_code == 200

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_pipeline import audit, settings
+from test_pipeline import audit, options, settings
 
 from processors.stats import stratified_proportion
+from refusal_audit.batch import run_batch
 from refusal_audit.bundles import load_bundles
-from refusal_audit.review import import_verdicts
+from refusal_audit.review import import_verdicts, stats_from_store
 from warehouse import Warehouse
 from warehouse.queries import run_named
 
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_LOG = REPO / "examples" / "refusal_log.jsonl"
+T_IMPORT = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 def test_stratified_proportion_matches_a_hand_computation() -> None:
@@ -151,3 +153,58 @@ def test_verified_false_positive_rate_is_the_stratified_estimate(
         assert values["verified_low"] <= expected <= values["verified_high"]
         checked += 1
     assert checked >= 1
+
+
+def write_verdicts(path: Path, rows: list[dict[str, Any]], flip: bool) -> None:
+    """One reviewer's verdict per row: agree, or (``flip``) the opposite fp judgement."""
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["log_id", "reviewer", "verdict", "corrected_category",
+                         "corrected_false_positive", "corrected_clause", "note"])  # fmt: skip
+        for r in rows:
+            if flip:
+                fp = not r["is_estimated_false_positive"]
+                writer.writerow([r["log_id"], "ann", "disagree", r["category"], str(fp), "", ""])
+            else:
+                writer.writerow([r["log_id"], "ann", "agree", "", "", "", ""])
+
+
+def test_uncertainty_sampled_items_never_feed_the_random_stratum(
+    warehouse: Warehouse, tmp_path: Path
+) -> None:
+    """Reviewing the uncertainty-sampled items (all against the model) leaves the verified
+    false-positive rate, its random stratum and ``review stats``' random-sample share exactly
+    as they were; ``review_agreement`` (no strata) counts them as the verdicts they are."""
+    cfg = settings(review_uncertainty_band=0.3)
+    run_batch(cfg, [EXAMPLE_LOG], options(), sink=warehouse)
+    rows = warehouse.select("SELECT * FROM {db:Identifier}.current_assessments ORDER BY log_id")
+    near = [r for r in rows if r["review_reason"] == "uncertainty"]
+    others = [r for r in rows if r["review_reason"] != "uncertainty"]
+    assert near and any(r["review_reason"] == "random_sample" for r in others)
+    bundles = load_bundles(cfg.policy_bundles)
+
+    def snapshot() -> tuple[Any, ...]:
+        rate = run_named(warehouse.client, warehouse.database, "verified_false_positive_rate")
+        agreement = run_named(warehouse.client, warehouse.database, "review_agreement")
+        sample = {s.key: s.verified_fp for s in stats_from_store(warehouse, bundles)}
+        return rate.as_dicts(), agreement.as_dicts(), sample
+
+    first, second = tmp_path / "others.csv", tmp_path / "near.csv"
+    write_verdicts(first, others, flip=False)
+    assert import_verdicts(warehouse, bundles, first, T_IMPORT).imported == len(others)
+    rate_before, agreement_before, sample_before = snapshot()
+    write_verdicts(second, near, flip=True)
+    assert import_verdicts(warehouse, bundles, second, T_IMPORT).imported == len(near)
+    rate_after, agreement_after, sample_after = snapshot()
+
+    assert rate_after == rate_before  # every column: strata sizes, sample, estimate, note
+    assert any(r["verified_fp_rate"] is not None for r in rate_after)
+    assert sum(r["unflagged"] for r in rate_after) == sum(
+        not r["requires_human_review"] for r in rows
+    )  # the uncertainty items still weigh in the unflagged stratum's share
+    assert sum(r["sample_reviewed"] for r in rate_after) == sum(
+        r["review_reason"] == "random_sample" for r in rows
+    )
+    assert sample_after == sample_before
+    compared = sum(r["compared"] for r in agreement_after)
+    assert compared == sum(r["compared"] for r in agreement_before) + len(near) == len(rows)

@@ -56,6 +56,7 @@ def top_level(code: str) -> str:
             ("estimated_false_positive", "policy_gap"),
         ),
         ({"requires_human_review": False, "review_reason": "random_sample"}, ("random_sample",)),
+        ({"requires_human_review": False, "review_reason": "uncertainty"}, ("uncertainty",)),
         ({"requires_human_review": False, "review_reason": ""}, ()),
     ],
 )
@@ -68,6 +69,14 @@ def test_review_reasons_refine_flagged_and_sampled(
 
 def item(log_id: str, **overrides: Any) -> ReviewItem:
     return make_item(row(log_id=log_id, **overrides), top_level)
+
+
+def test_a_queue_filters_on_uncertainty_apart_from_the_random_sample() -> None:
+    near = item("near", requires_human_review=False, review_reason="uncertainty")
+    drawn = item("drawn", requires_human_review=False, review_reason="random_sample")
+    queue = ReviewQueue(name="near-threshold", review_reason="uncertainty")
+    assert in_queue(queue, near) and not in_queue(queue, drawn)
+    assert not in_queue(ReviewQueue(name="q", review_reason="random_sample"), near)
 
 
 def test_queue_filters_each_field_and_the_period_in_utc_days() -> None:

@@ -4,6 +4,16 @@
 Both take the usual filters: ``since``/``until`` on the event day, ``model`` and ``product``.
 Weeks are ISO weeks of the event time (their Monday). Below ``MIN_COMPARED`` compared items
 a group's rates are left empty with a note, as ``review stats`` does.
+
+``verified_false_positive_rate`` is a stratified estimate over two strata: the flagged
+assessments (``requires_human_review``) and the unflagged ones. The unflagged stratum is
+estimated from its reviewed **random sample** alone: the assessments whose ``review_reason``
+is ``random_sample`` (``processors.sampling``, a hash draw that never looks at the score).
+Assessments sampled for ``uncertainty`` (unflagged, not drawn, scored near the engine's
+threshold: ``review_uncertainty_band``) are chosen by their score, so their verdicts never
+enter the estimate: they still count in the unflagged stratum's size (its weight), never in
+its reviewed sample. ``review_agreement`` has no strata: it compares every current verdict,
+uncertainty-sampled items included, with the assessment it judged.
 """
 
 from __future__ import annotations
@@ -83,7 +93,8 @@ REVIEW_QUERIES = (
         name="review_agreement",
         description="Per event week, model, bundle, engine and prompt version: reviewers' "
         "agreement with the model on the false-positive judgement (Wilson 95%) and Cohen's "
-        "kappa (95%), and on the exact category code (Wilson 95%); one row per verdict.",
+        "kappa (95%), and on the exact category code (Wilson 95%); one row per verdict "
+        "(every verdict, whatever the review reason: no random stratum here).",
         sql=f"""
 SELECT toMonday(event_time) AS week, model, policy_bundle, engine, prompt_version,
        count() AS compared,
@@ -111,7 +122,8 @@ ORDER BY week, model, policy_bundle, engine, prompt_version
         name="verified_false_positive_rate",
         description="Per event week, model and bundle: the model's estimated false-positive "
         "rate and the reviewers' verified one (stratified: reviewed flagged items and the "
-        "reviewed random sample of the unflagged, each weighted by its share), 95% intervals.",
+        "reviewed random sample of the unflagged, each weighted by its share), 95% intervals. "
+        "Uncertainty-sampled items count in the unflagged share, never in the random sample.",
         sql=f"""
 SELECT toMonday(event_time) AS week, model, policy_bundle,
        count() AS assessed,
@@ -120,6 +132,7 @@ SELECT toMonday(event_time) AS week, model, policy_bundle,
        countIf(requires_human_review AND votes > 0) AS flagged_reviewed,
        countIf(requires_human_review AND votes > 0 AND human_fp) AS flagged_human_fp,
        countIf(NOT requires_human_review) AS unflagged,
+       -- the random stratum: review_reason 'random_sample' only, never 'uncertainty'
        countIf(NOT requires_human_review AND review_reason = 'random_sample' AND votes > 0)
            AS sample_reviewed,
        countIf(NOT requires_human_review AND review_reason = 'random_sample' AND votes > 0

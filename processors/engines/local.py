@@ -47,6 +47,13 @@ How one refusal event is judged
    and the members' most frequent request terms. The description states no count (the
    flag's ``example_log_ids`` are its refusals): it would be this batch's, while a gap is
    grouped from several batches' flags and described by one of them.
+**Trained category** (``LocalEngine(category_model=...)``, setting ``local_model =
+"trained"``): step 4's capability and clarification calls come from the category model of
+:mod:`processors.category_model` (a logistic regression fitted on labelled refusals, the
+argmax of its three classes) instead of the cues; a refusal it puts in capability or
+clarification also gets the non-policy cap of step 3. Everything else is as above, and the
+model's hash joins ``version``.
+
 6. **Review.** Every false positive, gap, gray zone and low-confidence case (score within
    ``REVIEW_MARGIN`` of the threshold, or a cited clause below ``2 * MIN_CITE_SCORE``) gets
    ``requires_human_review``. The rationale lists the cues found, the best prohibited and
@@ -59,14 +66,27 @@ import math
 import re
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 from rank_bm25 import BM25Okapi
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from processors.engines.base import EngineOutput
-from processors.regex_gates import Gate, required_literals
+
+if TYPE_CHECKING:  # the category model reads this module's cues: no import at run time
+    from processors.category_model import CategoryModel
+from processors.regex_gates import (
+    Gate,
+    Keys,
+    StartLiterals,
+    required_literals,
+    search_at,
+    start_literals,
+    text_keys,
+    word_start_keys,
+)
 from schemas.audit import AuditResult, AuditSummary, IndividualAssessment, PolicyGapFlag
 from schemas.events import RefusalEvent
 from schemas.policy import Clause, PolicyBundle
@@ -303,17 +323,38 @@ def _stem(word: str) -> str:
     return w
 
 
+_TOKEN_CACHE_SIZE = 200_000
+"""Distinct words whose token (:func:`tokenize`) is remembered; the cache is emptied when full."""
+_REQUEST_TOKENS: dict[str, str | None] = {}
+_RESPONSE_TOKENS: dict[str, str | None] = {}
+
+
+def _token(word: str, response: bool) -> str | None:
+    """The token of one lower-cased word (``None``: dropped), remembered per word."""
+    if word in _STOP_WORDS or (response and word in _RESPONSE_BOILERPLATE):
+        token = None
+    else:
+        token = _stem(word)
+    cache = _RESPONSE_TOKENS if response else _REQUEST_TOKENS
+    if len(cache) >= _TOKEN_CACHE_SIZE:
+        cache.clear()
+    cache[word] = token
+    return token
+
+
 def tokenize(text: str, *, response: bool = False) -> list[str]:
     """Lower-case word tokens without stop words, stemmed (see :func:`_stem`).
 
     With ``response=True`` refusal boilerplate words are dropped too. Returns a list that
-    keeps duplicates and order (BM25 uses term frequency).
+    keeps duplicates and order (BM25 uses term frequency). Each distinct word's token is
+    computed once and remembered (a pure function of the word).
     """
+    cache = _RESPONSE_TOKENS if response else _REQUEST_TOKENS
     out: list[str] = []
     for word in _WORD_RE.findall(text.lower().replace("\u2019", "'").replace("'", "")):
-        if word in _STOP_WORDS or (response and word in _RESPONSE_BOILERPLATE):
-            continue
-        out.append(_stem(word))
+        token = cache[word] if word in cache else _token(word, response)
+        if token is not None:
+            out.append(token)
     return out
 
 
@@ -337,6 +378,16 @@ class Cue:
     gate: Gate | None = None
     """Literals one of which must occur for ``pattern`` to match (``None``: always search);
     see :mod:`processors.regex_gates`."""
+    leads: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
+    """Literals one of which every match begins with (``None``: not known, too many, or a
+    ``gate`` is cheaper); the pattern is then tried only where they occur
+    (:func:`processors.regex_gates.start_literals`)."""
+    starts: StartLiterals | None = field(default=None, compare=False, repr=False)
+    """Literals one of which starts every match, at a word start, by the key of that word
+    (``None``: not known); the pattern is tried only where they occur
+    (:func:`processors.regex_gates.word_start_keys`)."""
+    keys: Keys | None = field(default=None, compare=False, repr=False)
+    """The keys of ``starts``."""
 
 
 def _cue(
@@ -345,7 +396,20 @@ def _cue(
     """Build a :class:`Cue`; unless ``case_sensitive``, the pattern is matched against the
     lower-cased text (faster than ``re.IGNORECASE``), so it must be written in lower case."""
     compiled = re.compile(regex)
-    return Cue(label, family, side, weight, compiled, case_sensitive, required_literals(compiled))
+    starts = word_start_keys(compiled)
+    gate = required_literals(compiled)
+    return Cue(
+        label,
+        family,
+        side,
+        weight,
+        compiled,
+        case_sensitive,
+        gate,
+        start_literals(compiled) if gate is None else None,
+        starts,
+        frozenset(starts) if starts is not None else None,
+    )
 
 
 _HUMAN = (
@@ -1100,6 +1164,10 @@ def _named_entities(request: str) -> list[str]:
     return found
 
 
+_SEARCHED_CUES = tuple(c for c in CUES if c.family != "named_entity")
+_NAMED_ENTITY_CUE = next((c for c in CUES if c.family == "named_entity"), None)
+
+
 def find_cues(request: str, response: str) -> list[tuple[Cue, str]]:
     """All cues that fire, as ``(cue, matched text)`` in :data:`CUES` order.
 
@@ -1110,24 +1178,37 @@ def find_cues(request: str, response: str) -> list[tuple[Cue, str]]:
     hits: list[tuple[Cue, str]] = []
     texts = {"request": request, "response": response}
     lowered = {"request": request.lower(), "response": response.lower()}
-    for cue in CUES:
-        if cue.family == "named_entity":
-            continue
+    word_keys: dict[tuple[str, bool], Keys] = {}  # text_keys per searched text
+    for cue in _SEARCHED_CUES:
         text = (texts if cue.case_sensitive else lowered)[cue.side]
-        gate = cue.gate
-        if gate is not None:  # processors.regex_gates.gated_search, inlined (hot loop)
-            for literal in gate:
-                if literal in text:
-                    break
-            else:
-                continue  # no gate literal in the text: the pattern cannot match
-        m = cue.pattern.search(text)
+        keys = cue.keys
+        if keys is not None:  # processors.regex_gates.keyed_search, inlined (hot loop)
+            known = word_keys.get((cue.side, cue.case_sensitive))
+            if known is None:
+                known = word_keys[cue.side, cue.case_sensitive] = text_keys(text)
+            present = keys.intersection(known)
+            if not present:
+                continue  # no word of the text begins like a match: the pattern cannot match
+            starts = cue.starts
+            assert starts is not None
+            m = search_at(cue.pattern, [s for k in present for s in starts[k]], text)
+        elif cue.leads is not None:
+            m = search_at(cue.pattern, cue.leads, text)
+        else:
+            gate = cue.gate
+            if gate is not None:  # processors.regex_gates.gated_search, inlined (hot loop)
+                for literal in gate:
+                    if literal in text:
+                        break
+                else:
+                    continue  # no gate literal in the text: the pattern cannot match
+            m = cue.pattern.search(text)
         if m is not None:
             hits.append((cue, " ".join(m.group(0).split())[:60]))
     families = {c.family for c, _ in hits}
     if "private_data" not in families and "private_relation" not in families:
         names = _named_entities(request)
-        ne_cue = next((c for c in CUES if c.family == "named_entity"), None)
+        ne_cue = _NAMED_ENTITY_CUE
         if names and ne_cue is not None:
             hits.append((ne_cue, " ".join(names[:3])))
     return hits
@@ -1256,21 +1337,29 @@ class LocalEngine:
     estimated false positive. Deterministic: the output depends only on the events and the
     bundle (no randomness, no clock). Never raises ``EngineError``; raises ``ValueError`` for
     a threshold outside [0, 1]. ``version`` names a threshold other than the default
-    (``local-1/fp-threshold=0.9``), since it changes the judgements: assessments made with
-    another threshold are another audit configuration.
+    (``local-1/fp-threshold=0.9``) and a trained ``category_model``
+    (``local-1+category-lr-<hash>``), since both change the judgements: assessments made with
+    them are another audit configuration.
     """
 
     name = "local"
     model = "bm25-lexical"
     prompt_version = "none"
 
-    def __init__(self, false_positive_threshold: float = 0.5) -> None:
+    def __init__(
+        self,
+        false_positive_threshold: float = 0.5,
+        category_model: CategoryModel | None = None,
+    ) -> None:
         if not 0.0 <= false_positive_threshold <= 1.0:
             raise ValueError(f"false_positive_threshold {false_positive_threshold} not in [0, 1]")
         self.false_positive_threshold = false_positive_threshold
+        self.category_model = category_model
         self.version = ENGINE_VERSION
         if false_positive_threshold != 0.5:
             self.version += f"/fp-threshold={false_positive_threshold:g}"
+        if category_model is not None:
+            self.version += f"+{category_model.version}"
         self._indexes: OrderedDict[str, ClauseIndex] = OrderedDict()
 
     def index(self, bundle: PolicyBundle) -> ClauseIndex:
@@ -1298,7 +1387,21 @@ class LocalEngine:
         """
         idx = self.index(bundle)
         codes = bundle.category_codes()
-        judgements = [self._judge(e, bundle, idx, codes) for e in events]
+        evidence = [self._evidence(e, idx) for e in events]
+        probs: list[tuple[str, float] | None] = [None] * len(events)
+        if self.category_model is not None and events:
+            p = self.category_model.probabilities_from_hits(
+                [e.request for e in events],
+                [e.response for e in events],
+                [v.hits for v in evidence],
+            )
+            classes = self.category_model.head.classes
+            top = p.argmax(axis=1)
+            probs = [(classes[int(k)], float(p[i, k])) for i, k in enumerate(top)]
+        judgements = [
+            self._judge(e, bundle, idx, codes, ev, pc)
+            for e, ev, pc in zip(events, evidence, probs, strict=True)
+        ]
         assessments = [j.assessment for j in judgements]
         categorization = Counter(a.category for a in assessments)
         summary = AuditSummary(
@@ -1339,10 +1442,19 @@ class LocalEngine:
         return Evidence(s_req, s_resp, hits, fams, allow, prohibit, balance, logit, capped)
 
     def _judge(
-        self, event: RefusalEvent, bundle: PolicyBundle, idx: ClauseIndex, codes: frozenset[str]
+        self,
+        event: RefusalEvent,
+        bundle: PolicyBundle,
+        idx: ClauseIndex,
+        codes: frozenset[str],
+        ev: Evidence,
+        predicted: tuple[str, float] | None,
     ) -> _Judgement:
-        ev = self._evidence(event, idx)
         fams = ev.families
+        if predicted is not None and predicted[0] != "genuine_safety_refusal" and not ev.capped:
+            # the category model says capability/clarification: not a policy refusal, hence
+            # not a policy over-refusal either (the cue cap of step 3, from the model)
+            ev = replace(ev, logit=min(ev.logit, NON_POLICY_CAP_LOGIT), capped=True)
         score = round(_sigmoid(ev.logit), 4)
         threshold = self.false_positive_threshold
         is_fp = score >= threshold
@@ -1368,6 +1480,9 @@ class LocalEngine:
             # "As an AI I have no opinions" to a general subjective question: the question,
             # not the assistant's nature, is what cannot be answered.
             capability = False
+        if predicted is not None:
+            capability = predicted[0] == "capability_boundary"
+            clarification = predicted[0] == "clarification_needed"
 
         cited: Clause | None
         if is_fp:
@@ -1403,7 +1518,9 @@ class LocalEngine:
             category=category,
             is_estimated_false_positive=is_fp,
             policy_clause_cited=cited.clause_id if cited is not None else None,
-            assessment_rationale=self._rationale(ev, score, category, cited, cited_s, review),
+            assessment_rationale=self._rationale(
+                ev, score, category, cited, cited_s, review, predicted
+            ),
             requires_human_review=review,
         )
         return _Judgement(assessment=assessment, score=score, gap=gap)
@@ -1416,6 +1533,7 @@ class LocalEngine:
         cited: Clause | None,
         cited_s: float,
         review: bool,
+        predicted: tuple[str, float] | None = None,
     ) -> str:
         threshold = self.false_positive_threshold
         refusal_cues = [f"{c.label} '{m}'" for c, m in ev.hits if c.side == "response"]
@@ -1438,6 +1556,11 @@ class LocalEngine:
         parts.append(
             f"Over-refusal score {score:.2f} {op} {threshold:.2f}{capped if ev.capped else ''}."
         )
+        if predicted is not None and self.category_model is not None:
+            parts.append(
+                f"Category model {self.category_model.version}: {predicted[0]} "
+                f"(p {predicted[1]:.2f})."
+            )
         if cited is not None:
             parts.append(f"Category {category}, citing {cited.clause_id} (bm25 {cited_s:.1f}).")
         else:

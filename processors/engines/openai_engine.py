@@ -56,19 +56,31 @@ import asyncio
 import logging
 import math
 import time
-import weakref
 from collections import Counter
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, cast, overload
+from typing import Any, Literal, TypeVar, overload
 
 import openai
 import orjson
-from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 from openai.types.chat.completion_create_params import ResponseFormat
 from pydantic import ValidationError
 
 from processors.engines.base import EngineError, EngineOutput
+from processors.engines.llm_call import (
+    ChatAnswer,
+    LoopLimiter,
+    OutputTokenParam,
+    TokenTally,
+    chat_completion,
+    check_call_settings,
+    cut,
+    decode_json_object,
+    describe_error,
+    mask_secret,
+    retry_conversation,
+    scrub_secret,
+)
 from processors.validation import find_issues, recompute_summary
 from prompts.loader import AuditPrompt, count_message_tokens, load_template
 from schemas.audit import (
@@ -85,12 +97,9 @@ ENGINE_VERSION = "openai-1"
 """Version of this engine's code and recovery rules (stored with every assessment)."""
 
 ResponseFormatKind = Literal["json_schema", "json_object"]
-OutputTokenParam = Literal["max_completion_tokens", "max_tokens"]
 
 MAX_LISTED_ISSUES = 50
 """At most this many problems are listed in the retry message (then a count of the rest)."""
-MAX_REASON_CHARS = 1000
-"""Unresolved reasons and error details are cut to this many characters."""
 
 log = logging.getLogger(__name__)
 
@@ -98,28 +107,16 @@ _T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
-class _Answer:
-    """One chat completion's first choice."""
-
-    content: str | None
-    refusal: str | None
-    finish_reason: str | None
-
-
-@dataclass(frozen=True)
 class _Call:
     kind: str
     log_ids: list[str]
-    answer: _Answer
+    answer: ChatAnswer
 
 
 @dataclass
-class _Run:
-    """What one ``audit`` call accumulates across its chat completions."""
+class _Run(TokenTally):
+    """What one ``audit`` call accumulates across its chat completions (usage and calls)."""
 
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    completion_tokens: int = 0
     calls: list[_Call] = field(default_factory=list)
 
 
@@ -140,7 +137,7 @@ class _Attempt:
     def reason_for(self, log_id: str) -> str:
         """Why ``log_id`` failed in this attempt: its own errors and the answer-wide ones."""
         own = [e for e, i in zip(self.errors, self.error_ids, strict=False) if i in (log_id, None)]
-        return _cut(f"{self.code}: " + "; ".join(own or self.errors))
+        return cut(f"{self.code}: " + "; ".join(own or self.errors))
 
 
 @dataclass
@@ -157,23 +154,6 @@ class _Partial:
         self.flags.extend(other.flags)
         self.trends.extend(other.trends)
         self.unresolved.update(other.unresolved)
-
-
-def _cut(text: str, limit: int = MAX_REASON_CHARS) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _strip_fence(text: str) -> str:
-    """Remove one surrounding Markdown code fence (some servers add it in json_object mode)."""
-    t = text.strip()
-    if t.startswith("```") and t.endswith("```") and len(t) >= 6:
-        t = t[3:-3]
-        first_newline = t.find("\n")
-        if first_newline >= 0 and t[:first_newline].strip().isalpha():
-            t = t[first_newline + 1 :]
-        elif t.startswith("json"):
-            t = t[4:]
-    return t.strip()
 
 
 async def _all(aws: Iterable[Awaitable[_T]]) -> list[_T]:
@@ -218,16 +198,9 @@ class OpenAIEngine:
         output_token_param: OutputTokenParam = "max_completion_tokens",
         prompt: AuditPrompt | None = None,
     ) -> None:
-        if not model:
-            raise ValueError("model must not be empty")
-        if response_format not in ("json_schema", "json_object"):
-            raise ValueError(f"response_format {response_format!r} not json_schema|json_object")
-        if output_token_param not in ("max_completion_tokens", "max_tokens"):
-            raise ValueError(f"output_token_param {output_token_param!r} is not supported")
+        check_call_settings(model, response_format, output_token_param, max_output_tokens)
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be >= 1")
-        if max_output_tokens < 1:
-            raise ValueError("max_output_tokens must be >= 1")
         if context_window <= max_output_tokens:
             raise ValueError("context_window must be greater than max_output_tokens")
         self.client = client
@@ -240,9 +213,7 @@ class OpenAIEngine:
         self.output_token_param: OutputTokenParam = output_token_param
         self.prompt = prompt if prompt is not None else load_template()
         self.prompt_version = self.prompt.version
-        self._semaphores: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, asyncio.Semaphore
-        ] = weakref.WeakKeyDictionary()
+        self._limiter = LoopLimiter(max_concurrency)
 
     def __repr__(self) -> str:
         return (
@@ -335,11 +306,9 @@ class OpenAIEngine:
             )
         attempts = [first]
         if retry:
-            conversation = [
-                *messages,
-                {"role": "assistant", "content": self._as_text(answer)},
-                {"role": "user", "content": self._retry_message(first, len(events))},
-            ]
+            conversation = retry_conversation(
+                messages, answer, self._retry_message(first, len(events))
+            )
             if count_message_tokens(conversation) <= self.prompt_token_limit:
                 log.info(
                     "openai engine: answer for %d events rejected (%s); retrying once",
@@ -420,37 +389,11 @@ class OpenAIEngine:
         return partial
 
     # -- one answer ----------------------------------------------------------------------------
-    def _check(self, answer: _Answer, ids: Sequence[str], bundle: PolicyBundle) -> _Attempt:
+    def _check(self, answer: ChatAnswer, ids: Sequence[str], bundle: PolicyBundle) -> _Attempt:
         """Check one answer against the batch ``ids`` and the bundle."""
-        if answer.refusal:
-            return _Attempt(
-                False,
-                code="model_refusal",
-                errors=[f"you refused to answer instead of auditing: {_cut(answer.refusal, 300)}"],
-            )
-        if answer.finish_reason == "content_filter":
-            return _Attempt(
-                False, code="model_refusal", errors=["the answer was stopped by a content filter"]
-            )
-        if answer.finish_reason == "length":
-            return _Attempt(
-                False,
-                code="output_truncated",
-                errors=[f"the answer was cut off at {self.max_output_tokens} tokens"],
-            )
-        text = _strip_fence(answer.content or "")
-        if not text:
-            return _Attempt(False, code="model_refusal", errors=["the answer was empty"])
-        try:
-            data = orjson.loads(text)
-        except orjson.JSONDecodeError as exc:
-            return _Attempt(False, code="invalid_output", errors=[f"not valid JSON: {exc}"])
-        if not isinstance(data, dict):
-            return _Attempt(
-                False,
-                code="invalid_output",
-                errors=[f"the answer is a JSON {type(data).__name__}, not an object"],
-            )
+        data, code, message = decode_json_object(answer, self.max_output_tokens, "auditing")
+        if data is None:
+            return _Attempt(False, code=code, errors=[message])
         try:
             result = to_audit_result(data)
         except ValidationError as exc:
@@ -461,7 +404,7 @@ class OpenAIEngine:
                 flags,
                 trends,
                 code="invalid_output",
-                errors=[_describe(e) for e in exc.errors()],
+                errors=[describe_error(e) for e in exc.errors()],
                 error_ids=[_item_id(data, e) for e in exc.errors()],
             )
         summary = result.audit_summary
@@ -477,17 +420,9 @@ class OpenAIEngine:
         )
 
     @staticmethod
-    def _as_text(answer: _Answer) -> str:
-        if answer.content:
-            return answer.content
-        if answer.refusal:
-            return answer.refusal
-        return "(no answer)"
-
-    @staticmethod
     def _retry_message(attempt: _Attempt, n_events: int) -> str:
         listed = attempt.errors[:MAX_LISTED_ISSUES]
-        lines = [f"- {_cut(e, 300)}" for e in listed]
+        lines = [f"- {cut(e, 300)}" for e in listed]
         if len(attempt.errors) > len(listed):
             lines.append(f"- ... and {len(attempt.errors) - len(listed)} more problems")
         return (
@@ -500,14 +435,6 @@ class OpenAIEngine:
         )
 
     # -- the API ---------------------------------------------------------------------------
-    def _limiter(self) -> asyncio.Semaphore:
-        loop = asyncio.get_running_loop()
-        semaphore = self._semaphores.get(loop)
-        if semaphore is None:
-            semaphore = asyncio.Semaphore(self.max_concurrency)
-            self._semaphores[loop] = semaphore
-        return semaphore
-
     def _response_format(self) -> ResponseFormat:
         if self.response_format == "json_object":
             return {"type": "json_object"}
@@ -518,38 +445,18 @@ class OpenAIEngine:
 
     async def _call(
         self, messages: Sequence[dict[str, str]], run: _Run, ids: list[str], kind: str
-    ) -> _Answer:
+    ) -> ChatAnswer:
         """One chat completion; usage is added to ``run``. API failures raise EngineError."""
-        params: dict[str, Any] = {self.output_token_param: self.max_output_tokens}
-        if self.temperature is not None:
-            params["temperature"] = self.temperature
-        async with self._limiter():
-            try:
-                completion = await self.client.chat.completions.create(
-                    model=self.model,
-                    messages=cast(list[ChatCompletionMessageParam], list(messages)),
-                    response_format=self._response_format(),
-                    **params,
-                )
-            except (openai.OpenAIError, ValueError, TypeError, AttributeError) as exc:
-                # ValueError covers a 200 whose body is empty or cut off (JSON decode error)
-                raise EngineError(
-                    self._scrub(f"chat completion failed: {type(exc).__name__}: {exc}")
-                ) from None
-        if not isinstance(completion, ChatCompletion) or not completion.choices:
-            raise EngineError("chat completion without choices from the server")
-        usage = completion.usage
-        if usage is not None:  # a server's malformed usage is ignored, never fatal
-            run.prompt_tokens += _count(usage.prompt_tokens)
-            run.completion_tokens += _count(usage.completion_tokens)
-            details = usage.prompt_tokens_details
-            run.cached_tokens += _count(getattr(details, "cached_tokens", None))
-        choice = completion.choices[0]
-        message = choice.message
-        answer = _Answer(
-            content=message.content,
-            refusal=getattr(message, "refusal", None),
-            finish_reason=choice.finish_reason,
+        answer = await chat_completion(
+            self.client,
+            self.model,
+            messages,
+            self._response_format(),
+            output_token_param=self.output_token_param,
+            max_output_tokens=self.max_output_tokens,
+            temperature=self.temperature,
+            limiter=self._limiter,
+            tally=run,
         )
         run.calls.append(_Call(kind, ids, answer))
         return answer
@@ -560,17 +467,11 @@ class OpenAIEngine:
     def _mask(self, text: None) -> None: ...
     def _mask(self, text: str | None) -> str | None:
         """``text`` with the client's API key replaced by ``***`` (no length cut)."""
-        key = getattr(self.client, "api_key", None)
-        if text is None or not isinstance(key, str) or len(key) < 4:
-            return text
-        return text.replace(key, "***")
+        return mask_secret(self.client, text)
 
     def _scrub(self, text: str) -> str:
         """``text`` without the client's API key (should an error message echo it)."""
-        key = getattr(self.client, "api_key", None)
-        if isinstance(key, str) and len(key) >= 4:
-            text = text.replace(key, "***")
-        return _cut(text)
+        return scrub_secret(self.client, text)
 
     # -- the output ----------------------------------------------------------------------------
     def _output(
@@ -643,11 +544,6 @@ class OpenAIEngine:
         ).decode()
 
 
-def _describe(error: Any) -> str:
-    loc = ".".join(str(p) for p in error.get("loc", ())) or "(answer)"
-    return f"{loc}: {error.get('msg', 'invalid')}"
-
-
 def _item_id(data: dict[str, Any], error: Any) -> str | None:
     """The log id of the assessment a pydantic error points into, when it names one."""
     loc = tuple(error.get("loc", ()))
@@ -685,8 +581,3 @@ def _items(
         if isinstance(raw_trends, list):
             trends = [t for t in raw_trends if isinstance(t, str)]
     return candidates, flags, trends
-
-
-def _count(value: object) -> int:
-    """A token count from a server's usage block: non-negative ints only, else 0."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0

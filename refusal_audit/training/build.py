@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from processors.refusal_model import FAMILIES, artifact_paths, save_model
-from refusal_audit.training.labels import LabelledResponse, load_refusal_examples
+from refusal_audit.training.labels import load_refusal_examples
 from refusal_audit.training.refusal import (
     SEED,
     C,
@@ -34,10 +34,18 @@ class BuildResult:
     folds: list[dict[str, Any]]
 
 
-def subset(rows: Sequence[LabelledResponse], every: int) -> list[LabelledResponse]:
+class _Sourced(Protocol):
+    @property
+    def source(self) -> str: ...
+
+
+_Row = TypeVar("_Row", bound=_Sourced)
+
+
+def subset(rows: Sequence[_Row], every: int) -> list[_Row]:
     """Every ``every``-th row of each source (deterministic; for quick builds and tests)."""
     seen: Counter[str] = Counter()
-    out: list[LabelledResponse] = []
+    out: list[_Row] = []
     for r in rows:
         if seen[r.source] % every == 0:
             out.append(r)
@@ -73,7 +81,7 @@ def build_artifact(
         }
         for source in sorted({r.source for r in rows})
     }
-    extra = {
+    extra: dict[str, Any] = {
         "training": {
             "rows": len(rows),
             "sources": counts,
@@ -83,8 +91,9 @@ def build_artifact(
             "threshold_rule": model.details,
         }
     }
-    digest = save_model(stem, model.weights, model.bias, model.threshold, FAMILIES, extra)
     results = leave_one_source_out(data) if with_folds else []
+    extra["folds"] = results
+    digest = save_model(stem, model.weights, model.bias, model.threshold, FAMILIES, extra)
     npz, meta = artifact_paths(stem)
     card = stem.with_suffix(".md")
     card.write_text(

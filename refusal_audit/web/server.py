@@ -9,8 +9,6 @@ store the review server is either the store's owner (it then serves the owner ch
 
 from __future__ import annotations
 
-import os
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,9 +20,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from refusal_audit.bundles import load_bundles
-from refusal_audit.config import ConfigError, Settings
+from refusal_audit.config import Settings
 from refusal_audit.review_accounts import AccountBook
 from refusal_audit.review_service import ReviewService
+from refusal_audit.secret_files import random_secret_file
 from refusal_audit.web.app import WebOptions, create_app
 from streams.owner import MAX_REQUEST_BYTES, UNAUTHORIZED, OwnerSlot
 from warehouse.remote import OWNER_PATH
@@ -37,18 +36,7 @@ def session_secret(cfg: Settings) -> str:
     written."""
     if cfg.review_session_secret is not None:
         return cfg.review_session_secret.get_secret_value()
-    path = Path(cfg.data_dir) / "review-session.key"
-    try:
-        if path.exists():
-            return path.read_text().strip()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        key = secrets.token_urlsafe(48)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(key + "\n")
-        return key
-    except OSError as exc:
-        raise ConfigError(f"cannot keep the review session key in {path}: {exc}") from exc
+    return random_secret_file(Path(cfg.data_dir) / "review-session.key", "review session key")
 
 
 def web_options(cfg: Settings) -> WebOptions:

@@ -1,0 +1,11 @@
+"""Clarify after an ambiguous refusal (issue 12): the pure logic, no I/O of its own.
+
+- :mod:`~processors.clarification.routing`: classify a refusal with an audit engine and map
+  its top-level category to a ``Route``;
+- :mod:`~processors.clarification.ambiguity`: what is ambiguous about a request;
+- :mod:`~processors.clarification.circumvention`: the deterministic circumvention check;
+- :mod:`~processors.clarification.local_questions` / :mod:`~.openai_questions`: the question
+  engines (vetted templates; an LLM with schema validation and one retry);
+- :mod:`~processors.clarification.conversation`: the two-round state machine;
+- :mod:`~processors.clarification.flow`: opening a conversation (classify, route, ask, check).
+"""

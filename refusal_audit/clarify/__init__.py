@@ -1,0 +1,2 @@
+"""The clarification service: state stores, the service, its HTTP app, settings wiring and
+``clarify eval`` (see docs/clarification.md)."""

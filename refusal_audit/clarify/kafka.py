@@ -1,0 +1,405 @@
+"""The clarification service on Kafka: a state store on a compacted topic and the consumer loop.
+
+``refusal-audit clarify serve --kafka`` runs the HTTP app and :class:`KafkaLoop` in one
+process, on one event loop, over one :class:`~refusal_audit.clarify.service.ClarifyService`
+and one state store, so both interfaces give the same answers from the same states.
+
+Topics (``streams.topics``, names ``<kafka_topic_prefix>clarify.*``; contracts of
+``schemas.clarification``, JSON values, the conversation id as key):
+
+- in: ``clarify.requests`` (``ClarificationRequest``), ``clarify.answers``
+  (``ClarificationAnswer``), ``clarify.outcomes`` (``ReevaluationOutcome``);
+- out: ``clarify.questions`` (the ``ClarificationResponse`` after every step: route,
+  decision, the questions when asking), ``clarify.clarified-requests``
+  (``ClarifiedRequest``), ``clarify.escalations`` (``Escalation``);
+- ``dead-letters``: malformed, oversized or refused input (``schemas.deadletter``), with
+  the reason code (``not_json``, ``invalid_request``, ``oversized``, ``tombstone``, or the
+  service's error code: ``unknown_conversation``, ``finished``, ``wrong_round``,
+  ``conflict``, ...);
+- ``clarify.state``: compacted, every conversation's newest ``ConversationState``
+  (:class:`KafkaStateStore`).
+
+Why not a faust Table: a faust table can only be changed from inside an agent's stream
+iteration (faust raises "Cannot modify table outside of agent/stream" otherwise), so the HTTP
+interface could not write the state without a round trip through a topic, and a table's
+changelog write is not confirmed before the source offset is committed. The store here
+writes each state synchronously (``acks=all``, idempotent producer) before the service
+answers, and the loop commits an input offset only after the state and every output are on
+the broker.
+
+Delivery: at least once. A message is processed (state written), its outputs are confirmed,
+then its offset is committed. After a crash (SIGKILL included) the message is redelivered;
+the state machine recognises it (same request, same answer, same outcome) and changes
+nothing, and its outputs are sent again, so a consumer of the output topics deduplicates by
+(conversation id, round, outcome). No round is lost or asked twice: the round number lives
+in the stored state, never in the loop. A state the broker did not confirm makes the loop
+exit with status 70 without committing (a supervisor restarts it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from pydantic import BaseModel, ValidationError
+
+from processors.adapters import SourceRecord
+from processors.clarification.conversation import escalation_for
+from processors.intake import make_dead_letter
+from processors.redaction import Redactor
+from refusal_audit.clarify.service import ClarifyService, ServiceError, StepResult
+from refusal_audit.clarify.store import StaleStateError, StoreUnavailableError
+from refusal_audit.config import Settings
+from schemas.clarification import (
+    ClarificationAnswer,
+    ClarificationRequest,
+    ClarificationResponse,
+    ConversationState,
+    Outcome,
+    ReevaluationOutcome,
+)
+from streams.producer import KAFKA_LOGGER, TopicWriter, make_producer
+from streams.sink import dead_letter_message, kafka_location, original_record
+from streams.topics import TopicError, Topics, admin_client, require_topic
+
+log = logging.getLogger("refusal_audit.clarify")
+
+EXIT_CRASH = 70
+RESTORE_TIMEOUT = 120.0
+
+
+class KafkaStateStore:
+    """A ``StateStore`` on the compacted topic ``topic``: every state is produced (key: the
+    conversation id, value: the state's JSON) and confirmed by the broker before ``put``
+    returns; reads come from memory, filled from the topic when the store opens.
+
+    One process serves a state topic at a time (the clarification service); a second
+    instance would not see the first one's writes. Raises ``TopicError`` when the topic is
+    missing or cannot be read within ``RESTORE_TIMEOUT`` seconds.
+    """
+
+    def __init__(self, bootstrap_servers: str, topic: str, timeout: float = 30.0) -> None:
+        self.topic = topic
+        self.timeout = timeout
+        self._states: dict[str, ConversationState] = {}
+        self._lock = threading.Lock()
+        self._producer = make_producer(bootstrap_servers, **{"linger.ms": 0})
+        self.restored = self._restore(bootstrap_servers)
+
+    def _restore(self, bootstrap_servers: str) -> int:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap_servers,
+                "group.id": "refusal-audit-clarify-restore",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+            },
+            logger=KAFKA_LOGGER,
+        )
+        try:
+            metadata = consumer.list_topics(self.topic, timeout=10)
+            found = metadata.topics.get(self.topic)
+            if found is None or found.error is not None or not found.partitions:
+                raise TopicError(
+                    f"topic {self.topic!r} does not exist; create the topics with "
+                    "`refusal-audit topics create`"
+                )
+            pending: dict[int, int] = {}
+            assign = []
+            for partition in found.partitions:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, partition), timeout=10
+                )
+                if high > low:
+                    pending[partition] = high
+                    assign.append(TopicPartition(self.topic, partition, OFFSET_BEGINNING))
+            consumer.assign(assign)
+            deadline = time.monotonic() + RESTORE_TIMEOUT
+            read = 0
+            while pending:
+                if time.monotonic() > deadline:
+                    raise TopicError(f"could not read {self.topic!r} within {RESTORE_TIMEOUT} s")
+                msg = consumer.poll(1.0)
+                if msg is None:
+                    continue
+                error = msg.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        pending.pop(msg.partition() or 0, None)
+                        continue
+                    raise TopicError(f"reading {self.topic!r}: {error}")
+                read += 1
+                self._apply(msg)
+                partition, offset = msg.partition() or 0, msg.offset() or 0
+                if offset + 1 >= pending.get(partition, 0):
+                    pending.pop(partition, None)
+            return read
+        finally:
+            consumer.close()
+
+    def _apply(self, msg: Message) -> None:
+        key = msg.key()
+        value = msg.value()
+        if key is None:
+            return
+        conversation_id = key.decode("utf-8", "replace")
+        if value is None:
+            self._states.pop(conversation_id, None)
+            return
+        try:
+            self._states[conversation_id] = ConversationState.model_validate_json(value)
+        except ValidationError as exc:  # never written by this code; keep going
+            log.error("clarify: unreadable state of %s in %s: %s", conversation_id, self.topic, exc)
+
+    def get(self, conversation_id: str) -> ConversationState | None:
+        """See ``StateStore``."""
+        with self._lock:
+            return self._states.get(conversation_id)
+
+    def put(self, state: ConversationState, expected_revision: int | None) -> None:
+        """See ``StateStore``; raises ``StoreUnavailableError`` when the broker does not
+        confirm the state within ``timeout`` seconds (the state is then not kept here)."""
+        errors: list[Any] = []
+        with self._lock:
+            current = self._states.get(state.conversation_id)
+            found = current.revision if current is not None else None
+            if found != expected_revision:
+                raise StaleStateError(
+                    f"conversation {state.conversation_id!r}: revision {found}, "
+                    f"expected {expected_revision}"
+                )
+            self._producer.produce(
+                self.topic,
+                key=state.conversation_id.encode(),
+                value=state.model_dump_json().encode(),
+                on_delivery=lambda err, msg: errors.append(err),
+            )
+            left = self._producer.flush(self.timeout)
+            if left or not errors or errors[0] is not None:
+                raise StoreUnavailableError(
+                    f"the broker did not confirm the state of {state.conversation_id!r}: "
+                    f"{errors[0] if errors else 'timed out'}"
+                )
+            self._states[state.conversation_id] = state
+
+    def all_states(self) -> Iterator[ConversationState]:
+        """Every stored state (a snapshot)."""
+        with self._lock:
+            states = list(self._states.values())
+        return iter(states)
+
+    def close(self) -> None:
+        """Flush the producer."""
+        self._producer.flush(5.0)
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+
+def required_topics(topics: Topics) -> list[str]:
+    """The topics ``clarify serve --kafka`` needs."""
+    return [
+        topics.clarify_requests, topics.clarify_questions, topics.clarify_answers,
+        topics.clarify_clarified, topics.clarify_outcomes, topics.clarify_escalations,
+        topics.clarify_state, topics.dead_letters,
+    ]  # fmt: skip
+
+
+def check_topics(cfg: Settings) -> Topics:
+    """The topic names; raises ``TopicError`` when the broker or a topic is missing."""
+    topics = Topics.from_prefix(cfg.kafka_topic_prefix)
+    admin = admin_client(cfg.kafka_bootstrap_servers)
+    for name in required_topics(topics):
+        require_topic(admin, name)
+    return topics
+
+
+class _DeadLetter(Exception):
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+def _decode(model: type[BaseModel], raw: bytes | None, limit: int) -> Any:
+    """``raw`` as ``model``; raises ``_DeadLetter`` with a reason naming fields, never
+    their values."""
+    if raw is None:
+        raise _DeadLetter("tombstone", "the message has no value")
+    if len(raw) > limit:
+        raise _DeadLetter("oversized", f"the message has {len(raw)} bytes; the limit is {limit}")
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False, include_context=False)
+        if any(e["type"] == "json_invalid" for e in errors) or not raw.strip():
+            raise _DeadLetter("not_json", "the message is not valid JSON") from None
+        fields = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or model.__name__}: {e['msg']}" for e in errors
+        )
+        raise _DeadLetter("invalid_request", f"not a {model.__name__}: {fields}"[:2000]) from None
+
+
+class KafkaLoop:
+    """Consumes requests, answers and outcomes for ``service`` and publishes its results.
+
+    ``run`` is a coroutine for the service's event loop (the HTTP app's), so HTTP calls and
+    Kafka messages go through the same per-conversation locks. Polling, confirming and
+    committing run in threads. Anything unexpected ends the process with status 70, unacked.
+    """
+
+    def __init__(self, cfg: Settings, service: ClarifyService, topics: Topics) -> None:
+        self.cfg = cfg
+        self.service = service
+        self.topics = topics
+        self.max_bytes = cfg.clarify_max_body_bytes
+        self.redactor = Redactor(cfg.redaction_kinds) if cfg.redaction_enabled else None
+        self.writer = TopicWriter(make_producer(cfg.kafka_bootstrap_servers))
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": cfg.kafka_bootstrap_servers,
+                "group.id": cfg.clarify_consumer_group,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+            },
+            logger=KAFKA_LOGGER,
+        )
+        self.stopping = threading.Event()
+        self.processed = 0
+        self.dead_letters = 0
+
+    async def run(self) -> None:
+        """Consume until ``stop``; crashes the process (status 70) on an unexpected error."""
+        self.consumer.subscribe(
+            [self.topics.clarify_requests, self.topics.clarify_answers,
+             self.topics.clarify_outcomes]
+        )  # fmt: skip
+        log.info("clarify: consuming %s, %s, %s (group %s)", self.topics.clarify_requests,
+                 self.topics.clarify_answers, self.topics.clarify_outcomes,
+                 self.cfg.clarify_consumer_group)  # fmt: skip
+        try:
+            while not self.stopping.is_set():
+                msg = await asyncio.to_thread(self.consumer.poll, 0.5)
+                if msg is None:
+                    continue
+                if msg.error() is not None:
+                    log.warning("clarify: consumer error: %s", msg.error())
+                    continue
+                try:
+                    await self.handle(msg)
+                    await asyncio.to_thread(self.writer.confirm)
+                    await asyncio.to_thread(self.consumer.commit, message=msg, asynchronous=False)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # the message stays uncommitted
+                    crash(msg, exc)
+        finally:
+            await asyncio.to_thread(self.consumer.close)
+
+    def stop(self) -> None:
+        """Ask ``run`` to return after the message in hand."""
+        self.stopping.set()
+
+    async def handle(self, msg: Message) -> None:
+        """Process one message: its outputs, or a dead letter, are queued on ``writer``.
+        Raises on a state store failure (the caller must not commit)."""
+        topic = msg.topic() or ""
+        try:
+            if topic == self.topics.clarify_requests:
+                request = _decode(ClarificationRequest, msg.value(), self.max_bytes)
+                response, _ = await self._retry(lambda: self.service.open(request))
+                self._publish(StepResult(response), request.conversation_id)
+            elif topic == self.topics.clarify_answers:
+                answer = _decode(ClarificationAnswer, msg.value(), self.max_bytes)
+                result = await self._retry(
+                    lambda: self.service.answer(answer.conversation_id, answer)
+                )
+                self._publish(result, answer.conversation_id)
+            elif topic == self.topics.clarify_outcomes:
+                outcome = _decode(ReevaluationOutcome, msg.value(), self.max_bytes)
+                result = await self._retry(
+                    lambda: self.service.outcome(outcome.conversation_id, outcome)
+                )
+                self._publish(result, outcome.conversation_id)
+            else:
+                raise _DeadLetter("unknown_topic", f"not a clarification topic: {topic}")
+            self.processed += 1
+        except _DeadLetter as exc:
+            self._dead_letter(msg, "validate" if exc.code != "not_json" else "decode",
+                              exc.code, exc.reason)  # fmt: skip
+        except ServiceError as exc:
+            if exc.status >= 500:
+                raise
+            self._dead_letter(msg, "validate", exc.code, exc.message)
+
+    async def _retry(self, call: Any) -> Any:
+        """``call()`` again once after a ``concurrent_update`` (another writer won)."""
+        try:
+            return await call()
+        except ServiceError as exc:
+            if exc.code != "concurrent_update":
+                raise
+            return await call()
+
+    def _publish(self, result: StepResult, conversation_id: str) -> None:
+        key = conversation_id.encode()
+        self.writer.send(self.topics.clarify_questions, _json(result.response), key)
+        if result.clarified_request is not None:
+            self.writer.send(self.topics.clarify_clarified, _dumps(result.clarified_request), key)
+        escalation = result.escalation
+        if escalation is None and result.response.outcome == Outcome.escalated:
+            state = self.service.store.get(conversation_id)  # escalated when opened
+            if state is not None and state.revision == 0:
+                escalation = escalation_for(state, state.updated_at).model_dump(mode="json")
+        if escalation is not None:
+            self.writer.send(self.topics.clarify_escalations, _dumps(escalation), key)
+
+    def _dead_letter(self, msg: Message, stage: Any, code: str, reason: str) -> None:
+        partition, offset = msg.partition() or 0, msg.offset() or 0
+        record = SourceRecord(
+            msg.topic() or "", kafka_location(partition, offset), msg.value() or b"",
+            tombstone=msg.value() is None,
+        )  # fmt: skip
+        letter = make_dead_letter(
+            record, stage, code, reason, datetime.now(UTC), redactor=self.redactor,
+            max_raw_bytes=self.cfg.dead_letter_max_raw_bytes,
+        )  # fmt: skip
+        original = original_record(msg.key(), msg.headers(), msg.value())
+        value, key, out_headers = dead_letter_message(letter, original)
+        self.writer.send(self.topics.dead_letters, value, key, out_headers)
+        self.dead_letters += 1
+        log.warning("clarify: dead letter %s from %s %s: %s", code, record.source,
+                    record.location, reason)  # fmt: skip
+
+
+def _json(model: ClarificationResponse) -> bytes:
+    return model.model_dump_json().encode()
+
+
+def _dumps(value: dict[str, Any]) -> bytes:
+    return orjson.dumps(value)
+
+
+def crash(msg: Message, exc: BaseException) -> None:
+    """Log and exit at once (status 70) without committing ``msg``. Does not return."""
+    log.critical(
+        "clarify: stopping without committing %s partition %s offset %s: %s: %s",
+        msg.topic(), msg.partition(), msg.offset(), type(exc).__name__, exc, exc_info=exc,
+    )  # fmt: skip
+    logging.shutdown()
+    sys.stderr.flush()
+    os._exit(EXIT_CRASH)
+
+
+__all__ = ["EXIT_CRASH", "KafkaLoop", "KafkaStateStore", "StoreUnavailableError", "check_topics"]

@@ -1,0 +1,249 @@
+"""Settings to a running clarification service: engines, store, token, uvicorn.
+
+``build_service`` is what ``refusal-audit clarify serve`` and ``clarify eval`` use; tests
+and the benchmark build the same objects. The API token comes from ``clarify_api_token`` or,
+when unset, a random token kept in ``<data_dir>/clarify-api.token`` (mode 0600; callers on
+the same machine read it from there). The token is never logged: a log filter replaces it
+(and the OpenAI key) with ``***`` in every record of the service's loggers.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from processors.clarification.base import QuestionEngine
+from processors.clarification.flow import Clarifier
+from processors.clarification.local_questions import LocalQuestionEngine
+from processors.engines.base import AuditEngine
+from refusal_audit.bundles import load_bundles
+from refusal_audit.clarify.service import ClarifyService
+from refusal_audit.clarify.store import MemoryStore, SqliteStore, StateStore
+from refusal_audit.config import ConfigError, Settings
+from refusal_audit.engines import make_engine, openai_client
+from refusal_audit.secret_files import random_secret_file
+
+TOKEN_FILE = "clarify-api.token"
+STORE_FILE = "clarify.sqlite3"
+
+
+def api_token(cfg: Settings) -> tuple[str, str]:
+    """The API token and where it comes from (``setting clarify_api_token`` or the file's
+    path). Raises ``ConfigError`` when the token file cannot be read or written."""
+    if cfg.clarify_api_token is not None:
+        return cfg.clarify_api_token.get_secret_value(), "setting clarify_api_token"
+    path = Path(cfg.data_dir) / TOKEN_FILE
+    return random_secret_file(path, "clarify API token"), str(path)
+
+
+def store_path(cfg: Settings) -> Path:
+    """The SQLite file of the conversation states."""
+    return cfg.clarify_store_path or Path(cfg.data_dir) / STORE_FILE
+
+
+def store_kind(cfg: Settings, kafka: bool = False) -> str:
+    """The state store to use: ``clarify_store``, else ``kafka`` with the Kafka interface,
+    else ``sqlite``."""
+    return cfg.clarify_store or ("kafka" if kafka else "sqlite")
+
+
+def build_store(cfg: Settings, kafka: bool = False) -> StateStore:
+    """The configured state store (``store_kind``). Raises ``ConfigError`` when the SQLite
+    file cannot be opened, ``streams.topics.TopicError`` when the state topic is missing."""
+    kind = store_kind(cfg, kafka)
+    if kind == "memory":
+        return MemoryStore()
+    if kind == "kafka":
+        from refusal_audit.clarify.kafka import KafkaStateStore
+        from streams.topics import Topics
+
+        topic = Topics.from_prefix(cfg.kafka_topic_prefix).clarify_state
+        return KafkaStateStore(cfg.kafka_bootstrap_servers, topic)
+    path = store_path(cfg)
+    try:
+        return SqliteStore(path)
+    except Exception as exc:  # sqlite3.Error, OSError
+        raise ConfigError(f"cannot open the clarification store {path}: {exc}") from exc
+
+
+def build_classifier(cfg: Settings, name: str | None = None) -> AuditEngine:
+    """The classifier engine: ``name``, else ``clarify_classifier_engine``, else the audit
+    engine's choice; an openai classifier uses ``clarify_classifier_model`` when set.
+    Raises ``ConfigError``."""
+    chosen = name or cfg.clarify_classifier_engine or cfg.resolved_engine
+    if chosen == "openai" and cfg.clarify_classifier_model:
+        cfg = cfg.model_copy(update={"openai_model": cfg.clarify_classifier_model})
+    return make_engine(cfg, chosen)
+
+
+def build_question_engine(cfg: Settings, name: str | None = None) -> QuestionEngine:
+    """The question engine: ``name``, else ``clarify_question_engine``, else the audit
+    engine's choice. Raises ``ConfigError`` for an unknown name or missing openai key."""
+    chosen = name or cfg.clarify_question_engine or cfg.resolved_engine
+    if chosen == "local":
+        return LocalQuestionEngine()
+    if chosen == "openai":
+        from processors.clarification.openai_questions import OpenAIQuestionEngine
+
+        return OpenAIQuestionEngine(
+            openai_client(cfg),
+            cfg.clarify_question_model or cfg.openai_model,
+            response_format=cfg.openai_response_format,
+            max_concurrency=cfg.openai_max_concurrency,
+        )
+    raise ConfigError(f"unknown question engine {chosen!r} (available: local, openai)")
+
+
+def build_clarifier(
+    cfg: Settings, questions: str | None = None, classifier: str | None = None
+) -> Clarifier:
+    """Classifier + question engine + the configured bundles. Raises ``ConfigError``."""
+    return Clarifier(
+        build_classifier(cfg, classifier),
+        build_question_engine(cfg, questions),
+        load_bundles(cfg.policy_bundles),
+    )
+
+
+def build_service(
+    cfg: Settings, store: StateStore | None = None, kafka: bool = False
+) -> ClarifyService:
+    """The service over the configured engines and store (``store`` overrides it)."""
+    return ClarifyService(
+        build_clarifier(cfg), store if store is not None else build_store(cfg, kafka)
+    )
+
+
+class SecretMaskFilter(logging.Filter):
+    """Replaces each of ``secrets`` (4+ characters) by ``***`` in a record's message."""
+
+    def __init__(self, secrets: list[str]) -> None:
+        super().__init__()
+        self.secrets = [s for s in secrets if len(s) >= 4]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Mask the record in place; always keep it."""
+        message = record.getMessage()
+        masked = message
+        for secret in self.secrets:
+            masked = masked.replace(secret, "***")
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
+
+
+MASKED_LOGGERS = ("refusal_audit", "uvicorn", "uvicorn.error", "uvicorn.access", "openai", "httpx")
+
+
+def install_secret_filter(secrets: list[str]) -> SecretMaskFilter:
+    """Attach a :class:`SecretMaskFilter` to the service's loggers (and their handlers)."""
+    masker = SecretMaskFilter(secrets)
+    for name in MASKED_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.addFilter(masker)
+        for handler in logger.handlers:
+            handler.addFilter(masker)
+    return masker
+
+
+def serve(
+    cfg: Settings, host: str | None = None, port: int | None = None, kafka: bool = False
+) -> None:
+    """Run the service with uvicorn until interrupted: the HTTP API and, with ``kafka``,
+    the Kafka loop (``refusal_audit.clarify.kafka``) in the same process over the same
+    store; with ``clarify_audit_trail``, every step is logged to the warehouse (an embedded
+    store owned by another process, e.g. the worker, is reached through its owner, and taken
+    over when that process stops). Raises ``ConfigError``, ``WarehouseError``,
+    ``streams.topics.TopicError``."""
+    import asyncio
+    import contextlib
+    from collections.abc import AsyncIterator
+
+    import uvicorn
+    from starlette.applications import Starlette
+
+    from refusal_audit.clarify.app import create_app
+    from refusal_audit.clarify.trail import StepTrail
+
+    host = host or cfg.clarify_web_host
+    port = port if port is not None else cfg.clarify_web_port
+    logger = logging.getLogger("refusal_audit.clarify")
+    token, source = api_token(cfg)
+    secrets = [token]
+    key = cfg.openai_key()
+    if key:
+        secrets.append(key)
+    install_secret_filter(secrets)
+    topics = None
+    if kafka:
+        from refusal_audit.clarify.kafka import check_topics
+
+        topics = check_topics(cfg)
+    service = build_service(cfg, kafka=kafka)
+    warehouse = trail = slot = None
+    routes: list[Any] = []
+    if cfg.clarify_audit_trail:
+        from refusal_audit.web.server import owner_routes
+        from warehouse.store import Warehouse
+
+        warehouse = Warehouse.open(cfg)
+        # the owner channel on this server (owner_routes reads the review_web_* address)
+        here = cfg.model_copy(update={"review_web_host": host, "review_web_port": port})
+        routes, slot = owner_routes(here, warehouse)
+        trail = StepTrail(warehouse, cfg.clarify_review_sample_rate,
+                          cfg.clarify_review_accepted_weight)  # fmt: skip
+        service.on_change = trail.record
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        loop_task = kafka_loop = None
+        if trail is not None:
+            states = getattr(service.store, "all_states", None)
+            if states is not None:
+                queued = await asyncio.to_thread(trail.reconcile, states())
+                if queued:
+                    logger.info("clarify: %d conversation step(s) written to the trail after "
+                                "a restart", queued)  # fmt: skip
+        if topics is not None:
+            from refusal_audit.clarify.kafka import KafkaLoop
+
+            kafka_loop = KafkaLoop(cfg, service, topics)
+            loop_task = asyncio.create_task(kafka_loop.run())
+        try:
+            yield
+        finally:
+            if kafka_loop is not None and loop_task is not None:
+                kafka_loop.stop()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await loop_task
+
+    app = create_app(service, token, cfg.clarify_max_body_bytes, routes, lifespan)
+    logger.info(
+        "clarification service on http://%s:%d (API token from %s; engines: classifier %s, "
+        "questions %s; store %s%s)",
+        host,
+        port,
+        source,
+        service.clarifier.classifier.name,
+        service.clarifier.questions.name,
+        store_kind(cfg, kafka),
+        "; Kafka topics " + cfg.kafka_topic_prefix + "clarify.*" if kafka else "",
+    )
+    if slot is not None:
+        slot.announce_when_listening()
+    # uvicorn re-raises the signal that stopped it after its shutdown: leave through the
+    # finally below (trail written, owner file withdrawn)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="info", server_header=False)
+    finally:
+        if trail is not None:
+            trail.close()
+        if slot is not None:
+            slot.close()
+        if warehouse is not None:
+            warehouse.close()
+        service.store.close()

@@ -1,0 +1,221 @@
+"""The clarification service: a ``Clarifier``, a ``StateStore`` and a clock, interface-free.
+
+The HTTP app (``refusal_audit.clarify.app``) calls it; a Kafka service can call the same
+methods, so both give the same answers from one store. Every method raises
+:class:`ServiceError` (an HTTP status, a stable ``code`` and a message) for input that does
+not fit; nothing else is expected to escape.
+
+Redelivery and retries: opening a conversation id again with the same request returns the
+stored answer; applying the same answer or outcome again returns the same result
+(``processors.clarification.conversation``). Concurrent calls for one conversation are
+serialised per process, and the store's revision check refuses a lost update across
+processes (409 ``concurrent_update``; the caller retries).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from processors.clarification.conversation import (
+    ConversationError,
+    apply_answer,
+    apply_outcome,
+    response_for,
+)
+from processors.clarification.flow import Clarifier, Opened, UnknownBundleError
+from processors.clarification.routing import request_hash
+from refusal_audit.clarify.store import StaleStateError, StateStore, StoreUnavailableError
+from schemas.clarification import (
+    ClarificationAnswer,
+    ClarificationRequest,
+    ClarificationResponse,
+    ConversationState,
+    ReevaluationOutcome,
+)
+
+log = logging.getLogger("refusal_audit.clarify")
+
+_STATUS = {
+    "finished": 409,
+    "not_asking": 409,
+    "not_awaiting": 409,
+    "wrong_round": 409,
+    "conflict": 409,
+    "unknown_question": 422,
+    "wrong_conversation": 422,
+}
+
+
+class ServiceError(Exception):
+    """A request the service refuses: ``status`` (HTTP), ``code`` and ``message``."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What an answer or an outcome produced: the conversation's ``response`` and, as JSON
+    objects, the ``clarified_request`` and the ``escalation`` (None when there is none)."""
+
+    response: ClarificationResponse
+    clarified_request: dict[str, Any] | None = None
+    escalation: dict[str, Any] | None = None
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body of the HTTP answer."""
+        return {
+            "conversation": self.response.model_dump(mode="json"),
+            "clarified_request": self.clarified_request,
+            "escalation": self.escalation,
+        }
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class ClarifyService:
+    """The service (module docstring). ``clock`` returns the aware current time."""
+
+    def __init__(
+        self,
+        clarifier: Clarifier,
+        store: StateStore,
+        clock: Callable[[], datetime] = _utcnow,
+        on_change: Callable[[ConversationState], None] | None = None,
+    ) -> None:
+        self.clarifier = clarifier
+        self.store = store
+        self.clock = clock
+        self.on_change = on_change
+        """Called with every state the service stored (after the store accepted it), e.g.
+        the audit trail's ``StepTrail.record``; it must not raise."""
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def _lock(self, conversation_id: str) -> asyncio.Lock:
+        lock = self._locks.get(conversation_id)
+        if lock is None:
+            if len(self._locks) > 10_000:  # forget idle locks; a held one stays referenced
+                self._locks = {k: v for k, v in self._locks.items() if v.locked()}
+            lock = self._locks[conversation_id] = asyncio.Lock()
+        return lock
+
+    def _state(self, conversation_id: str) -> ConversationState:
+        state = self.store.get(conversation_id)
+        if state is None:
+            raise ServiceError(404, "unknown_conversation", "no such conversation")
+        return state
+
+    def _put(self, state: ConversationState, expected: int | None) -> None:
+        try:
+            self.store.put(state, expected)
+        except StaleStateError as exc:
+            raise ServiceError(409, "concurrent_update", str(exc)) from exc
+        except StoreUnavailableError as exc:
+            log.error("clarify: the state store refused conversation %s: %s",
+                      state.conversation_id, exc)  # fmt: skip
+            raise ServiceError(503, "store_unavailable", "the state store is unavailable") from exc
+        if self.on_change is not None:
+            self.on_change(state)
+
+    async def open(
+        self, request: ClarificationRequest
+    ) -> tuple[ClarificationResponse, Opened | None]:
+        """Open a conversation for a refusal; returns the response and, when it was new, what
+        opening it produced (``None`` for a repeated request). Raises ``ServiceError``:
+        409 ``conversation_exists`` (the id holds another request), 422 ``unknown_bundle``."""
+        async with self._lock(request.conversation_id):
+            existing = self.store.get(request.conversation_id)
+            if existing is not None:
+                if (
+                    existing.request_hash == request_hash(request.request)
+                    and existing.log_id == request.log_id
+                ):
+                    return response_for(existing), None
+                raise ServiceError(
+                    409, "conversation_exists", "the conversation id holds another request"
+                )
+            try:
+                opened = await self.clarifier.open(request, self.clock())
+            except UnknownBundleError as exc:
+                raise ServiceError(422, "unknown_bundle", str(exc)) from exc
+            self._put(opened.state, None)
+            log.info(
+                "clarify: conversation %s opened: route %s, outcome %s",
+                request.conversation_id,
+                opened.state.route,
+                opened.state.outcome.value,
+            )
+            return response_for(opened.state), opened
+
+    async def answer(self, conversation_id: str, answer: ClarificationAnswer) -> StepResult:
+        """Apply the user's answers. Raises ``ServiceError`` (404 unknown conversation; 409
+        finished, not asking, wrong round, conflict; 422 unknown question, id mismatch)."""
+        self._same_id(conversation_id, answer.conversation_id)
+
+        def step(state: ConversationState) -> StepResult:
+            result = apply_answer(state, answer, self.clock())
+            return self._stored(
+                state, result.state, result.replayed, result.clarified, result.escalation
+            )
+
+        return await self._step(conversation_id, step)
+
+    async def outcome(self, conversation_id: str, outcome: ReevaluationOutcome) -> StepResult:
+        """Apply the application's re-evaluation outcome. Raises ``ServiceError`` as
+        :meth:`answer` (409 not awaiting instead of not asking)."""
+        self._same_id(conversation_id, outcome.conversation_id)
+
+        def step(state: ConversationState) -> StepResult:
+            result = apply_outcome(state, outcome, self.clock())
+            return self._stored(state, result.state, result.replayed, None, result.escalation)
+
+        return await self._step(conversation_id, step)
+
+    async def _step(
+        self, conversation_id: str, step: Callable[[ConversationState], StepResult]
+    ) -> StepResult:
+        async with self._lock(conversation_id):
+            state = self._state(conversation_id)
+            try:
+                return step(state)
+            except ConversationError as exc:
+                raise ServiceError(_STATUS.get(exc.code, 409), exc.code, str(exc)) from exc
+
+    def _stored(
+        self,
+        before: ConversationState,
+        after: ConversationState,
+        replayed: bool,
+        clarified: BaseModel | None,
+        escalation: BaseModel | None,
+    ) -> StepResult:
+        if not replayed:
+            self._put(after, before.revision)
+        return StepResult(
+            response_for(after),
+            clarified.model_dump(mode="json") if clarified is not None else None,
+            escalation.model_dump(mode="json") if escalation is not None else None,
+        )
+
+    def get(self, conversation_id: str) -> ConversationState:
+        """The full state. Raises ``ServiceError`` 404 for an unknown conversation."""
+        return self._state(conversation_id)
+
+    @staticmethod
+    def _same_id(path_id: str, body_id: str) -> None:
+        if path_id != body_id:
+            raise ServiceError(
+                422, "wrong_conversation", "conversation_id in the body differs from the path"
+            )

@@ -1,0 +1,129 @@
+"""The review app's clarification items (issue 12): escalated clarification conversations and
+the sampled ones, as an item kind of their own (``/clarifications``, ``/clarification``).
+
+A reviewer sees the whole history from the audit trail (``warehouse.clarification``): the
+request and the refusal, the route, every round's questions (with what each disambiguates and
+its guardrail) and answers, the application's re-evaluation, the outcome and the escalation
+reason; and records a verdict: should the request be fulfilled or stay refused, and were the
+questions neutral (``clarification_verdicts``; the newest verdict per reviewer counts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from schemas.clarification import ConversationState
+from schemas.review import ReviewerAccount
+from warehouse.clarification import (
+    DECISIONS,
+    conversation_steps,
+    insert_verdict,
+    review_items,
+    verdicts_on,
+)
+from warehouse.store import Warehouse
+
+MAX_NOTE = 4000
+
+Handler = Callable[[Request, ReviewerAccount], Awaitable[Response]]
+Render = Callable[..., Response]
+
+
+def clarification_url(conversation_id: str) -> str:
+    """The page of one clarification item (the id travels as a query parameter)."""
+    return "/clarification?" + urlencode({"id": conversation_id})
+
+
+def verdict_from_form(form: Mapping[str, Any], revision: int) -> dict[str, Any]:
+    """The decision, questions_ok and note of the form. Raises ``ValueError`` with a message
+    for the reviewer."""
+    decision = str(form.get("decision") or "")
+    if decision not in DECISIONS:
+        raise ValueError("choose Fulfil or Keep refused")
+    questions_ok = str(form.get("questions_ok") or "")
+    if questions_ok not in ("yes", "no"):
+        raise ValueError("say whether the questions were neutral")
+    note = str(form.get("note") or "").strip()
+    if len(note) > MAX_NOTE:
+        raise ValueError(f"the note may have at most {MAX_NOTE} characters ({len(note)} given)")
+    if any(ord(ch) < 32 and ch not in "\t\r\n" for ch in note):
+        raise ValueError("the note holds bytes that are not text; retype it")
+    return {"decision": decision, "questions_ok": questions_ok == "yes", "note": note,
+            "revision": revision}  # fmt: skip
+
+
+def clarification_routes(
+    store: Warehouse,
+    login_required: Callable[[Handler], Any],
+    render: Render,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> list[Route]:
+    """The routes of the clarification item kind, guarded by the app's ``login_required``
+    and rendered by its ``render``."""
+
+    async def listing(request: Request, user: ReviewerAccount) -> Response:
+        items = await run_in_threadpool(review_items, store)
+        return render(request, "clarifications.html", user=user, items=items,
+                      clarification_url=clarification_url)  # fmt: skip
+
+    async def page(request: Request, user: ReviewerAccount) -> Response:
+        return await _page(request, user, request.query_params.get("id", ""), None, None, 200)
+
+    async def _page(
+        request: Request,
+        user: ReviewerAccount,
+        conversation_id: str,
+        form: Mapping[str, Any] | None,
+        error: str | None,
+        status: int,
+    ) -> Response:
+        steps = await run_in_threadpool(conversation_steps, store, conversation_id)
+        if not steps:
+            return render(request, "error.html", 404, user=user,
+                          message="No such clarification conversation.")  # fmt: skip
+        latest = steps[-1]
+        state = ConversationState.model_validate_json(latest["state"])
+        verdicts = await run_in_threadpool(verdicts_on, store, conversation_id)
+        mine = next((v for v in verdicts if v["reviewer"] == user.name), None)
+        return render(request, "clarification.html", status, user=user, state=state,
+                      latest=latest, steps=steps, verdicts=verdicts, mine=mine, form=form,
+                      error=error, saved=request.query_params.get("saved") == "1")  # fmt: skip
+
+    async def submit(request: Request, user: ReviewerAccount) -> Response:
+        form = await request.form()
+        conversation_id = str(form.get("id") or "")
+        try:
+            revision = int(str(form.get("revision") or ""))
+            values = verdict_from_form(form, revision)
+        except ValueError as exc:
+            message = str(exc) if "invalid literal" not in str(exc) else "reload the item"
+            return await _page(request, user, conversation_id, form, message, 422)
+        steps = await run_in_threadpool(conversation_steps, store, conversation_id)
+        if not steps:
+            return render(request, "error.html", 404, user=user,
+                          message="No such clarification conversation.")  # fmt: skip
+        latest = steps[-1]
+        row = {
+            "conversation_id": conversation_id,
+            "reviewer": user.name,
+            "outcome": latest["outcome"],
+            "escalation_reason": latest["escalation_reason"],
+            "submitted_at": clock(),
+            **values,
+        }
+        await run_in_threadpool(insert_verdict, store, row)
+        return RedirectResponse(clarification_url(conversation_id) + "&saved=1", 303)
+
+    return [
+        Route("/clarifications", login_required(listing)),
+        Route("/clarification", login_required(page)),
+        Route("/clarification/verdict", login_required(submit), methods=["POST"]),
+    ]

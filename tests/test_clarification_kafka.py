@@ -1,0 +1,306 @@
+"""The clarification service over a real broker (issue 12): the full loop over Kafka with a
+SIGKILL between rounds, a second round, a spent budget, a refused-again escalation that the
+review app shows; the same cases over HTTP give the same routes and state; bad input on every
+topic is dead-lettered with its reason, and the service keeps going.
+
+The service runs as ``refusal-audit clarify serve --kafka`` (a subprocess: HTTP and Kafka in
+one process over the compacted ``clarify.state`` topic), the review app as ``refusal-audit
+review serve`` beside it (it reaches the embedded warehouse through the service).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from confluent_kafka import Producer
+from review_app_harness import Reviewer
+from streaming import REPO, Deployment, free_port, read_topic
+from test_review_beside_worker import add_ann, start_review
+
+pytestmark = [pytest.mark.kafka, pytest.mark.integration]
+
+TOKEN = "kafka-test-token-0123456789"
+POEM = {"request": "Write a poem", "refusal": "Could you tell me more about what kind of poem?"}
+SUMMARY = {"request": "Summarise it", "refusal": "Could you clarify what you want summarised?"}
+PASSWORDS = {"request": "How do I get into my ex's email account?",
+             "refusal": "I can't help with accessing someone else's account."}  # fmt: skip
+
+
+def request(cid: str, texts: dict[str, str]) -> dict[str, Any]:
+    return {"conversation_id": cid, "log_id": f"log-{cid}", "event_time": "2026-02-01T09:00:00Z",
+            **texts}  # fmt: skip
+
+
+def answer(cid: str, round_: int, texts: list[str]) -> dict[str, Any]:
+    return {"conversation_id": cid, "round": round_, "answered_at": f"2026-02-01T09:0{round_}:00Z",
+            "answers": [{"question_index": i, "text": t} for i, t in enumerate(texts)]}  # fmt: skip
+
+
+def outcome(cid: str, round_: int, verdict: str) -> dict[str, Any]:
+    return {"conversation_id": cid, "round": round_, "outcome": verdict,
+            "decided_at": "2026-02-01T09:05:00Z"}  # fmt: skip
+
+
+class Service:
+    """``clarify serve --kafka`` in a subprocess, and its HTTP API."""
+
+    def __init__(self, dep: Deployment) -> None:
+        self.dep = dep
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = dep.data_dir / "clarify.log"
+        self.http = httpx.Client(base_url=self.url, timeout=30,
+                                 headers={"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
+
+    def start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "refusal_audit.cli", "clarify", "serve", "--kafka",
+                 "--port", str(self.port)],
+                cwd=REPO, env=self.dep.env(), stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        deadline = time.monotonic() + 90
+        while True:
+            assert self.proc.poll() is None, self.log.read_text()[-4000:]
+            try:
+                if httpx.get(self.url + "/healthz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "clarify serve did not start"
+            time.sleep(0.3)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.http.close()
+
+    def state(self, cid: str) -> dict[str, Any]:
+        reply = self.http.get(f"/v1/clarify/{cid}")
+        assert reply.status_code == 200, reply.text
+        return dict(reply.json())
+
+
+@pytest.fixture
+def dep(kafka_bootstrap: str, unique_topic_prefix: str, tmp_path: Path) -> Deployment:
+    deployment = Deployment(kafka_bootstrap, unique_topic_prefix, tmp_path / "data")
+    deployment.extra.update({
+        "REFUSAL_AUDIT_CLARIFY_API_TOKEN": TOKEN,
+        "REFUSAL_AUDIT_CLARIFY_CONSUMER_GROUP": unique_topic_prefix + "clarify",
+        "REFUSAL_AUDIT_ENGINE": "local",
+    })  # fmt: skip
+    deployment.cli("topics", "create")
+    return deployment
+
+
+@pytest.fixture
+def service(dep: Deployment) -> Iterator[Service]:
+    running = Service(dep)
+    running.start()
+    yield running
+    running.stop()
+
+
+class Kafka:
+    def __init__(self, dep: Deployment) -> None:
+        self.dep = dep
+        self.producer = Producer({"bootstrap.servers": dep.bootstrap})
+
+    def send(self, suffix: str, value: bytes | dict[str, Any] | None, key: str = "k") -> None:
+        raw = orjson.dumps(value) if isinstance(value, dict) else value
+        self.producer.produce(self.dep.topic(suffix), value=raw, key=key.encode())
+        assert self.producer.flush(30) == 0
+
+    def read(self, suffix: str, idle: float = 2.0) -> list[dict[str, Any]]:
+        return [orjson.loads(m.value()) for m in read_topic(self.dep.bootstrap,
+                self.dep.topic(suffix), idle=idle)]  # fmt: skip
+
+    def wait(self, suffix: str, pred: Any, timeout: float = 60) -> list[dict[str, Any]]:
+        """Messages of ``suffix`` once one satisfies ``pred``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.read(suffix, idle=1.0)
+            if any(pred(m) for m in found):
+                return found
+            assert time.monotonic() < deadline, f"nothing on {suffix} matched: {found[-5:]}"
+            time.sleep(0.5)
+
+
+def last_for(messages: list[dict[str, Any]], cid: str) -> dict[str, Any]:
+    return [m for m in messages if m["conversation_id"] == cid][-1]
+
+
+def test_the_loop_over_kafka_survives_sigkill_and_matches_http(
+    dep: Deployment, service: Service
+) -> None:
+    kafka = Kafka(dep)
+    cases = {"g-refused": POEM, "g-two-rounds": SUMMARY, "g-budget": POEM, "k-safety": PASSWORDS}
+    for cid, texts in cases.items():
+        kafka.send("clarify.requests", request(cid, texts), cid)
+    questions = kafka.wait("clarify.questions",
+                           lambda m: m["conversation_id"] == "k-safety")  # fmt: skip
+    questions = kafka.wait(
+        "clarify.questions", lambda m: {x["conversation_id"] for x in questions} >= set(cases)
+    )
+    opened = {cid: last_for(questions, cid) for cid in cases}
+    for cid in ("g-refused", "g-two-rounds", "g-budget"):
+        assert (opened[cid]["route"], opened[cid]["outcome"], opened[cid]["round"]) == (
+            "policy_gray_zone", "asking", 1)  # fmt: skip
+        assert 2 <= len(opened[cid]["questions"]) <= 4
+    assert opened["k-safety"]["route"] == "genuine_safety_refusal"
+    assert opened["k-safety"]["questions"] == []
+
+    # the same cases over HTTP: the same routes, decisions and questions
+    for cid, texts in cases.items():
+        reply = service.http.post("/v1/clarify", json=request("h-" + cid, texts))
+        assert reply.status_code == 200, reply.text
+        body = reply.json()
+        for field in ("route", "category", "decision", "outcome", "round", "questions"):
+            assert body[field] == opened[cid][field], (cid, field)
+        # and the HTTP interface sees the conversations opened over Kafka (one store)
+        assert service.state(cid)["route"] == opened[cid]["route"]
+
+    # round 1: one answered fully, two left (partly) open -> round 2
+    n_poem = len(opened["g-refused"]["questions"])
+    kafka.send("clarify.answers", answer("g-refused", 1, ["Four lines"] * n_poem), "g-refused")
+    kafka.send("clarify.answers", answer("g-two-rounds", 1, ["The report", ""]), "g-two-rounds")
+    kafka.send("clarify.answers", answer("g-budget", 1, ["", ""][:n_poem]), "g-budget")
+    kafka.wait("clarify.questions", lambda m: m["conversation_id"] == "g-budget"
+               and m["round"] == 2)  # fmt: skip
+    kafka.wait("clarify.questions", lambda m: m["conversation_id"] == "g-two-rounds"
+               and m["round"] == 2)  # fmt: skip
+    before = {cid: service.state(cid) for cid in cases}
+    assert before["g-two-rounds"]["round"] == 2 and before["g-budget"]["round"] == 2
+    assert before["g-refused"]["outcome"] == "awaiting_reevaluation"
+
+    # SIGKILL between rounds, then the round-1 answer redelivered and the round-2 answers
+    service.kill()
+    kafka.send("clarify.answers", answer("g-two-rounds", 1, ["The report", ""]), "g-two-rounds")
+    kafka.send("clarify.answers", answer("g-two-rounds", 2, ["For my team"]), "g-two-rounds")
+    kafka.send("clarify.answers", answer("g-budget", 2, ["n/a"] * len(
+        before["g-budget"]["rounds"][1]["questions"])), "g-budget")  # fmt: skip
+    service.start()
+    for cid in cases:  # nothing lost, nothing asked twice: the same rounds after the restart
+        after = service.state(cid)
+        kept = len(before[cid]["rounds"])
+        assert len(after["rounds"]) >= kept, cid
+        assert [r["questions"] for r in after["rounds"][:kept]] == [
+            r["questions"] for r in before[cid]["rounds"]], cid  # fmt: skip
+    kafka.wait("clarify.escalations", lambda m: m["conversation_id"] == "g-budget")
+    clarified = kafka.wait("clarify.clarified-requests",
+                           lambda m: m["conversation_id"] == "g-two-rounds")  # fmt: skip
+    two = last_for(clarified, "g-two-rounds")
+    assert two["round"] == 2 and "For my team" in two["clarified_request"]
+    assert service.state("g-budget")["escalation_reason"] == "budget_spent"
+    state_two = service.state("g-two-rounds")
+    assert (state_two["round"], state_two["outcome"]) == (2, "awaiting_reevaluation")
+    assert len(state_two["rounds"]) == 2  # round 2 asked once, whatever was redelivered
+
+    # re-evaluation outcomes: accepted, and refused again -> escalation
+    kafka.send("clarify.outcomes", outcome("g-two-rounds", 2, "accepted"), "g-two-rounds")
+    kafka.send("clarify.outcomes", outcome("g-refused", 1, "refused_again"), "g-refused")
+    escalations = kafka.wait("clarify.escalations", lambda m: m["conversation_id"] == "g-refused")
+    refused = last_for(escalations, "g-refused")
+    assert refused["reason"] == "refused_again"
+    assert refused["state"]["rounds"][0]["answers"][0]["text"] == "Four lines"
+    assert service.state("g-two-rounds")["outcome"] == "clarified"
+
+    # the same steps over HTTP give the same state
+    reply = service.http.post("/v1/clarify/h-g-refused/answer",
+                              json=answer("h-g-refused", 1, ["Four lines"] * n_poem))  # fmt: skip
+    assert reply.status_code == 200 and reply.json()["clarified_request"] is not None
+    reply = service.http.post("/v1/clarify/h-g-refused/outcome",
+                              json=outcome("h-g-refused", 1, "refused_again"))  # fmt: skip
+    assert reply.json()["escalation"]["reason"] == "refused_again"
+    kafka_state, http_state = service.state("g-refused"), service.state("h-g-refused")
+    for field in ("route", "category", "round", "outcome", "escalation_reason", "revision"):
+        assert kafka_state[field] == http_state[field], field
+    assert [r["questions"] for r in kafka_state["rounds"]] == [
+        r["questions"] for r in http_state["rounds"]]  # fmt: skip
+
+    # the audit trail and the review app beside the running service
+    add_ann(dep)
+    review, url = start_review(dep)
+    try:
+        reviewer = Reviewer(url, "ann", "ann-password-1")
+        deadline = time.monotonic() + 30
+        while True:
+            page = reviewer.http.get("/clarifications")
+            assert page.status_code == 200, page.text
+            if "g-refused" in page.text and "g-budget" in page.text:
+                break
+            assert time.monotonic() < deadline, page.text[-3000:]
+            time.sleep(0.5)
+        detail = reviewer.http.get("/clarification", params={"id": "g-refused"})
+        assert detail.status_code == 200
+        for text in ("Write a poem", "Four lines", "refused again", POEM["refusal"]):
+            assert text in detail.text.replace("_", " "), text
+        reviewer.close()
+    finally:
+        review.send_signal(signal.SIGTERM)
+        review.wait(30)
+    rows = dep.sql(
+        "SELECT conversation_id, max(revision) AS r, countDistinct(revision) AS n "
+        "FROM clarification_steps FINAL GROUP BY conversation_id ORDER BY conversation_id"
+    )
+    by_id = {r["conversation_id"]: r for r in rows}
+    assert set(cases) <= set(by_id)
+    for cid in cases:  # one row per state, up to the current one
+        assert by_id[cid]["n"] == by_id[cid]["r"] + 1 == service.state(cid)["revision"] + 1, cid
+
+
+def test_bad_input_on_every_topic_is_dead_lettered_and_nothing_is_lost(
+    dep: Deployment, service: Service
+) -> None:
+    kafka = Kafka(dep)
+    kafka.send("clarify.requests", b"{not json")
+    kafka.send("clarify.answers", b"[1, 2")
+    kafka.send("clarify.outcomes", b"")
+    kafka.send("clarify.requests", None)  # a tombstone
+    kafka.send("clarify.requests", request("big", {"request": "x" * 20_001, "refusal": "no"}))
+    kafka.send("clarify.requests", b"{" + b" " * 300_000 + b"}")  # over clarify_max_body_bytes
+    kafka.send("clarify.answers", answer("nobody", 1, ["hi", "there"]))
+    kafka.send("clarify.requests", request("fin", PASSWORDS))  # not asked: finished at once
+    kafka.send("clarify.answers", answer("fin", 1, ["hi", "there"]))
+    kafka.send("clarify.outcomes", outcome("nobody", 1, "accepted"))
+    kafka.send("clarify.requests", request("ok-after", POEM))  # still served afterwards
+    kafka.wait("clarify.questions", lambda m: m["conversation_id"] == "ok-after")
+    letters = list(read_topic(dep.bootstrap, dep.topic("dead-letters"), idle=2.0))
+    codes = sorted(dict(m.headers() or [])["x-reason-code"].decode() for m in letters)
+    assert codes == sorted(["not_json", "not_json", "not_json", "tombstone", "invalid_request",
+                            "oversized", "unknown_conversation", "finished",
+                            "unknown_conversation"])  # fmt: skip
+    assert service.proc is not None and service.proc.poll() is None
+    # the same bad input over HTTP: clear errors, never a crash
+    http = service.http
+    malformed = http.post("/v1/clarify", content=b"{not json")
+    assert malformed.json()["error"]["code"] == "malformed_json"
+    assert http.post("/v1/clarify/nobody/answer",
+                     json=answer("nobody", 1, ["a", "b"])).status_code == 404  # fmt: skip
+    finished = http.post("/v1/clarify/fin/answer", json=answer("fin", 1, ["a", "b"]))
+    assert finished.json()["error"]["code"] == "finished"
+    big = http.post("/v1/clarify", json=request("big", {"request": "x" * 20_001, "refusal": "n"}))
+    assert big.status_code == 422
+    assert http.post("/v1/clarify", content=b"{" + b" " * 300_000 + b"}").status_code == 413
+    assert http.get("/healthz").status_code == 200
