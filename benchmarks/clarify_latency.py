@@ -2,7 +2,8 @@
 p99 <= 50 ms on one core).
 
 Starts the real app (``refusal_audit.clarify.app.create_app`` over the ``local`` classifier,
-the ``local`` question engine, the example bundle and a state store) under uvicorn on a free
+the ``local`` question engine, the example bundle, a state store and the configured
+redaction, on by default, as in ``clarify serve``) under uvicorn on a free
 127.0.0.1 port in this process, pinned to one CPU (``os.sched_setaffinity``, where the OS
 has it), and sends ``--requests`` sequential requests over loopback with ``httpx``: each a
 ``POST /v1/clarify`` of a new conversation, cycling over a small set of refusals (gray zone,
@@ -22,6 +23,7 @@ import statistics
 import tempfile
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -32,6 +34,7 @@ from processors.clarification.local_questions import LocalQuestionEngine
 from processors.engines.local import LocalEngine
 from refusal_audit.bundles import load_bundles
 from refusal_audit.clarify.app import create_app
+from refusal_audit.clarify.server import build_redactor
 from refusal_audit.clarify.service import ClarifyService
 from refusal_audit.clarify.store import MemoryStore, SqliteStore, StateStore
 from refusal_audit.config import load_settings
@@ -78,12 +81,16 @@ def main() -> None:
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
-    bundles = load_bundles(load_settings().policy_bundles)
+    cfg = load_settings()
+    bundles = load_bundles(cfg.policy_bundles)
     tmp = tempfile.TemporaryDirectory()
     store: StateStore = (
         SqliteStore(Path(tmp.name) / "clarify.sqlite3") if args.store == "sqlite" else MemoryStore()
     )
-    service = ClarifyService(Clarifier(LocalEngine(), LocalQuestionEngine(), bundles), store)
+    service = ClarifyService(
+        Clarifier(LocalEngine(), LocalQuestionEngine(), bundles), store,
+        redactor=build_redactor(cfg),
+    )  # fmt: skip
     port = _free_port()
     server = uvicorn.Server(
         uvicorn.Config(create_app(service, TOKEN), host="127.0.0.1", port=port, log_level="error")
@@ -113,7 +120,7 @@ def main() -> None:
                 if not questions:
                     continue
                 answer = {"conversation_id": f"bench-{i}", "round": 1,
-                          "answered_at": "2026-01-01T00:01:00Z",
+                          "answered_at": datetime.now(UTC).isoformat(),  # not before asked
                           "answers": [{"question_index": k, "text": "for my class"}
                                       for k in range(len(questions))]}  # fmt: skip
                 started = time.perf_counter()

@@ -141,7 +141,7 @@ def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) ->
     if cfg.prefilter_enabled and cfg.prefilter_model == "trained":
         from refusal_audit.prefilter_model import load_shipped_model
 
-        refusal_model = load_shipped_model()  # ConfigError when missing or corrupt
+        refusal_model = load_shipped_model(cfg.prefilter_model_path)  # ConfigError: bad file
     intake = IntakeSettings(
         decode=DecodeOptions(),
         known_bundles=frozenset(bundles),

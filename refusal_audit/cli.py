@@ -13,7 +13,7 @@ import orjson
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from refusal_audit import cli_alerts, cli_clarify, cli_review, cli_train
+from refusal_audit import cli_alerts, cli_calibrate, cli_clarify, cli_review, cli_train
 from refusal_audit.batch import BatchOptions, run_batch
 from refusal_audit.cli_common import (
     EXIT_FAILURES,
@@ -443,6 +443,8 @@ review_app.command("reviewers")(cli_review.review_reviewers)
 alerts_app = typer.Typer(help="Tail, list and evaluate alerts.", no_args_is_help=True)
 app.add_typer(alerts_app, name="alerts")
 app.add_typer(cli_clarify.clarify_app, name="clarify")
+app.add_typer(cli_calibrate.calibrate_app, name="calibrate")
+app.add_typer(cli_calibrate.ab_app, name="ab")
 alerts_app.command("list")(cli_alerts.alerts_list)
 alerts_app.command("evaluate")(cli_alerts.alerts_evaluate)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from refusal_audit.cli_common import console, fail_usage
+from refusal_audit.cli_common import console, fail_usage, settings
 from refusal_audit.prefilter_model import CATEGORY_STEM, SHIPPED_STEM
 
 DEFAULT_SHARED_DATA = Path("../shared/data")
@@ -21,12 +21,13 @@ def train(
     model: str = typer.Option(
         "all", "--model", help="Which model to build: all, prefilter or category."
     ),
-    output_dir: Path = typer.Option(
-        SHIPPED_STEM.parent,
+    output_dir: Path | None = typer.Option(
+        None,
         "--output-dir",
         "-o",
         help="Folder for refusal_prefilter.* and category_model.* (.npz, .json, model card "
-        ".md); default: the models shipped in the package.",
+        ".md); default: <data_dir>/models. Maintainers rebuild the shipped models with "
+        "-o refusal_audit/models.",
     ),
     with_verdicts: Path | None = typer.Option(
         None,
@@ -65,6 +66,8 @@ def train(
         day = date.fromisoformat(built_on) if built_on else None
     except ValueError as exc:
         raise fail_usage(f"--date: {exc}") from exc
+    if output_dir is None:
+        output_dir = settings().data_dir / "models"
     if model in ("all", "prefilter"):
         result = build_artifact(
             shared_data, output_dir / SHIPPED_STEM.name, with_folds=folds, every=every, built_on=day
@@ -73,6 +76,7 @@ def train(
         console.print(f"threshold {result.threshold:.2f}")
         for path in (result.npz, result.metadata, result.card):
             console.print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+        _use(output_dir, SHIPPED_STEM, "PREFILTER_MODEL")
     if model in ("all", "category"):
         try:
             built = build_category_artifact(
@@ -89,3 +93,18 @@ def train(
         console.print(f"category model: content hash {built.content_hash}")
         for path in (built.npz, built.metadata, built.card):
             console.print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+        _use(output_dir, CATEGORY_STEM, "LOCAL_CATEGORY_MODEL")
+
+
+def _use(output_dir: Path, shipped: Path, setting: str) -> None:
+    """Tell how to run with the model just written (unless it replaced the shipped one)."""
+    stem = output_dir / shipped.name
+    if stem.resolve() == shipped.resolve():
+        console.print(
+            "rebuilt the shipped model: refresh the generated tables with "
+            "`python -m refusal_audit.training.tables`"
+        )
+        return
+    console.print(
+        f"use it with REFUSAL_AUDIT_{setting}=trained REFUSAL_AUDIT_{setting}_PATH={stem}"
+    )

@@ -212,6 +212,12 @@ class Settings(BaseSettings):
         description="Local engine's category: `cues` (hand-written rules) or `trained` (the "
         "shipped category model, `refusal-audit train`; its hash joins the engine version).",
     )
+    local_category_model_path: Path | None = Field(
+        default=None,
+        description="With local_category_model = trained: the artifact to load, a path without "
+        "suffix as `refusal-audit train` writes it (e.g. .refusal-audit/models/"
+        "category_model); unset: the model shipped in the package.",
+    )
 
     # batching
     batch_max_events: int = Field(default=25, ge=1, description="Max events per audit batch.")
@@ -237,7 +243,9 @@ class Settings(BaseSettings):
 
     # redaction and pre-filter
     redaction_enabled: bool = Field(
-        default=True, description="Redact PII before anything is stored or sent to a model."
+        default=True,
+        description="Redact PII before anything is stored or sent to a model (the audit and "
+        "the clarification service).",
     )
     redaction_kinds: tuple[RedactionKind, ...] = Field(
         default=ALL_REDACTION_KINDS,
@@ -250,6 +258,12 @@ class Settings(BaseSettings):
         default="cues",
         description="Refusal pre-filter: `cues` (hand-weighted cue scorer) or `trained` (the "
         "shipped logistic model, `refusal-audit train`; its hash joins the engine version).",
+    )
+    prefilter_model_path: Path | None = Field(
+        default=None,
+        description="With prefilter_model = trained: the artifact to load, a path without "
+        "suffix as `refusal-audit train` writes it (e.g. .refusal-audit/models/"
+        "refusal_prefilter); unset: the model shipped in the package.",
     )
 
     # human review sampling
@@ -348,6 +362,17 @@ class Settings(BaseSettings):
     clarify_question_model: str | None = Field(
         default=None, description="Model of an openai question engine; unset: `openai_model`."
     )
+    clarify_judge_engine: Literal["off", "openai"] = Field(
+        default="off",
+        description="Optional LLM judge after the deterministic circumvention check: `off` or "
+        "`openai` (asked only about a set the rules passed; a rejected set, or a failed "
+        "judge, is escalated, never surfaced).",
+    )
+    clarify_judge_model: str | None = Field(
+        default=None,
+        description="Model of the openai circumvention judge; unset: `clarify_question_model`, "
+        "else `openai_model`.",
+    )
     clarify_store: Literal["sqlite", "memory", "kafka"] | None = Field(
         default=None,
         description="Conversation state store: `sqlite` (a local file), `kafka` (the compacted "
@@ -443,6 +468,28 @@ class Settings(BaseSettings):
     )
     gaps_reread_margin_seconds: int = Field(
         default=3600, ge=0, description="Batches re-read before the newest gap sighting."
+    )
+
+    # refusal-style calibration (refusal-audit calibrate, docs/calibration.md)
+    calibrate_engine: Literal["local", "openai"] | None = Field(
+        default=None,
+        description="Engine that writes refusal variants; unset: as `engine`.",
+    )
+    calibrate_model: str | None = Field(
+        default=None, description="Model of an openai variant engine; unset: `openai_model`."
+    )
+    calibrate_suite_command: list[str] | None = Field(
+        default=None,
+        description="A team's own regression suite: a command (argv list, no shell) that reads "
+        'one variant as JSON on stdin and prints its verdict, `{"verdict": "pass"}` or '
+        '`{"verdict": "fail", "reasons": [...]}`; '
+        "unset: none.",
+    )
+    calibrate_suite_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description="Time a suite command gets per variant; a timeout fails the variant.",
     )
 
     @field_validator("data_dir", mode="before")

@@ -29,7 +29,7 @@ def make_engine(settings: Settings, name: str | None = None) -> AuditEngine:
         if settings.local_category_model == "trained":
             from refusal_audit.prefilter_model import load_shipped_category_model
 
-            category_model = load_shipped_category_model()  # ConfigError: missing/corrupt
+            category_model = load_shipped_category_model(settings.local_category_model_path)
         return LocalEngine(
             false_positive_threshold=settings.local_false_positive_threshold,
             category_model=category_model,

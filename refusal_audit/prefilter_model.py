@@ -18,19 +18,27 @@ SHIPPED_STEM = Path(__file__).resolve().parent / "models" / "refusal_prefilter"
 CATEGORY_STEM = Path(__file__).resolve().parent / "models" / "category_model"
 
 
+def _stem(stem: Path | None) -> Path | None:
+    """``stem`` without a model file suffix (``model.npz`` and ``model`` name one artifact)."""
+    if stem is not None and stem.suffix in {".npz", ".json", ".md"}:
+        return stem.with_suffix("")
+    return stem
+
+
 @lru_cache(maxsize=4)
 def _load(stem: Path) -> RefusalModel:
     return load_model(stem)
 
 
 def load_shipped_model(stem: Path | None = None) -> RefusalModel:
-    """Load (once per process) and verify the artifact ``stem`` (default :data:`SHIPPED_STEM`).
+    """Load (once per process) and verify the artifact ``stem`` (default :data:`SHIPPED_STEM`;
+    setting ``prefilter_model_path``).
 
     Raises ``ConfigError`` naming the file and the fault when the artifact is missing,
     corrupt or built for other features, so start-up fails with a clear message (exit 2).
     """
     try:
-        return _load(stem or SHIPPED_STEM)
+        return _load(_stem(stem) or SHIPPED_STEM)
     except ModelArtifactError as exc:
         raise ConfigError(
             f"cannot load the trained refusal pre-filter: {exc}. Rebuild it with "
@@ -45,10 +53,11 @@ def _load_category(stem: Path) -> CategoryModel:
 
 def load_shipped_category_model(stem: Path | None = None) -> CategoryModel:
     """Load (once per process) and verify the category model ``stem`` (default
-    :data:`CATEGORY_STEM`). Raises ``ConfigError`` naming the file and the fault when it is
-    missing, corrupt or built for other features (exit 2 at start-up)."""
+    :data:`CATEGORY_STEM`; setting ``local_category_model_path``). Raises ``ConfigError``
+    naming the file and the fault when it is missing, corrupt or built for other features
+    (exit 2 at start-up)."""
     try:
-        return _load_category(stem or CATEGORY_STEM)
+        return _load_category(_stem(stem) or CATEGORY_STEM)
     except ModelArtifactError as exc:
         raise ConfigError(
             f"cannot load the trained category model: {exc}. Rebuild it with "

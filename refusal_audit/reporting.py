@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,13 +59,17 @@ def print_report(report: RunReport, console: Console) -> None:
         categories.add_row(name, str(n), f"{n / total:.3f}" if total else "")
     console.print(categories)
     review = sum(a.requires_human_review for a in report.assessments)
-    sampled = sum(a.sampled_for_review for a in report.assessments)
+    reasons = Counter(a.review_reason for a in report.assessments if a.sampled_for_review)
     console.print(
         f"estimated false positives (over-refusals): "
         f"{_rate(summary.estimated_false_positives, total)}"
     )
+    extra = ", ".join(
+        f"{reasons[r]} {r.replace('_', ' ')}" for r in sorted(reasons) if r != "flagged"
+    )
     console.print(
-        f"flagged for human review: {_rate(review, total)}; sampled for review: {sampled}"
+        f"flagged for human review: {_rate(review, total)}; in review: "
+        f"{sum(reasons.values())} (the flagged{', ' + extra if extra else ''})"
     )
     flags = summary.policy_gap_flags  # one per description, all its refusals (run-wide)
     if flags:

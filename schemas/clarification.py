@@ -31,7 +31,7 @@ under 200 KB and every question short enough to read on a phone screen):
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import (
     AwareDatetime,
@@ -109,20 +109,39 @@ class Outcome(StrEnum):
 FINAL_OUTCOMES = frozenset({Outcome.clarified, Outcome.escalated, Outcome.not_asked})
 
 
+CircumventionReason = Literal[
+    "gives_examples",
+    "suggests_wording",
+    "asks_method",
+    "harmful_vocabulary",
+    "restates_refusal",
+    "leading_question",
+    "asks_declaration",
+    "too_many_questions",
+    "too_few_questions",
+]
+"""The circumvention check's reason codes (``processors.clarification.circumvention``); the
+LLM judge answers with the same vocabulary."""
+CIRCUMVENTION_REASONS: tuple[str, ...] = get_args(CircumventionReason)
+
+
 class EscalationReason(StrEnum):
     """Why a conversation went to human review.
 
     ``refused_again``: the application refused the clarified request; ``budget_spent``:
     questions were still unanswered after ``MAX_ROUNDS`` rounds; ``invalid_questions``: the
     question engine gave no schema-valid set after its one retry; ``circumvention``: the
-    circumvention check rejected the set; ``classification_failed``: the refusal could not be
-    classified.
+    circumvention check (its rules, or the optional LLM judge) rejected the set;
+    ``judge_failed``: the LLM judge gave no valid verdict (API failure, or no valid answer
+    after its one retry), so the set was not surfaced; ``classification_failed``: the refusal
+    could not be classified.
     """
 
     refused_again = "refused_again"
     budget_spent = "budget_spent"
     invalid_questions = "invalid_questions"
     circumvention = "circumvention"
+    judge_failed = "judge_failed"
     classification_failed = "classification_failed"
 
 
@@ -220,6 +239,29 @@ class ReevaluationOutcome(BaseModel):
     decided_at: AwareDatetime
 
 
+class JudgeVerdict(BaseModel):
+    """The optional LLM circumvention judge's verdict on a round-1 question set that passed
+    the deterministic rules.
+
+    ``verdict``: ``pass`` (the set may be surfaced), ``reject`` (it teaches circumvention;
+    ``reasons`` names how, in the rules' vocabulary) or ``failed`` (no valid verdict: the
+    conversation is escalated, ``judge_failed``). ``explanation`` is the judge's free text
+    (or, for ``failed``, what went wrong); ``engine``/``model``/``prompt_version`` identify
+    the judge.
+    """
+
+    model_config = _STRICT
+
+    verdict: Literal["pass", "reject", "failed"]
+    reasons: list[CircumventionReason] = Field(
+        default_factory=list, max_length=len(CIRCUMVENTION_REASONS)
+    )
+    explanation: str = Field(default="", max_length=NOTE_MAX_CHARS * 2)
+    engine: str = Field(max_length=256)
+    model: str = Field(max_length=256)
+    prompt_version: str = Field(max_length=64)
+
+
 class ClarificationRound(BaseModel):
     """One round: the questions asked, and what came back.
 
@@ -243,14 +285,18 @@ class ClarificationRound(BaseModel):
 class ConversationState(BaseModel):
     """Everything kept about one conversation (the state store's value).
 
-    ``request_hash`` is the sha256 hex of the request text (``processors.clarification``
-    computes it); ``category`` the classifier's taxonomy code and ``route`` its route;
+    ``request_hash`` is the sha256 hex of the (redacted) request text
+    (``processors.clarification`` computes it); ``category`` the classifier's taxonomy code
+    and ``route`` its route;
     ``engine``/``engine_model``/``prompt_version`` identify the question engine (empty when
     no question was asked); ``round`` is the number of rounds asked (0..``MAX_ROUNDS``);
     ``outcome`` where the conversation stands; ``escalation_reason`` and
     ``escalation_detail`` (reason codes, ``; ``-separated) are set exactly when it is
-    escalated. ``revision`` counts the transitions (0 when opened): a store can compare it
-    to refuse a lost update.
+    escalated. ``judge`` is the LLM circumvention judge's verdict on the round-1 set (None
+    when the judge is off or did not run). ``request``, ``refusal``, the answers and the
+    re-evaluation refusal are kept as the service stored them: redacted when
+    ``redaction_enabled`` (docs/clarification.md). ``revision`` counts the transitions (0
+    when opened): a store can compare it to refuse a lost update.
     """
 
     model_config = _STRICT
@@ -274,6 +320,7 @@ class ConversationState(BaseModel):
     outcome: Outcome
     escalation_reason: EscalationReason | None = None
     escalation_detail: str | None = Field(default=None, max_length=NOTE_MAX_CHARS * 4)
+    judge: JudgeVerdict | None = None
     created_at: AwareDatetime
     updated_at: AwareDatetime
     revision: int = Field(default=0, ge=0)
@@ -314,10 +361,14 @@ class ClarificationResponse(BaseModel):
 
 
 class AnsweredQuestion(BaseModel):
-    """A question of a round with the user's answer."""
+    """A question of a round with the user's answer (as stored: redacted when redaction is
+    on). ``round`` and ``question_index`` (0-based) say which answer of the
+    ``ClarificationAnswer`` it is, so the application can put back its own copy."""
 
     model_config = _STRICT
 
+    round: int = Field(ge=1, le=MAX_ROUNDS)
+    question_index: int = Field(ge=0, lt=MAX_QUESTIONS)
     question_text: str
     answer: str
 

@@ -13,6 +13,16 @@ from pydantic import BaseModel
 
 from schemas.alerts import Alert
 from schemas.audit import AuditResult, BatchRecord, StoredAssessment
+from schemas.calibration import (
+    ABEventEnvelope,
+    CalibrationOutput,
+    CalibrationRequest,
+    CalibrationRun,
+    ExperimentPlan,
+    Spectrum,
+    SuiteInput,
+    SuiteVerdict,
+)
 from schemas.clarification import (
     ClarificationAnswer,
     ClarificationRequest,
@@ -41,6 +51,14 @@ PUBLISHED: dict[str, type[BaseModel]] = {
     "reevaluation_outcome": ReevaluationOutcome,
     "conversation_state": ConversationState,
     "escalation": Escalation,
+    "calibration_request": CalibrationRequest,
+    "calibration_spectrum": Spectrum,
+    "calibration_output": CalibrationOutput,
+    "calibration_run": CalibrationRun,
+    "calibration_suite_input": SuiteInput,
+    "calibration_suite_verdict": SuiteVerdict,
+    "ab_event": ABEventEnvelope,
+    "ab_experiment_plan": ExperimentPlan,
 }
 
 

@@ -276,3 +276,53 @@ def test_generated_tables_match_the_shipped_models() -> None:
         text = path.read_text(encoding="utf-8")
         assert "<!-- generated:" in text, path
         assert tables.render(text) == text, f"{path}: run python -m refusal_audit.training.tables"
+
+
+def test_tables_refuse_a_model_without_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stem = _copy(tmp_path)
+    meta = json.loads(stem.with_suffix(".json").read_text())
+    meta["evaluation"] = {}
+    stem.with_suffix(".json").write_text(json.dumps(meta))
+    doc = tmp_path / "doc.md"
+    before = "x\n<!-- generated:triage -->\nold\n<!-- /generated:triage -->\n"
+    doc.write_text(before, encoding="utf-8")
+    monkeypatch.setattr(tables, "CATEGORY_STEM", stem)
+    monkeypatch.setattr(tables, "DOCUMENTS", (doc,))
+    with pytest.raises(tables.MissingFigures):
+        tables.update([doc])
+    assert tables.main([]) == 2
+    assert doc.read_text(encoding="utf-8") == before  # nothing written
+
+
+def test_a_model_trained_elsewhere_is_used_by_path(tmp_path: Path) -> None:
+    stem = _copy(tmp_path / "mine")
+    cfg = load_settings(
+        None, local_category_model="trained", local_category_model_path=stem.with_suffix(".npz")
+    )
+    engine = make_engine(cfg, "local")
+    assert isinstance(engine, LocalEngine) and engine.category_model is not None
+    assert engine.category_model.content_hash == load_model(stem).content_hash
+    missing = load_settings(
+        None, local_category_model="trained", local_category_model_path=tmp_path / "nothing"
+    )
+    with pytest.raises(ConfigError, match=r"category model metadata missing: .*nothing\.json"):
+        make_engine(missing, "local")
+
+
+@pytest.mark.integration
+def test_train_writes_to_the_data_dir_by_default(shared_data: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    env = {"REFUSAL_AUDIT_DATA_DIR": str(tmp_path / "state")}
+    res = runner.invoke(
+        app,
+        ["train", "--shared-data", str(shared_data), "--model", "category", "--no-folds",
+         "--every", "40"],
+        env=env,
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    stem = tmp_path / "state" / "models" / "category_model"
+    assert stem.with_suffix(".npz").is_file() and stem.with_suffix(".md").is_file()
+    assert "REFUSAL_AUDIT_LOCAL_CATEGORY_MODEL_PATH=" in res.output.replace("\n", "")
+    assert load_model(stem).content_hash != load_shipped_category_model().content_hash

@@ -16,7 +16,7 @@ from processors.clarification.local_questions import LocalQuestionEngine
 from processors.engines.local import LocalEngine
 from refusal_audit.clarify.app import create_app
 from refusal_audit.clarify.server import SecretMaskFilter
-from refusal_audit.clarify.service import ClarifyService
+from refusal_audit.clarify.service import ClarifyService, OutputsUnavailableError, StepResult
 from refusal_audit.clarify.store import MemoryStore, SqliteStore, StaleStateError, StateStore
 from schemas.policy import PolicyBundle
 
@@ -29,11 +29,27 @@ GRAY = {"conversation_id": "conv-1", "log_id": "log-1", "request": "Write a poem
         "event_time": "2026-02-01T09:00:00Z"}  # fmt: skip
 
 
-def client_for(bundle: PolicyBundle, store: StateStore | None = None) -> TestClient:
+class RecordedOutputs:
+    """A ``StepOutputs`` that keeps what it was given; ``down`` makes ``publish`` fail."""
+
+    def __init__(self) -> None:
+        self.published: list[tuple[str, StepResult]] = []
+        self.down = False
+
+    def publish(self, conversation_id: str, result: StepResult) -> None:
+        if self.down:
+            raise OutputsUnavailableError("the broker is down")
+        self.published.append((conversation_id, result))
+
+
+def client_for(
+    bundle: PolicyBundle, store: StateStore | None = None, outputs: RecordedOutputs | None = None
+) -> TestClient:
     clarifier = Clarifier(LocalEngine(), LocalQuestionEngine(), {"default": bundle})
     service = ClarifyService(
-        clarifier, store if store is not None else MemoryStore(), clock=lambda: T0
-    )
+        clarifier, store if store is not None else MemoryStore(), clock=lambda: T0,
+        outputs=outputs,
+    )  # fmt: skip
     return TestClient(create_app(service, TOKEN, max_body_bytes=64 * 1024))
 
 
@@ -185,3 +201,47 @@ def test_secret_mask_filter_hides_the_token(caplog: pytest.LogCaptureFixture) ->
     with caplog.at_level(logging.INFO, logger="refusal_audit.clarify.test"):
         logger.info("token is %s", TOKEN)
     assert TOKEN not in caplog.text and "token is ***" in caplog.text
+
+
+def test_every_http_step_is_published_before_it_is_answered(example_bundle: PolicyBundle) -> None:
+    outputs = RecordedOutputs()
+    client = client_for(example_bundle, outputs=outputs)
+    asked = client.post("/v1/clarify", headers=AUTH, json=GRAY).json()
+    assert [(cid, r.response.model_dump(mode="json")) for cid, r in outputs.published] == [
+        ("conv-1", asked)]  # fmt: skip
+    n = len(asked["questions"])
+    client.post("/v1/clarify/conv-1/answer", headers=AUTH, json=answers(1, ["a"] * n))
+    assert outputs.published[-1][1].clarified_request is not None
+    step = client.post("/v1/clarify/conv-1/outcome", headers=AUTH,
+                       json=verdict(1, "refused_again")).json()  # fmt: skip
+    assert outputs.published[-1][1].escalation == step["escalation"]
+    assert len(outputs.published) == 3
+    safe = {**GRAY, **SAFETY, "conversation_id": "c-safe"}
+    safety = client.post("/v1/clarify", headers=AUTH, json=safe)
+    assert safety.json()["outcome"] == "not_asked"
+    assert outputs.published[-1][0] == "c-safe" and outputs.published[-1][1].escalation is None
+
+    # outputs not confirmed: 503, the step is stored; the same call again publishes them
+    outputs.down = True
+    client.post("/v1/clarify", headers=AUTH, json={**GRAY, "conversation_id": "c-2"})
+    r = client.post("/v1/clarify/c-2/answer", headers=AUTH, json=answers(1, ["a"] * n, "c-2"))
+    assert (r.status_code, r.json()["error"]["code"]) == (503, "outputs_unavailable")
+    assert client.get("/v1/clarify/c-2", headers=AUTH).json()["outcome"] == "awaiting_reevaluation"
+    outputs.down = False
+    r = client.post("/v1/clarify/c-2/answer", headers=AUTH, json=answers(1, ["a"] * n, "c-2"))
+    assert r.status_code == 200 and outputs.published[-1][0] == "c-2"
+    assert outputs.published[-1][1].clarified_request == r.json()["clarified_request"]
+
+
+def test_an_answer_dated_before_its_questions_is_refused_over_http(client: TestClient) -> None:
+    n = len(client.post("/v1/clarify", headers=AUTH, json=GRAY).json()["questions"])  # at T0
+    early = {**answers(1, ["a"] * n), "answered_at": "2026-02-01T08:58:59Z"}
+    r = client.post("/v1/clarify/conv-1/answer", headers=AUTH, json=early)
+    assert (r.status_code, r.json()["error"]["code"]) == (422, "invalid_time")
+    skewed = {**early, "answered_at": "2026-02-01T08:59:30Z"}  # within the clock tolerance
+    assert client.post("/v1/clarify/conv-1/answer", headers=AUTH, json=skewed).status_code == 200
+    state = client.get("/v1/clarify/conv-1", headers=AUTH).json()
+    assert state["rounds"][0]["answered_at"] == state["rounds"][0]["asked_at"]
+    late = {**verdict(1, "accepted"), "decided_at": "2026-02-01T08:50:00Z"}
+    r = client.post("/v1/clarify/conv-1/outcome", headers=AUTH, json=late)
+    assert (r.status_code, r.json()["error"]["code"]) == (422, "invalid_time")

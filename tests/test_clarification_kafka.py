@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +41,26 @@ def request(cid: str, texts: dict[str, str]) -> dict[str, Any]:
             **texts}  # fmt: skip
 
 
+START = {"at": datetime.now(UTC)}
+
+
+@pytest.fixture(autouse=True)
+def _dated_from_the_test_start() -> None:
+    """Answers and outcomes are dated from the test's start (one time per round, so a
+    redelivered answer is the same answer): the service, on its own clock, refuses an answer
+    dated before its questions (``invalid_time``)."""
+    START["at"] = datetime.now(UTC).replace(microsecond=0)
+
+
 def answer(cid: str, round_: int, texts: list[str]) -> dict[str, Any]:
-    return {"conversation_id": cid, "round": round_, "answered_at": f"2026-02-01T09:0{round_}:00Z",
+    answered_at = (START["at"] + timedelta(hours=round_)).isoformat()
+    return {"conversation_id": cid, "round": round_, "answered_at": answered_at,
             "answers": [{"question_index": i, "text": t} for i, t in enumerate(texts)]}  # fmt: skip
 
 
 def outcome(cid: str, round_: int, verdict: str) -> dict[str, Any]:
     return {"conversation_id": cid, "round": round_, "outcome": verdict,
-            "decided_at": "2026-02-01T09:05:00Z"}  # fmt: skip
+            "decided_at": (START["at"] + timedelta(hours=5)).isoformat()}  # fmt: skip
 
 
 class Service:
@@ -268,6 +281,59 @@ def test_the_loop_over_kafka_survives_sigkill_and_matches_http(
     assert set(cases) <= set(by_id)
     for cid in cases:  # one row per state, up to the current one
         assert by_id[cid]["n"] == by_id[cid]["r"] + 1 == service.state(cid)["revision"] + 1, cid
+
+
+def outputs_of(dep: Deployment, suffix: str, cid: str) -> list[dict[str, Any]]:
+    """The messages of ``suffix`` keyed ``cid`` (read once: no waiting)."""
+    found = []
+    for m in read_topic(dep.bootstrap, dep.topic(suffix), idle=1.5):
+        if m.key() == cid.encode():
+            found.append(orjson.loads(m.value()))
+    return found
+
+
+def test_steps_made_over_http_reach_the_output_topics(dep: Deployment, service: Service) -> None:
+    """The newcomer's report: c-1 opened, answered and refused again over HTTP; c-2 opened
+    and answered over Kafka, its outcome over HTTP. Every step's outputs are on the topics,
+    keyed by the conversation id, by the time its HTTP answer arrives (read once, no wait)."""
+    kafka = Kafka(dep)
+    http = service.http
+    asked = http.post("/v1/clarify", json=request("c-1", POEM))
+    assert asked.status_code == 200, asked.text
+    assert outputs_of(dep, "clarify.questions", "c-1") == [asked.json()]
+    n = len(asked.json()["questions"])
+    step = http.post("/v1/clarify/c-1/answer", json=answer("c-1", 1, ["Four lines"] * n)).json()
+    assert outputs_of(dep, "clarify.clarified-requests", "c-1") == [step["clarified_request"]]
+    assert outputs_of(dep, "clarify.questions", "c-1")[-1] == step["conversation"]
+    step = http.post("/v1/clarify/c-1/outcome", json=outcome("c-1", 1, "refused_again")).json()
+    escalated = outputs_of(dep, "clarify.escalations", "c-1")
+    assert escalated == [step["escalation"]] and escalated[0]["reason"] == "refused_again"
+    assert escalated[0]["state"]["rounds"][0]["answers"][0]["text"] == "Four lines"
+    # a retried call is recognised as a repeat and publishes its outputs again (at least once)
+    again = http.post("/v1/clarify/c-1/outcome", json=outcome("c-1", 1, "refused_again"))
+    assert again.status_code == 200 and again.json()["escalation"] == step["escalation"]
+    assert len(outputs_of(dep, "clarify.escalations", "c-1")) == 2
+
+    kafka.send("clarify.requests", request("c-2", SUMMARY), "c-2")
+    opened = last_for(kafka.wait("clarify.questions", lambda m: m["conversation_id"] == "c-2"),
+                      "c-2")  # fmt: skip
+    texts = ["The quarterly report"] * len(opened["questions"])
+    kafka.send("clarify.answers", answer("c-2", 1, texts), "c-2")
+    kafka.wait("clarify.clarified-requests", lambda m: m["conversation_id"] == "c-2")
+    step = http.post("/v1/clarify/c-2/outcome", json=outcome("c-2", 1, "refused_again")).json()
+    assert outputs_of(dep, "clarify.escalations", "c-2") == [step["escalation"]]
+    assert service.state("c-2")["outcome"] == "escalated"
+    # an answer dated before its questions is refused on both interfaces
+    asked = http.post("/v1/clarify", json=request("c-3", POEM)).json()
+    early = {**answer("c-3", 1, ["x"] * len(asked["questions"])),
+             "answered_at": "2026-02-01T09:01:00Z"}  # fmt: skip
+    refused = http.post("/v1/clarify/c-3/answer", json=early)
+    assert (refused.status_code, refused.json()["error"]["code"]) == (422, "invalid_time")
+    kafka.send("clarify.answers", early, "c-3")
+    kafka.wait("dead-letters", lambda m: True)
+    letters = list(read_topic(dep.bootstrap, dep.topic("dead-letters"), idle=1.5))
+    assert [dict(m.headers() or [])["x-reason-code"] for m in letters] == [b"invalid_time"]
+    assert service.state("c-3")["outcome"] == "asking"
 
 
 def test_bad_input_on_every_topic_is_dead_lettered_and_nothing_is_lost(

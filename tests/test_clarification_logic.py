@@ -368,3 +368,30 @@ def test_answers_that_do_not_fit_are_refused(
     with pytest.raises(ConversationError) as exc:
         apply_outcome(state, outcome(state, "accepted"), T0)
     assert exc.value.code == "not_awaiting"
+
+
+def test_an_answer_dated_before_its_questions_is_refused_or_moved_up(
+    example_bundle: PolicyBundle,
+) -> None:
+    state = open_state(example_bundle)  # round 1 asked at T0 (the service's clock)
+    early = answer(state, {0: "a", 1: "b"}, minutes=-2)  # the application's clock
+    with pytest.raises(ConversationError) as exc:
+        apply_answer(state, early, T0 + timedelta(minutes=1))
+    assert exc.value.code == "invalid_time" and "before the round was asked" in str(exc.value)
+    skewed = early.model_copy(update={"answered_at": T0 - timedelta(seconds=30)})
+    once = apply_answer(state, skewed, T0 + timedelta(minutes=1))
+    assert once.state.rounds[0].answered_at == T0  # within CLOCK_SKEW_TOLERANCE: moved up
+    again = apply_answer(once.state, skewed, T0 + timedelta(minutes=2))
+    assert again.replayed and again.state == once.state  # the redelivery is recognised
+
+
+def test_an_outcome_dated_before_its_answer_is_refused(example_bundle: PolicyBundle) -> None:
+    state = open_state(example_bundle)
+    awaiting = apply_answer(state, answer(state, {0: "a", 1: "b"}, minutes=10), T0).state
+    early = outcome(awaiting, "refused_again")  # decided at T0 + 5 min, answered at T0 + 10
+    with pytest.raises(ConversationError) as exc:
+        apply_outcome(awaiting, early, T0 + timedelta(minutes=11))
+    assert exc.value.code == "invalid_time"
+    skewed = early.model_copy(update={"decided_at": T0 + timedelta(minutes=9, seconds=30)})
+    done = apply_outcome(awaiting, skewed, T0 + timedelta(minutes=11))
+    assert done.escalation is not None and done.state.outcome == "escalated"

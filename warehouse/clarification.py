@@ -1,6 +1,7 @@
 """The clarification service in ClickHouse: its audit trail (``clarification_steps``, one row
 per conversation state, ``processors.clarification.trail.step_row``) and the reviewers'
-verdicts on clarification review items (``clarification_verdicts``); migration 0015.
+verdicts on clarification review items (``clarification_verdicts``); migrations 0015 and
+0016 (the LLM judge's column ``circumvention_judge``).
 
 Both tables are ``ReplacingMergeTree`` keyed on their natural id and read with ``FINAL``,
 so a step or verdict written twice counts once (docs/warehouse.md).
@@ -19,7 +20,8 @@ from warehouse.store import Warehouse, to_utc
 STEP_COLUMNS = (
     "conversation_id", "revision", "step", "log_id", "request_hash", "policy_bundle", "model",
     "product", "category", "route", "engine", "engine_model", "prompt_version", "round",
-    "outcome", "questions", "validation", "circumvention", "surfaced", "escalated",
+    "outcome", "questions", "validation", "circumvention", "circumvention_judge", "surfaced",
+    "escalated",
     "escalation_reason", "escalation_detail", "reevaluation", "final", "sampled_for_review",
     "sample_probability", "state", "created_at", "step_at", "recorded_at",
 )  # fmt: skip

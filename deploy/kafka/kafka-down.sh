@@ -7,7 +7,9 @@
 #   deploy/kafka/kafka-down.sh --wipe    # and delete the state dir (topics, offsets, logs)
 #
 # Environment (all optional):
-#   KAFKA_STATE_DIR       the state dir given to kafka-up.sh (default deploy/kafka/data)
+#   KAFKA_STATE_DIR       the state dir given to kafka-up.sh (default deploy/kafka/data);
+#                         when its broker is not running but another broker started by
+#                         kafka-up.sh is, a warning on stderr names its pid and state dir
 #   KAFKA_STOP_TIMEOUT    seconds between SIGTERM and SIGKILL (default 30)
 set -euo pipefail
 
@@ -18,12 +20,29 @@ KAFKA_STOP_TIMEOUT="${KAFKA_STOP_TIMEOUT:-30}"
 log() { printf 'kafka-down: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+# Brokers started by kafka-up.sh (its log4j2.xml and `kafka.Kafka <state dir>/server.properties`
+# on the command line) for another state dir: warn, so a forgotten KAFKA_STATE_DIR does not
+# pass for "stopped".
+warn_other_brokers() {  # warn_other_brokers [STATE_DIR we looked at]
+    local line pid props dir
+    while read -r line; do
+        pid="${line%% *}"
+        props="$(sed -n 's/.* kafka\.Kafka \([^ ]*server\.properties\).*/\1/p' <<<"$line")"
+        dir="$(dirname "${props:-?}")"
+        [[ "$dir" == "${1:-}" ]] && continue
+        log "warning: a broker started by kafka-up.sh is still running: pid $pid, state dir $dir"
+        log "warning: stop it with: KAFKA_STATE_DIR=$dir $0"
+    done < <(ps -eo pid=,args= 2>/dev/null \
+        | grep -F -- "-Dlog4j2.configurationFile=$SCRIPT_DIR/log4j2.xml" \
+        | grep -F -- " kafka.Kafka " | sed 's/^ *//' || true)
+}
+
 wipe=0
 for arg in "$@"; do
     case "$arg" in
         --wipe) wipe=1 ;;
         -h | --help)
-            sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *) die "unknown argument '$arg' (only --wipe)" ;;
@@ -33,6 +52,7 @@ done
 
 if [[ ! -d "$KAFKA_STATE_DIR" ]]; then
     log "not running (no state dir $KAFKA_STATE_DIR)"
+    warn_other_brokers
     exit 0
 fi
 STATE_DIR="$(cd "$KAFKA_STATE_DIR" && pwd)"
@@ -61,6 +81,7 @@ if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null \
     log "stopped"
 else
     log "not running (state $STATE_DIR)"
+    warn_other_brokers "$STATE_DIR"
 fi
 rm -f "$PID_FILE"
 

@@ -42,7 +42,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from processors.engines.local import HARM_FAMILIES, find_cues, tokenize
-from schemas.clarification import MAX_QUESTIONS, MIN_QUESTIONS, QuestionSet
+from schemas.clarification import (
+    CIRCUMVENTION_REASONS,
+    MAX_QUESTIONS,
+    MIN_QUESTIONS,
+    QuestionSet,
+)
 
 GIVES_EXAMPLES = "gives_examples"
 SUGGESTS_WORDING = "suggests_wording"
@@ -54,17 +59,9 @@ ASKS_DECLARATION = "asks_declaration"
 TOO_MANY_QUESTIONS = "too_many_questions"
 TOO_FEW_QUESTIONS = "too_few_questions"
 
-REASON_CODES: tuple[str, ...] = (
-    GIVES_EXAMPLES,
-    SUGGESTS_WORDING,
-    ASKS_METHOD,
-    HARMFUL_VOCABULARY,
-    RESTATES_REFUSAL,
-    LEADING_QUESTION,
-    ASKS_DECLARATION,
-    TOO_MANY_QUESTIONS,
-    TOO_FEW_QUESTIONS,
-)
+REASON_CODES: tuple[str, ...] = CIRCUMVENTION_REASONS
+"""Every reason code, in report order (``schemas.clarification.CircumventionReason``: the
+LLM judge, ``processors.clarification.judge``, answers with the same vocabulary)."""
 
 QUOTE_MAX_WORDS = 4
 """A quotation of more words than this reads as an example request (spans the ``local``

@@ -8,7 +8,8 @@ redelivered message, a retried HTTP call) changes nothing and returns the same r
 ::
 
     open ──(route != policy_gray_zone)──> not_asked                      (final)
-      │ ──(no valid / checked questions, classifier failed)──> escalated  (final)
+      │ ──(no valid / checked questions, judge rejected or failed,
+      │    classifier failed)──> escalated                                (final)
       └──(questions)──> asking (round 1)
     asking ──answer, every question answered──> awaiting_reevaluation
            ──answer, some left open, round < MAX_ROUNDS──> asking (next round: the open
@@ -19,12 +20,18 @@ redelivered message, a retried HTTP call) changes nothing and returns the same r
 
 The service never decides that a clarified request is safe: it emits the
 ``ClarifiedRequest`` and waits for the application's ``ReevaluationOutcome``.
+
+Client times: ``answered_at`` and ``decided_at`` come from the application's clock, the
+rounds' ``asked_at`` from the service's. An answer dated before its round was asked, or an
+outcome dated before the answer it decides, is refused (``invalid_time``) when it is earlier
+by more than ``CLOCK_SKEW_TOLERANCE``; within the tolerance an early ``answered_at`` is
+stored as the round's ``asked_at``, so a conversation's history never runs backwards.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import orjson
 from pydantic_core import to_jsonable_python
@@ -47,6 +54,7 @@ from schemas.clarification import (
     ConversationState,
     Escalation,
     EscalationReason,
+    JudgeVerdict,
     Outcome,
     QuestionSet,
     ReevaluationOutcome,
@@ -58,6 +66,11 @@ CLARIFIED_HEADER = "Clarifications from the user:"
 
 _DETAIL_MAX = NOTE_MAX_CHARS * 4
 
+CLOCK_SKEW_TOLERANCE = timedelta(seconds=60)
+"""How much earlier than the service's own time of the step before a client's
+``answered_at`` / ``decided_at`` may be (clock skew between the application and the
+service); earlier is refused (``invalid_time``)."""
+
 
 class ConversationError(ValueError):
     """A message that does not fit the conversation's state.
@@ -65,7 +78,9 @@ class ConversationError(ValueError):
     ``code``: ``finished`` (the conversation is over), ``not_asking`` (no questions are
     open), ``not_awaiting`` (no clarified request awaits an outcome), ``wrong_round`` (the
     message names another round), ``unknown_question`` (a question index the round lacks),
-    ``conflict`` (a different message for a round that was already answered or decided).
+    ``conflict`` (a different message for a round that was already answered or decided),
+    ``invalid_time`` (an answer dated before its round was asked, or an outcome dated before
+    the answer it decides, by more than ``CLOCK_SKEW_TOLERANCE``).
     """
 
     def __init__(self, code: str, message: str) -> None:
@@ -147,11 +162,14 @@ def open_asking(
     questions: QuestionSet,
     engine: EngineIdentity,
     now: datetime,
+    judge: JudgeVerdict | None = None,
 ) -> ConversationState:
-    """A conversation asking round 1 with ``questions`` (already validated and checked)."""
+    """A conversation asking round 1 with ``questions`` (already validated and checked;
+    ``judge``: the LLM judge's ``pass`` when it ran)."""
     first = ClarificationRound(number=1, questions=list(questions.questions), asked_at=now)
     return ConversationState(
         **_base(request, decision, engine, now),
+        judge=judge,
         rounds=[first],
         round=1,
         outcome=Outcome.asking,
@@ -165,11 +183,13 @@ def open_escalated(
     detail: str,
     engine: EngineIdentity,
     now: datetime,
+    judge: JudgeVerdict | None = None,
 ) -> ConversationState:
     """A conversation escalated before any question was surfaced (``detail``: why, cut to
-    the contract's bound)."""
+    the contract's bound; ``judge``: the LLM judge's verdict when it ran)."""
     return ConversationState(
         **_base(request, decision, engine, now),
+        judge=judge,
         round=0,
         outcome=Outcome.escalated,
         escalation_reason=reason,
@@ -189,7 +209,14 @@ def _pairs(state: ConversationState) -> list[AnsweredQuestion]:
         for i, q in enumerate(r.questions):
             text = by_index.get(i, "")
             if _is_answered(text):
-                out.append(AnsweredQuestion(question_text=q.question_text, answer=text.strip()))
+                out.append(
+                    AnsweredQuestion(
+                        round=r.number,
+                        question_index=i,
+                        question_text=q.question_text,
+                        answer=text.strip(),
+                    )
+                )
     return out
 
 
@@ -241,13 +268,34 @@ def _next(state: ConversationState, now: datetime, **changes: object) -> Convers
     return ConversationState.model_validate_json(orjson.dumps(data))
 
 
+def answer_time(
+    asked_at: datetime, answered_at: datetime, tolerance: timedelta = CLOCK_SKEW_TOLERANCE
+) -> datetime:
+    """The ``answered_at`` stored for an answer to a round asked at ``asked_at``: the
+    client's time, or ``asked_at`` when the client's is earlier by at most ``tolerance``.
+    Raises ``ConversationError`` (``invalid_time``) when it is earlier by more."""
+    if answered_at >= asked_at:
+        return answered_at
+    if asked_at - answered_at > tolerance:
+        raise ConversationError(
+            "invalid_time",
+            f"answered_at {answered_at.isoformat()} is before the round was asked "
+            f"({asked_at.isoformat()})",
+        )
+    return asked_at
+
+
 def apply_answer(
-    state: ConversationState, answer: ClarificationAnswer, now: datetime
+    state: ConversationState,
+    answer: ClarificationAnswer,
+    now: datetime,
+    tolerance: timedelta = CLOCK_SKEW_TOLERANCE,
 ) -> AnswerResult:
     """Apply the user's answers to the round asked (module docstring).
 
     Raises ``ConversationError``: ``finished``, ``not_asking``, ``wrong_round``,
-    ``unknown_question`` or ``conflict`` (another answer for a round already answered).
+    ``unknown_question``, ``conflict`` (another answer for a round already answered) or
+    ``invalid_time`` (``answer_time``, with ``tolerance``).
     """
     if answer.conversation_id != state.conversation_id:
         raise ConversationError("wrong_conversation", "the answer names another conversation")
@@ -276,11 +324,12 @@ def apply_answer(
             "unknown_question",
             f"round {state.round} has {len(current.questions)} questions; no index {bad[0]}",
         )
+    answered_at = answer_time(current.asked_at, answer.answered_at, tolerance)
     by_index = {a.question_index: a for a in answer.answers}
     answered = current.model_copy(
         update={
             "answers": [by_index[i] for i in sorted(by_index)],
-            "answered_at": answer.answered_at,
+            "answered_at": answered_at,
         }
     )
     open_questions: list[ClarificationQuestion] = [
@@ -328,7 +377,10 @@ def _replay_answer(state: ConversationState, answer: ClarificationAnswer) -> Ans
     if recorded.answered_at is None:
         return None
     given = sorted(answer.answers, key=lambda a: a.question_index)
-    if given != list(recorded.answers) or answer.answered_at != recorded.answered_at:
+    # an answer stored with its time moved up to asked_at (answer_time) is the same answer
+    stored_time = max(answer.answered_at, recorded.asked_at)
+    same_time = recorded.answered_at in (answer.answered_at, stored_time)
+    if given != list(recorded.answers) or not same_time:
         raise ConversationError(
             "conflict", f"round {answer.round} was already answered differently"
         )
@@ -342,12 +394,16 @@ def _replay_answer(state: ConversationState, answer: ClarificationAnswer) -> Ans
 
 
 def apply_outcome(
-    state: ConversationState, outcome: ReevaluationOutcome, now: datetime
+    state: ConversationState,
+    outcome: ReevaluationOutcome,
+    now: datetime,
+    tolerance: timedelta = CLOCK_SKEW_TOLERANCE,
 ) -> OutcomeResult:
     """Apply the application's re-evaluation of the clarified request (module docstring).
 
-    Raises ``ConversationError``: ``finished``, ``not_awaiting``, ``wrong_round`` or
-    ``conflict`` (another outcome for a round already decided).
+    Raises ``ConversationError``: ``finished``, ``not_awaiting``, ``wrong_round``,
+    ``conflict`` (another outcome for a round already decided) or ``invalid_time``
+    (``decided_at`` before the round's ``answered_at`` by more than ``tolerance``).
     """
     if outcome.conversation_id != state.conversation_id:
         raise ConversationError("wrong_conversation", "the outcome names another conversation")
@@ -372,6 +428,13 @@ def apply_outcome(
     if outcome.round != state.round:
         raise ConversationError(
             "wrong_round", f"the outcome is for round {outcome.round}; round {state.round} awaits"
+        )
+    answered_at = state.rounds[-1].answered_at
+    if answered_at is not None and answered_at - outcome.decided_at > tolerance:
+        raise ConversationError(
+            "invalid_time",
+            f"decided_at {outcome.decided_at.isoformat()} is before the round was answered "
+            f"({answered_at.isoformat()})",
         )
     current = state.rounds[-1].model_copy(
         update={"reevaluation": outcome.outcome, "reevaluation_refusal": outcome.refusal}
@@ -417,12 +480,14 @@ def response_for(state: ConversationState) -> ClarificationResponse:
 
 
 __all__ = [
+    "CLOCK_SKEW_TOLERANCE",
     "NON_ANSWERS",
     "AnswerItem",
     "AnswerResult",
     "ConversationError",
     "EngineIdentity",
     "OutcomeResult",
+    "answer_time",
     "apply_answer",
     "apply_outcome",
     "clarified_request",

@@ -1,4 +1,4 @@
-"""Opening a conversation: classify, route, ask or not, check, in one place.
+"""Opening a conversation: classify, route, ask or not, check, judge, in one place.
 
 :class:`Clarifier` is what both interfaces (the HTTP service, later the Kafka service) call
 for a new refusal; the rest of the loop is the pure state machine of
@@ -21,6 +21,7 @@ from processors.clarification.conversation import (
     open_escalated,
     open_not_asked,
 )
+from processors.clarification.judge import CircumventionJudge, JudgeResult
 from processors.clarification.routing import ClassificationError, RoutingDecision, classify
 from processors.engines.base import AuditEngine, EngineError
 from schemas.clarification import (
@@ -39,26 +40,31 @@ class UnknownBundleError(LookupError):
 @dataclass(frozen=True)
 class Opened:
     """A new conversation's ``state``, the routing ``decision`` (None when the classifier
-    failed) and the question engine's ``generated`` result (None when nothing was asked),
-    for the audit trail."""
+    failed), the question engine's ``generated`` result (None when nothing was asked) and
+    the LLM judge's run (``judged``, None when it did not run), for the audit trail."""
 
     state: ConversationState
     decision: RoutingDecision | None
     generated: GeneratedQuestions | None
+    judged: JudgeResult | None = None
 
 
 @dataclass
 class Clarifier:
-    """Classifier engine + question engine + bundles (by name).
+    """Classifier engine + question engine + bundles (by name) + the optional LLM judge.
 
     ``classifier`` is an audit engine (``local`` or ``openai``, possibly a cheaper model);
-    ``questions`` a question engine. ``open`` never surfaces a question that did not pass
-    the schema and the circumvention check.
+    ``questions`` a question engine; ``judge`` (None: off) the second stage of the
+    circumvention check, asked only about a set the deterministic rules passed. ``open``
+    never surfaces a question that did not pass the schema, the rules and (when on) the
+    judge. The texts it is given are sent to the engines as they are: the service redacts
+    them first (``refusal_audit.clarify.service``).
     """
 
     classifier: AuditEngine
     questions: QuestionEngine
     bundles: Mapping[str, PolicyBundle]
+    judge: CircumventionJudge | None = None
 
     def bundle(self, name: str) -> PolicyBundle:
         """The bundle ``name``. Raises :class:`UnknownBundleError`."""
@@ -80,7 +86,8 @@ class Clarifier:
 
         Outcomes: ``not_asked`` (another route), ``asking`` (checked questions) or
         ``escalated`` (``classification_failed``, ``invalid_questions`` -- also when the
-        question engine's API failed --, or ``circumvention``). Raises
+        question engine's API failed --, ``circumvention`` -- the rules, or the judge,
+        rejected the set -- or ``judge_failed``). Raises
         :class:`UnknownBundleError` for an unconfigured bundle.
         """
         bundle = self.bundle(request.policy_bundle)
@@ -123,5 +130,21 @@ class Clarifier:
                 self.identity, now,
             )  # fmt: skip
             return Opened(state, decision, generated)
-        state = open_asking(request, decision, generated.questions, self.identity, now)
-        return Opened(state, decision, generated)
+        if self.judge is None:
+            state = open_asking(request, decision, generated.questions, self.identity, now)
+            return Opened(state, decision, generated)
+        judged = await self.judge.judge(generated.questions, request.request, request.refusal)
+        if judged.passed:
+            state = open_asking(
+                request, decision, generated.questions, self.identity, now, judged.verdict
+            )
+            return Opened(state, decision, generated, judged)
+        reason = (
+            EscalationReason.circumvention
+            if judged.verdict.verdict == "reject"
+            else EscalationReason.judge_failed
+        )
+        state = open_escalated(
+            request, decision, reason, judged.describe(), self.identity, now, judged.verdict
+        )
+        return Opened(state, decision, generated, judged)

@@ -30,33 +30,18 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-import openai
 import orjson
-from openai.types.chat.completion_create_params import ResponseFormat
 from pydantic import ValidationError
 
 from processors.clarification.ambiguity import describe_ambiguities
 from processors.clarification.base import GeneratedQuestions, QuestionContext
 from processors.clarification.circumvention import check_question_set
-from processors.engines.llm_call import (
-    ChatAnswer,
-    LoopLimiter,
-    OutputTokenParam,
-    TokenTally,
-    chat_completion,
-    check_call_settings,
-    cut,
-    decode_json_object,
-    describe_error,
-    mask_secret,
-    retry_conversation,
-)
+from processors.clarification.llm import PromptedCaller
+from processors.engines.llm_call import CallLog, ChatAnswer, cut, decode_json_object, describe_error
 from processors.engines.local import ClauseIndex, tokenize
-from prompts.clarify import ClarifyPrompt, load_clarify_template
-from schemas.audit import EngineUsage
+from prompts.clarify import load_clarify_template
 from schemas.clarification import QuestionSet
 from schemas.policy import Clause, PolicyBundle
 
@@ -100,7 +85,6 @@ POLICY_CONTEXT_CLAUSES = 4
 """Clauses of the bundle shown as POLICY_CONTEXT (the cited one first, then the best BM25
 matches of the request): enough to show both sides of a gray zone, few enough to keep the
 prompt short."""
-MAX_LISTED_ERRORS = 20
 
 RETRY_CONSTRAINT = (
     'Answer again with ONLY one JSON object of the output schema: {"questions": [...]} with '
@@ -113,63 +97,36 @@ RETRY_CONSTRAINT = (
 
 log = logging.getLogger(__name__)
 
-ResponseFormatKind = Literal["json_schema", "json_object"]
-
-
-@dataclass
-class _Run(TokenTally):
-    calls: list[tuple[str, ChatAnswer]] = field(default_factory=list)
-
 
 def _clause_line(clause: Clause) -> str:
     text = " ".join(clause.text.split())
     return f"{clause.clause_id} [{clause.stance}] {cut(text, 400)}"
 
 
-class OpenAIQuestionEngine:
+class OpenAIQuestionEngine(PromptedCaller):
     """The ``openai`` question engine (module docstring); satisfies
     ``processors.clarification.base.QuestionEngine``.
 
-    ``client`` is built by the caller (base_url, api_key, timeout, max_retries); ``model``
-    the model id. ``response_format``, ``max_output_tokens``, ``output_token_param``,
-    ``temperature`` and ``max_concurrency`` as for the audit engine
-    (``processors.engines.openai_engine.OpenAIEngine``). ``prompt`` defaults to
+    Arguments as for ``processors.clarification.llm.PromptedCaller`` (the audit engine's
+    call settings; ``max_output_tokens`` default 1024); ``prompt`` defaults to
     ``prompts.clarify.load_clarify_template()``. Raises ``ValueError`` for out-of-range
     settings.
     """
 
     name = "openai"
     version = ENGINE_VERSION
+    output_schema_name = QUESTIONS_SCHEMA_NAME
+    output_schema = QUESTIONS_JSON_SCHEMA
+    default_max_output_tokens = 1024
+    load_prompt = staticmethod(load_clarify_template)
 
-    def __init__(
-        self,
-        client: openai.AsyncOpenAI,
-        model: str,
-        *,
-        response_format: ResponseFormatKind = "json_schema",
-        max_concurrency: int = 4,
-        max_output_tokens: int = 1024,
-        temperature: float | None = None,
-        output_token_param: OutputTokenParam = "max_completion_tokens",
-        prompt: ClarifyPrompt | None = None,
-    ) -> None:
-        check_call_settings(model, response_format, output_token_param, max_output_tokens)
-        self.client = client
-        self.model = model
-        self.response_format: ResponseFormatKind = response_format
-        self.max_output_tokens = max_output_tokens
-        self.temperature = temperature
-        self.output_token_param: OutputTokenParam = output_token_param
-        self.prompt = prompt if prompt is not None else load_clarify_template()
-        self.prompt_version = self.prompt.version
-        self._limiter = LoopLimiter(max_concurrency)
-        self._indexes: OrderedDict[str, ClauseIndex] = OrderedDict()
-
-    def __repr__(self) -> str:
-        return f"OpenAIQuestionEngine(model={self.model!r}, prompt_version={self.prompt_version!r})"
+    _indexes: OrderedDict[str, ClauseIndex] | None = None
+    """The clause indexes of the last bundles seen (by version), made on first use."""
 
     # -- the prompt ----------------------------------------------------------------------------
     def _index(self, bundle: PolicyBundle) -> ClauseIndex:
+        if self._indexes is None:
+            self._indexes = OrderedDict()
         idx = self._indexes.get(bundle.version)
         if idx is None:
             idx = ClauseIndex(bundle)
@@ -219,34 +176,25 @@ class OpenAIQuestionEngine:
         ``processors.engines.base.EngineError`` when the API call fails after the SDK's
         retries."""
         started = time.perf_counter()
-        run = _Run()
+        run = CallLog()
         messages = self.prompt.messages(self.values(context))
-        answer = await self._call(messages, run, "questions")
-        questions, failure, errors = self._check(answer, context)
-        if questions is None:
-            log.info("openai question engine: answer rejected (%s); retrying once", failure)
-            retry = retry_conversation(messages, answer, self._retry_message(errors))
-            answer = await self._call(retry, run, "retry")
-            questions, failure, errors = self._check(answer, context)
+        questions, failure, errors = await self.call_checked(
+            messages, run, lambda answer: self._check(answer, context), RETRY_CONSTRAINT,
+            "questions",
+        )  # fmt: skip
         if questions is None:
             log.warning(
                 "openai question engine: no valid question set after the retry (%s, prompt %s)",
                 failure,
                 self.prompt_version,
             )
-        usage = EngineUsage(
-            prompt_tokens=run.prompt_tokens,
-            cached_tokens=run.cached_tokens,
-            completion_tokens=run.completion_tokens,
-            latency_ms=(time.perf_counter() - started) * 1000.0,
-        )
         return GeneratedQuestions(
             questions=questions,
             failure=failure,
-            errors=tuple(mask_secret(self.client, e) for e in errors),
+            errors=tuple(errors),
             attempts=len(run.calls),
-            raw_output=mask_secret(self.client, self._raw(run)),
-            usage=usage,
+            raw_output=self.mask(run.raw()),
+            usage=run.usage(started),
         )
 
     def _check(
@@ -273,59 +221,3 @@ class OpenAIQuestionEngine:
                 ],
             )
         return questions, None, []
-
-    @staticmethod
-    def _retry_message(errors: list[str]) -> str:
-        listed = [f"- {cut(e, 300)}" for e in errors[:MAX_LISTED_ERRORS]]
-        if len(errors) > MAX_LISTED_ERRORS:
-            listed.append(f"- ... and {len(errors) - MAX_LISTED_ERRORS} more problems")
-        return (
-            "Your answer was rejected by the harness. Problems found:\n"
-            + "\n".join(listed)
-            + "\n\n"
-            + RETRY_CONSTRAINT
-        )
-
-    # -- the API -------------------------------------------------------------------------------
-    def _response_format(self) -> ResponseFormat:
-        if self.response_format == "json_object":
-            return {"type": "json_object"}
-        return {
-            "type": "json_schema",
-            "json_schema": {
-                "name": QUESTIONS_SCHEMA_NAME,
-                "strict": True,
-                "schema": QUESTIONS_JSON_SCHEMA,
-            },
-        }
-
-    async def _call(self, messages: list[dict[str, str]], run: _Run, kind: str) -> ChatAnswer:
-        answer = await chat_completion(
-            self.client,
-            self.model,
-            messages,
-            self._response_format(),
-            output_token_param=self.output_token_param,
-            max_output_tokens=self.max_output_tokens,
-            temperature=self.temperature,
-            limiter=self._limiter,
-            tally=run,
-        )
-        run.calls.append((kind, answer))
-        return answer
-
-    @staticmethod
-    def _raw(run: _Run) -> str | None:
-        if not run.calls:
-            return None
-        return orjson.dumps(
-            [
-                {
-                    "kind": kind,
-                    "finish_reason": a.finish_reason,
-                    "content": a.content,
-                    "refusal": a.refusal,
-                }
-                for kind, a in run.calls
-            ]
-        ).decode()

@@ -6,7 +6,11 @@ keeps is a function of that state: :func:`step_row` turns a state into the
 redelivery, a retry or a restart gives the same row. The question engine's validation and
 the circumvention check are read from the state too: a conversation is only ``asking`` after
 its set validated and passed the check, and a failed one is escalated with
-``invalid_questions`` or ``circumvention`` and the reasons in ``escalation_detail``.
+``invalid_questions`` or ``circumvention`` and the reasons in ``escalation_detail``. The
+optional LLM judge's verdict is the state's ``judge`` (column ``circumvention_judge``:
+``passed``/``rejected``/``failed``, empty when it did not run); a set it rejected is
+escalated with ``circumvention``, one it could not judge with ``judge_failed``, its reasons
+and explanation in ``escalation_detail`` as for the rules.
 
 Review sample (issue 12: "a configurable share, default 5%, of clarification interactions
 ... weighted toward cases where the clarified request was finally accepted"): a finished
@@ -53,15 +57,26 @@ def step_name(state: ConversationState) -> str:
 
 def checks_of(state: ConversationState) -> tuple[str, str]:
     """(validation, circumvention) of the question set of ``state``: ``valid``/``invalid``
-    and ``passed``/``rejected``; empty strings when no question was generated."""
+    and the deterministic rules' ``passed``/``rejected``; empty strings when no question was
+    generated. (The judge runs only on a set the rules passed.)"""
     reason = state.escalation_reason
     if reason == EscalationReason.invalid_questions:
         return "invalid", ""
+    if state.rounds or state.judge is not None:
+        return "valid", "passed"
     if reason == EscalationReason.circumvention:
         return "valid", "rejected"
-    if state.rounds:
-        return "valid", "passed"
     return "", ""
+
+
+JUDGE_COLUMN = {"pass": "passed", "reject": "rejected", "failed": "failed"}
+"""The judge's verdict -> the ``circumvention_judge`` column."""
+
+
+def judge_of(state: ConversationState) -> str:
+    """The LLM judge's result on ``state``'s set: ``passed``/``rejected``/``failed``, or an
+    empty string when the judge did not run."""
+    return JUDGE_COLUMN[state.judge.verdict] if state.judge is not None else ""
 
 
 def sample_probability(state: ConversationState, rate: float, accepted_weight: float) -> float:
@@ -116,6 +131,7 @@ def step_row(
         ).decode(),
         "validation": validation,
         "circumvention": circumvention,
+        "circumvention_judge": judge_of(state),
         "surfaced": state.outcome == Outcome.asking,
         "escalated": state.outcome == Outcome.escalated,
         "escalation_reason": state.escalation_reason.value if state.escalation_reason else "",
@@ -139,6 +155,7 @@ def needs_review(row: Mapping[str, Any]) -> bool:
 __all__ = [
     "SAMPLE_SEED",
     "checks_of",
+    "judge_of",
     "needs_review",
     "sample_probability",
     "sampled",

@@ -1,7 +1,8 @@
 """What every LLM engine shares: one chat completion, its checks, the retry turn, secrets.
 
-Used by the audit engine (``processors.engines.openai_engine``) and the clarification
-question engine (``processors.clarification.openai_questions``), so both call the
+Used by the audit engine (``processors.engines.openai_engine``), the clarification question
+engine (``processors.clarification.openai_questions``) and the circumvention judge
+(``processors.clarification.judge``), all three :class:`JsonCaller` s, so they call the
 OpenAI-compatible API, count usage, read a structured answer, build the one retry turn and
 keep the API key out of errors and stored raw output the same way.
 
@@ -15,15 +16,19 @@ keep the API key out of errors and stored raw output the same way.
 - :func:`retry_conversation`: the conversation of the one retry (the answer appended as
   the assistant's turn, then a user turn listing the problems).
 - :func:`mask_secret` / :func:`scrub_secret`: the client's API key replaced by ``***``.
+- :class:`JsonCaller`: the settings and the checked call (one retry) of an engine that asks
+  for one JSON object per task (the question engine and the judge); :class:`CallLog` keeps
+  its calls and usage, :meth:`CallLog.raw` the raw answers as stored.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import weakref
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, cast, overload
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict, TypeVar, cast, overload
 
 import openai
 import orjson
@@ -31,8 +36,11 @@ from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 from openai.types.chat.completion_create_params import ResponseFormat
 
 from processors.engines.base import EngineError
+from schemas.audit import EngineUsage
 
 OutputTokenParam = Literal["max_completion_tokens", "max_tokens"]
+ResponseFormatKind = Literal["json_schema", "json_object"]
+_T = TypeVar("_T")
 
 MAX_REASON_CHARS = 1000
 """Reasons and error details are cut to this many characters."""
@@ -241,3 +249,159 @@ async def chat_completion(
         refusal=getattr(message, "refusal", None),
         finish_reason=choice.finish_reason,
     )
+
+
+@dataclass
+class CallLog(TokenTally):
+    """The calls of one engine run: ``(kind, answer)`` in order, and their token usage."""
+
+    calls: list[tuple[str, ChatAnswer]] = field(default_factory=list)
+
+    def usage(self, started: float) -> EngineUsage:
+        """The tokens used, and the time since ``started`` (a ``time.perf_counter()``)."""
+        return EngineUsage(
+            prompt_tokens=self.prompt_tokens,
+            cached_tokens=self.cached_tokens,
+            completion_tokens=self.completion_tokens,
+            latency_ms=(time.perf_counter() - started) * 1000.0,
+        )
+
+    def raw(self) -> str | None:
+        """The raw answers as a JSON array of ``{"kind", "finish_reason", "content",
+        "refusal"}`` objects (None when nothing was called); mask the key before storing."""
+        if not self.calls:
+            return None
+        return orjson.dumps(
+            [
+                {
+                    "kind": kind,
+                    "finish_reason": a.finish_reason,
+                    "content": a.content,
+                    "refusal": a.refusal,
+                }
+                for kind, a in self.calls
+            ]
+        ).decode()
+
+
+MAX_LISTED_PROBLEMS = 20
+
+
+def problems_message(problems: Sequence[str], constraint: str) -> str:
+    """The retry turn's text: the harness's ``problems`` (at most ``MAX_LISTED_PROBLEMS``
+    listed, each cut to 300 characters), then the stronger ``constraint``."""
+    listed = [f"- {cut(p, 300)}" for p in problems[:MAX_LISTED_PROBLEMS]]
+    if len(problems) > MAX_LISTED_PROBLEMS:
+        listed.append(f"- ... and {len(problems) - MAX_LISTED_PROBLEMS} more problems")
+    return (
+        "Your answer was rejected by the harness. Problems found:\n"
+        + "\n".join(listed)
+        + "\n\n"
+        + constraint
+    )
+
+
+Checker = Callable[[ChatAnswer], tuple[_T | None, str | None, list[str]]]
+"""Reads one answer: ``(value, None, [])`` when it is usable, else ``(None, failure code,
+problems)``."""
+
+
+class CallSettings(TypedDict, total=False):
+    """The keyword settings of a :class:`JsonCaller` (for ``**kwargs: Unpack[...]``)."""
+
+    response_format: ResponseFormatKind
+    max_concurrency: int
+    max_output_tokens: int
+    temperature: float | None
+    output_token_param: OutputTokenParam
+
+
+class JsonCaller:
+    """An engine that asks an OpenAI-compatible model for one JSON object per task.
+
+    ``client`` is built by the caller (base_url, api_key, timeout, max_retries); ``model``
+    the model id; ``schema_name``/``schema`` the strict ``json_schema`` output format (or
+    ``response_format="json_object"``). ``max_output_tokens``, ``output_token_param``,
+    ``temperature`` and ``max_concurrency`` (calls in flight per event loop) as for the
+    audit engine. Raises ``ValueError`` for out-of-range settings.
+    """
+
+    def __init__(
+        self,
+        client: openai.AsyncOpenAI,
+        model: str,
+        schema_name: str,
+        schema: dict[str, Any],
+        *,
+        response_format: ResponseFormatKind = "json_schema",
+        max_concurrency: int = 4,
+        max_output_tokens: int = 1024,
+        temperature: float | None = None,
+        output_token_param: OutputTokenParam = "max_completion_tokens",
+    ) -> None:
+        check_call_settings(model, response_format, output_token_param, max_output_tokens)
+        self.client = client
+        self.model = model
+        self.schema_name = schema_name
+        self.schema = schema
+        self.response_format: ResponseFormatKind = response_format
+        self.max_output_tokens = max_output_tokens
+        self.temperature = temperature
+        self.output_token_param: OutputTokenParam = output_token_param
+        self.max_concurrency = max_concurrency
+        self._limiter = LoopLimiter(max_concurrency)
+
+    def response_format_param(self) -> ResponseFormat:
+        """The ``response_format`` request parameter."""
+        if self.response_format == "json_object":
+            return {"type": "json_object"}
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": self.schema_name, "strict": True, "schema": self.schema},
+        }
+
+    async def complete(self, messages: Sequence[dict[str, str]], tally: TokenTally) -> ChatAnswer:
+        """One chat completion with these settings (:func:`chat_completion`); its usage is
+        added to ``tally``. Raises ``EngineError``."""
+        return await chat_completion(
+            self.client,
+            self.model,
+            messages,
+            self.response_format_param(),
+            output_token_param=self.output_token_param,
+            max_output_tokens=self.max_output_tokens,
+            temperature=self.temperature,
+            limiter=self._limiter,
+            tally=tally,
+        )
+
+    async def call(self, messages: Sequence[dict[str, str]], log: CallLog, kind: str) -> ChatAnswer:
+        """One chat completion, recorded in ``log`` as ``kind``. Raises ``EngineError``."""
+        answer = await self.complete(messages, log)
+        log.calls.append((kind, answer))
+        return answer
+
+    async def call_checked(
+        self,
+        messages: Sequence[dict[str, str]],
+        log: CallLog,
+        check: Checker[_T],
+        constraint: str,
+        kind: str,
+    ) -> tuple[_T | None, str | None, list[str]]:
+        """Call (recorded as ``kind``), read the answer with ``check`` and, when it is not
+        usable, retry ONCE in the same conversation with the problems and ``constraint``
+        appended (:func:`problems_message`; recorded as ``retry``). Returns the last
+        ``check`` result (problems with the API key masked). Raises ``EngineError`` when
+        the API fails."""
+        answer = await self.call(messages, log, kind)
+        value, failure, problems = check(answer)
+        if value is None:
+            retry = retry_conversation(messages, answer, problems_message(problems, constraint))
+            answer = await self.call(retry, log, "retry")
+            value, failure, problems = check(answer)
+        return value, failure, [mask_secret(self.client, p) for p in problems]
+
+    def mask(self, text: str | None) -> str | None:
+        """``text`` with the client's API key masked (:func:`mask_secret`)."""
+        return mask_secret(self.client, text)

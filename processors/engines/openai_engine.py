@@ -59,21 +59,19 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 import openai
 import orjson
-from openai.types.chat.completion_create_params import ResponseFormat
 from pydantic import ValidationError
 
 from processors.engines.base import EngineError, EngineOutput
 from processors.engines.llm_call import (
     ChatAnswer,
-    LoopLimiter,
+    JsonCaller,
     OutputTokenParam,
+    ResponseFormatKind,
     TokenTally,
-    chat_completion,
-    check_call_settings,
     cut,
     decode_json_object,
     describe_error,
@@ -96,7 +94,6 @@ from schemas.wire import WIRE_JSON_SCHEMA, WIRE_SCHEMA_NAME, to_audit_result
 ENGINE_VERSION = "openai-1"
 """Version of this engine's code and recovery rules (stored with every assessment)."""
 
-ResponseFormatKind = Literal["json_schema", "json_object"]
 
 MAX_LISTED_ISSUES = 50
 """At most this many problems are listed in the retry message (then a count of the rest)."""
@@ -168,7 +165,7 @@ async def _all(aws: Iterable[Awaitable[_T]]) -> list[_T]:
         raise
 
 
-class OpenAIEngine:
+class OpenAIEngine(JsonCaller):
     """LLM audit engine over an OpenAI-compatible chat-completions API (module docstring).
 
     Satisfies :class:`processors.engines.base.AuditEngine`. ``client`` is built by the
@@ -198,22 +195,22 @@ class OpenAIEngine:
         output_token_param: OutputTokenParam = "max_completion_tokens",
         prompt: AuditPrompt | None = None,
     ) -> None:
-        check_call_settings(model, response_format, output_token_param, max_output_tokens)
-        if max_concurrency < 1:
-            raise ValueError("max_concurrency must be >= 1")
+        super().__init__(
+            client,
+            model,
+            WIRE_SCHEMA_NAME,
+            WIRE_JSON_SCHEMA,
+            response_format=response_format,
+            max_concurrency=max_concurrency,
+            max_output_tokens=max_output_tokens,
+            temperature=temperature,
+            output_token_param=output_token_param,
+        )
         if context_window <= max_output_tokens:
             raise ValueError("context_window must be greater than max_output_tokens")
-        self.client = client
-        self.model = model
-        self.response_format: ResponseFormatKind = response_format
-        self.max_concurrency = max_concurrency
-        self.max_output_tokens = max_output_tokens
         self.context_window = context_window
-        self.temperature = temperature
-        self.output_token_param: OutputTokenParam = output_token_param
         self.prompt = prompt if prompt is not None else load_template()
         self.prompt_version = self.prompt.version
-        self._limiter = LoopLimiter(max_concurrency)
 
     def __repr__(self) -> str:
         return (
@@ -435,29 +432,11 @@ class OpenAIEngine:
         )
 
     # -- the API ---------------------------------------------------------------------------
-    def _response_format(self) -> ResponseFormat:
-        if self.response_format == "json_object":
-            return {"type": "json_object"}
-        return {
-            "type": "json_schema",
-            "json_schema": {"name": WIRE_SCHEMA_NAME, "strict": True, "schema": WIRE_JSON_SCHEMA},
-        }
-
     async def _call(
         self, messages: Sequence[dict[str, str]], run: _Run, ids: list[str], kind: str
     ) -> ChatAnswer:
         """One chat completion; usage is added to ``run``. API failures raise EngineError."""
-        answer = await chat_completion(
-            self.client,
-            self.model,
-            messages,
-            self._response_format(),
-            output_token_param=self.output_token_param,
-            max_output_tokens=self.max_output_tokens,
-            temperature=self.temperature,
-            limiter=self._limiter,
-            tally=run,
-        )
+        answer = await self.complete(messages, run)
         run.calls.append(_Call(kind, ids, answer))
         return answer
 

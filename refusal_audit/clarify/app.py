@@ -17,8 +17,14 @@ Errors are ``{"error": {"code", "message"[, "details"]}}``: 400 ``malformed_json
 409 (``finished``, ``not_asking``, ``not_awaiting``, ``wrong_round``, ``conflict``,
 ``conversation_exists``, ``concurrent_update``), 413 ``too_large``, 422
 ``invalid_request`` (schema; ``details`` list the fields, never their values),
-``unknown_question``, ``unknown_bundle``, ``wrong_conversation``; 500 ``internal_error``
-(logged, no detail in the answer).
+``unknown_question``, ``unknown_bundle``, ``wrong_conversation``, ``invalid_time`` (an
+answer dated before its round was asked, an outcome before its answer); 500
+``internal_error`` (logged, no detail in the answer); 503 ``store_unavailable`` (nothing
+stored) and ``outputs_unavailable`` (stored, but the Kafka outputs were not confirmed): send
+the same call again.
+
+With ``clarify serve --kafka`` every step's outputs are on the Kafka output topics before
+its 200 is sent (``ClarifyService.outputs``).
 """
 
 from __future__ import annotations

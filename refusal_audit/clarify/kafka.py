@@ -27,13 +27,20 @@ writes each state synchronously (``acks=all``, idempotent producer) before the s
 answers, and the loop commits an input offset only after the state and every output are on
 the broker.
 
+Outputs of every step: :class:`KafkaOutputs` is the service's ``outputs``, so a step made
+over HTTP is published exactly like one made over Kafka; the service confirms a step's
+outputs before it answers (the HTTP response, or the loop's commit).
+
 Delivery: at least once. A message is processed (state written), its outputs are confirmed,
 then its offset is committed. After a crash (SIGKILL included) the message is redelivered;
 the state machine recognises it (same request, same answer, same outcome) and changes
 nothing, and its outputs are sent again, so a consumer of the output topics deduplicates by
 (conversation id, round, outcome). No round is lost or asked twice: the round number lives
-in the stored state, never in the loop. A state the broker did not confirm makes the loop
-exit with status 70 without committing (a supervisor restarts it).
+in the stored state, never in the loop. A state or an output the broker did not confirm
+makes the loop exit with status 70 without committing (a supervisor restarts it); over HTTP
+it is a 503 (``store_unavailable``: nothing stored; ``outputs_unavailable``: the state is
+stored, the outputs maybe not sent), and the caller sends the same call again, which is
+recognised as a repeat and publishes the outputs again.
 """
 
 from __future__ import annotations
@@ -49,14 +56,25 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 from pydantic import BaseModel, ValidationError
 
 from processors.adapters import SourceRecord
-from processors.clarification.conversation import escalation_for
 from processors.intake import make_dead_letter
 from processors.redaction import Redactor
-from refusal_audit.clarify.service import ClarifyService, ServiceError, StepResult
+from refusal_audit.clarify.service import (
+    ClarifyService,
+    OutputsUnavailableError,
+    ServiceError,
+    StepResult,
+)
 from refusal_audit.clarify.store import StaleStateError, StoreUnavailableError
 from refusal_audit.config import Settings
 from schemas.clarification import (
@@ -64,7 +82,6 @@ from schemas.clarification import (
     ClarificationRequest,
     ClarificationResponse,
     ConversationState,
-    Outcome,
     ReevaluationOutcome,
 )
 from streams.producer import KAFKA_LOGGER, TopicWriter, make_producer
@@ -206,6 +223,73 @@ class KafkaStateStore:
         return len(self._states)
 
 
+def step_messages(topics: Topics, result: StepResult) -> list[tuple[str, bytes]]:
+    """A step's output messages (topic, value), in this order: the ``ClarificationResponse``
+    on ``clarify.questions`` (always), the ``ClarifiedRequest`` on
+    ``clarify.clarified-requests`` and the ``Escalation`` on ``clarify.escalations`` (when
+    the step produced them)."""
+    messages = [(topics.clarify_questions, _json(result.response))]
+    if result.clarified_request is not None:
+        messages.append((topics.clarify_clarified, _dumps(result.clarified_request)))
+    if result.escalation is not None:
+        messages.append((topics.clarify_escalations, _dumps(result.escalation)))
+    return messages
+
+
+class KafkaOutputs:
+    """The service's ``StepOutputs`` on the output topics (key: the conversation id), with
+    an idempotent producer of its own (``acks=all``). ``publish`` is thread-safe: each call
+    waits for its own messages' delivery reports, whichever thread serves them."""
+
+    def __init__(self, bootstrap_servers: str, topics: Topics, timeout: float = 30.0) -> None:
+        self.topics = topics
+        self.timeout = timeout
+        self._producer = make_producer(bootstrap_servers, **{"linger.ms": 0})
+
+    def publish(self, conversation_id: str, result: StepResult) -> None:
+        """See ``StepOutputs``: produce the step's messages (``step_messages``) and wait up to
+        ``timeout`` seconds for the broker to confirm every one. Raises
+        ``OutputsUnavailableError``."""
+        key = conversation_id.encode()
+        messages = step_messages(self.topics, result)
+        reports: list[KafkaError | None] = []
+
+        def report(err: KafkaError | None, _msg: Message) -> None:
+            reports.append(err)
+
+        try:
+            for topic, value in messages:
+                while True:
+                    try:
+                        self._producer.produce(topic, value=value, key=key, on_delivery=report)
+                        break
+                    except BufferError:
+                        self._producer.poll(0.1)
+            deadline = time.monotonic() + self.timeout
+            while len(reports) < len(messages):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise OutputsUnavailableError(
+                        f"{len(messages) - len(reports)} output(s) of {conversation_id!r} "
+                        f"not confirmed within {self.timeout:g} s"
+                    )
+                if self._producer.flush(min(left, 1.0)) == 0 and len(reports) < len(messages):
+                    time.sleep(0.001)  # another thread is serving our delivery reports
+        except KafkaException as exc:
+            raise OutputsUnavailableError(
+                f"producing the outputs of {conversation_id!r}: {exc}"
+            ) from exc
+        failed = [err for err in reports if err is not None]
+        if failed:
+            raise OutputsUnavailableError(
+                f"the broker refused {len(failed)} output(s) of {conversation_id!r}: {failed[0]}"
+            )
+
+    def close(self) -> None:
+        """Flush the producer."""
+        self._producer.flush(5.0)
+
+
 def required_topics(topics: Topics) -> list[str]:
     """The topics ``clarify serve --kafka`` needs."""
     return [
@@ -251,7 +335,9 @@ def _decode(model: type[BaseModel], raw: bytes | None, limit: int) -> Any:
 
 
 class KafkaLoop:
-    """Consumes requests, answers and outcomes for ``service`` and publishes its results.
+    """Consumes requests, answers and outcomes for ``service``; the service publishes each
+    step's results on its ``outputs`` (:class:`KafkaOutputs`, set by ``clarify serve
+    --kafka``) before it returns, the loop sends dead letters.
 
     ``run`` is a coroutine for the service's event loop (the HTTP app's), so HTTP calls and
     Kafka messages go through the same per-conversation locks. Polling, confirming and
@@ -259,11 +345,16 @@ class KafkaLoop:
     """
 
     def __init__(self, cfg: Settings, service: ClarifyService, topics: Topics) -> None:
+        """Raises ``ValueError`` when ``service`` has no ``outputs`` (its steps would reach
+        no output topic)."""
+        if service.outputs is None:
+            raise ValueError("the Kafka loop needs a service with outputs (KafkaOutputs)")
         self.cfg = cfg
         self.service = service
         self.topics = topics
         self.max_bytes = cfg.clarify_max_body_bytes
-        self.redactor = Redactor(cfg.redaction_kinds) if cfg.redaction_enabled else None
+        # dead letters are redacted like everything the service stores (its redactor)
+        self.redactor: Redactor | None = service.redactor
         self.writer = TopicWriter(make_producer(cfg.kafka_bootstrap_servers))
         self.consumer = Consumer(
             {
@@ -312,26 +403,20 @@ class KafkaLoop:
         self.stopping.set()
 
     async def handle(self, msg: Message) -> None:
-        """Process one message: its outputs, or a dead letter, are queued on ``writer``.
-        Raises on a state store failure (the caller must not commit)."""
+        """Process one message: the service stores the step and confirms its outputs (on its
+        ``outputs``), or a dead letter is queued on ``writer``. Raises on a state store or
+        output failure (the caller must not commit)."""
         topic = msg.topic() or ""
         try:
             if topic == self.topics.clarify_requests:
                 request = _decode(ClarificationRequest, msg.value(), self.max_bytes)
-                response, _ = await self._retry(lambda: self.service.open(request))
-                self._publish(StepResult(response), request.conversation_id)
+                await self._retry(lambda: self.service.open(request))
             elif topic == self.topics.clarify_answers:
                 answer = _decode(ClarificationAnswer, msg.value(), self.max_bytes)
-                result = await self._retry(
-                    lambda: self.service.answer(answer.conversation_id, answer)
-                )
-                self._publish(result, answer.conversation_id)
+                await self._retry(lambda: self.service.answer(answer.conversation_id, answer))
             elif topic == self.topics.clarify_outcomes:
                 outcome = _decode(ReevaluationOutcome, msg.value(), self.max_bytes)
-                result = await self._retry(
-                    lambda: self.service.outcome(outcome.conversation_id, outcome)
-                )
-                self._publish(result, outcome.conversation_id)
+                await self._retry(lambda: self.service.outcome(outcome.conversation_id, outcome))
             else:
                 raise _DeadLetter("unknown_topic", f"not a clarification topic: {topic}")
             self.processed += 1
@@ -351,19 +436,6 @@ class KafkaLoop:
             if exc.code != "concurrent_update":
                 raise
             return await call()
-
-    def _publish(self, result: StepResult, conversation_id: str) -> None:
-        key = conversation_id.encode()
-        self.writer.send(self.topics.clarify_questions, _json(result.response), key)
-        if result.clarified_request is not None:
-            self.writer.send(self.topics.clarify_clarified, _dumps(result.clarified_request), key)
-        escalation = result.escalation
-        if escalation is None and result.response.outcome == Outcome.escalated:
-            state = self.service.store.get(conversation_id)  # escalated when opened
-            if state is not None and state.revision == 0:
-                escalation = escalation_for(state, state.updated_at).model_dump(mode="json")
-        if escalation is not None:
-            self.writer.send(self.topics.clarify_escalations, _dumps(escalation), key)
 
     def _dead_letter(self, msg: Message, stage: Any, code: str, reason: str) -> None:
         partition, offset = msg.partition() or 0, msg.offset() or 0
@@ -402,4 +474,12 @@ def crash(msg: Message, exc: BaseException) -> None:
     os._exit(EXIT_CRASH)
 
 
-__all__ = ["EXIT_CRASH", "KafkaLoop", "KafkaStateStore", "StoreUnavailableError", "check_topics"]
+__all__ = [
+    "EXIT_CRASH",
+    "KafkaLoop",
+    "KafkaOutputs",
+    "KafkaStateStore",
+    "StoreUnavailableError",
+    "check_topics",
+    "step_messages",
+]

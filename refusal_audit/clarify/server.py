@@ -17,8 +17,10 @@ from typing import Any
 
 from processors.clarification.base import QuestionEngine
 from processors.clarification.flow import Clarifier
+from processors.clarification.judge import CircumventionJudge
 from processors.clarification.local_questions import LocalQuestionEngine
 from processors.engines.base import AuditEngine
+from processors.redaction import Redactor
 from refusal_audit.bundles import load_bundles
 from refusal_audit.clarify.service import ClarifyService
 from refusal_audit.clarify.store import MemoryStore, SqliteStore, StateStore
@@ -97,23 +99,49 @@ def build_question_engine(cfg: Settings, name: str | None = None) -> QuestionEng
     raise ConfigError(f"unknown question engine {chosen!r} (available: local, openai)")
 
 
+def build_judge(cfg: Settings) -> CircumventionJudge | None:
+    """The LLM circumvention judge (``clarify_judge_engine``; None when ``off``), on
+    ``clarify_judge_model``, else ``clarify_question_model``, else ``openai_model``. Raises
+    ``ConfigError`` for a missing openai key."""
+    if cfg.clarify_judge_engine == "off":
+        return None
+    from processors.clarification.judge import OpenAIJudge
+
+    return OpenAIJudge(
+        openai_client(cfg),
+        cfg.clarify_judge_model or cfg.clarify_question_model or cfg.openai_model,
+        response_format=cfg.openai_response_format,
+        max_concurrency=cfg.openai_max_concurrency,
+    )
+
+
 def build_clarifier(
     cfg: Settings, questions: str | None = None, classifier: str | None = None
 ) -> Clarifier:
-    """Classifier + question engine + the configured bundles. Raises ``ConfigError``."""
+    """Classifier + question engine + the configured bundles + the judge (when on). Raises
+    ``ConfigError``."""
     return Clarifier(
         build_classifier(cfg, classifier),
         build_question_engine(cfg, questions),
         load_bundles(cfg.policy_bundles),
+        build_judge(cfg),
     )
+
+
+def build_redactor(cfg: Settings) -> Redactor | None:
+    """The audit's redactor (``redaction_kinds``), or None when ``redaction_enabled`` is off."""
+    return Redactor(cfg.redaction_kinds) if cfg.redaction_enabled else None
 
 
 def build_service(
     cfg: Settings, store: StateStore | None = None, kafka: bool = False
 ) -> ClarifyService:
-    """The service over the configured engines and store (``store`` overrides it)."""
+    """The service over the configured engines and store (``store`` overrides it), redacting
+    with the audit's settings (``build_redactor``)."""
     return ClarifyService(
-        build_clarifier(cfg), store if store is not None else build_store(cfg, kafka)
+        build_clarifier(cfg),
+        store if store is not None else build_store(cfg, kafka),
+        redactor=build_redactor(cfg),
     )
 
 
@@ -154,9 +182,10 @@ def serve(
 ) -> None:
     """Run the service with uvicorn until interrupted: the HTTP API and, with ``kafka``,
     the Kafka loop (``refusal_audit.clarify.kafka``) in the same process over the same
-    store; with ``clarify_audit_trail``, every step is logged to the warehouse (an embedded
-    store owned by another process, e.g. the worker, is reached through its owner, and taken
-    over when that process stops). Raises ``ConfigError``, ``WarehouseError``,
+    store, and every step (HTTP or Kafka) published on the output topics (``KafkaOutputs``);
+    with ``clarify_audit_trail``, every step is logged to the warehouse (an embedded store
+    owned by another process, e.g. the worker, is reached through its owner, and taken over
+    when that process stops). Raises ``ConfigError``, ``WarehouseError``,
     ``streams.topics.TopicError``."""
     import asyncio
     import contextlib
@@ -177,12 +206,14 @@ def serve(
     if key:
         secrets.append(key)
     install_secret_filter(secrets)
-    topics = None
+    topics = outputs = None
     if kafka:
-        from refusal_audit.clarify.kafka import check_topics
+        from refusal_audit.clarify.kafka import KafkaOutputs, check_topics
 
         topics = check_topics(cfg)
+        outputs = KafkaOutputs(cfg.kafka_bootstrap_servers, topics)
     service = build_service(cfg, kafka=kafka)
+    service.outputs = outputs
     warehouse = trail = slot = None
     routes: list[Any] = []
     if cfg.clarify_audit_trail:
@@ -246,4 +277,6 @@ def serve(
             slot.close()
         if warehouse is not None:
             warehouse.close()
+        if outputs is not None:
+            outputs.close()
         service.store.close()

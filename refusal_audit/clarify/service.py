@@ -5,11 +5,23 @@ methods, so both give the same answers from one store. Every method raises
 :class:`ServiceError` (an HTTP status, a stable ``code`` and a message) for input that does
 not fit; nothing else is expected to escape.
 
+Personal data: every input is redacted first (``processors.clarification.privacy``, with
+the audit's redactor), before it reaches an engine, the store, the trail or an output; the
+conversation keeps, and hands back, only the redacted texts (docs/clarification.md).
+
 Redelivery and retries: opening a conversation id again with the same request returns the
 stored answer; applying the same answer or outcome again returns the same result
 (``processors.clarification.conversation``). Concurrent calls for one conversation are
 serialised per process, and the store's revision check refuses a lost update across
 processes (409 ``concurrent_update``; the caller retries).
+
+Outputs: with ``outputs`` (a :class:`StepOutputs`; ``clarify serve --kafka`` passes the
+Kafka topics' publisher) every step, whichever interface made it, is published after its
+state is stored and before the method returns, repeats included (a repeat is how a caller
+recovers from a step whose outputs were not confirmed: 503 ``outputs_unavailable``, the
+state stored, the outputs maybe not sent; the same call again sends them). The
+per-conversation lock is held until the outputs are confirmed, so one conversation's outputs
+come out in the order of its steps.
 """
 
 from __future__ import annotations
@@ -19,7 +31,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -27,10 +39,13 @@ from processors.clarification.conversation import (
     ConversationError,
     apply_answer,
     apply_outcome,
+    escalation_for,
     response_for,
 )
 from processors.clarification.flow import Clarifier, Opened, UnknownBundleError
+from processors.clarification.privacy import redact_answer, redact_outcome, redact_request
 from processors.clarification.routing import request_hash
+from processors.redaction import Redactor
 from refusal_audit.clarify.store import StaleStateError, StateStore, StoreUnavailableError
 from schemas.clarification import (
     ClarificationAnswer,
@@ -50,6 +65,7 @@ _STATUS = {
     "conflict": 409,
     "unknown_question": 422,
     "wrong_conversation": 422,
+    "invalid_time": 422,
 }
 
 
@@ -81,12 +97,42 @@ class StepResult:
         }
 
 
+class OutputsUnavailableError(RuntimeError):
+    """A step's outputs were not confirmed (e.g. the broker did not acknowledge them); the
+    step's state is stored, and the same call again publishes them."""
+
+
+class StepOutputs(Protocol):
+    """Where the service publishes every step's results (``clarify serve --kafka``: the
+    ``clarify.questions`` / ``clarified-requests`` / ``escalations`` topics)."""
+
+    def publish(self, conversation_id: str, result: StepResult) -> None:
+        """Send ``result`` and return once it is confirmed; blocking (the service calls it
+        in a thread). Raises :class:`OutputsUnavailableError` when it is not confirmed."""
+        ...
+
+
+def opened_result(state: ConversationState) -> StepResult:
+    """The ``StepResult`` of opening (or re-opening) ``state``'s conversation: its response
+    and, for a conversation escalated when it was opened (revision 0), its escalation."""
+    escalation = None
+    if state.escalation_reason is not None and state.revision == 0:
+        escalation = escalation_for(state, state.updated_at).model_dump(mode="json")
+    return StepResult(response_for(state), escalation=escalation)
+
+
 def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+DEFAULT_REDACTOR = Redactor()
+"""Every PII kind, as the ``redaction_kinds`` default (``Redactor`` is immutable)."""
+
+
 class ClarifyService:
-    """The service (module docstring). ``clock`` returns the aware current time."""
+    """The service (module docstring). ``clock`` returns the aware current time;
+    ``redactor`` redacts every input (None: no redaction, for ``redaction_enabled = false``;
+    ``refusal_audit.clarify.server.build_service`` passes the configured one)."""
 
     def __init__(
         self,
@@ -94,13 +140,18 @@ class ClarifyService:
         store: StateStore,
         clock: Callable[[], datetime] = _utcnow,
         on_change: Callable[[ConversationState], None] | None = None,
+        redactor: Redactor | None = DEFAULT_REDACTOR,
+        outputs: StepOutputs | None = None,
     ) -> None:
         self.clarifier = clarifier
         self.store = store
         self.clock = clock
+        self.redactor = redactor
         self.on_change = on_change
         """Called with every state the service stored (after the store accepted it), e.g.
         the audit trail's ``StepTrail.record``; it must not raise."""
+        self.outputs = outputs
+        """Publishes every step (module docstring); None: the callers' answers only."""
         self._locks: dict[str, asyncio.Lock] = {}
 
     def _lock(self, conversation_id: str) -> asyncio.Lock:
@@ -129,12 +180,32 @@ class ClarifyService:
         if self.on_change is not None:
             self.on_change(state)
 
+    async def _publish(self, conversation_id: str, result: StepResult) -> None:
+        """Publish ``result`` on ``outputs`` (if any) and wait for the confirmation. Raises
+        ``ServiceError`` 503 ``outputs_unavailable``."""
+        if self.outputs is None:
+            return
+        try:
+            await asyncio.to_thread(self.outputs.publish, conversation_id, result)
+        except OutputsUnavailableError as exc:
+            log.error("clarify: the outputs of conversation %s were not confirmed: %s",
+                      conversation_id, exc)  # fmt: skip
+            raise ServiceError(
+                503, "outputs_unavailable",
+                "the step is stored but its outputs were not confirmed; send it again",
+            ) from exc  # fmt: skip
+
     async def open(
         self, request: ClarificationRequest
     ) -> tuple[ClarificationResponse, Opened | None]:
         """Open a conversation for a refusal; returns the response and, when it was new, what
-        opening it produced (``None`` for a repeated request). Raises ``ServiceError``:
-        409 ``conversation_exists`` (the id holds another request), 422 ``unknown_bundle``."""
+        opening it produced (``None`` for a repeated request). The step is published on
+        ``outputs`` first (a repeated request publishes the current response again).
+        Raises ``ServiceError``: 409 ``conversation_exists`` (the id holds another
+        request), 422 ``unknown_bundle``, 503 ``store_unavailable`` /
+        ``outputs_unavailable``."""
+        if self.redactor is not None:
+            request = redact_request(request, self.redactor)
         async with self._lock(request.conversation_id):
             existing = self.store.get(request.conversation_id)
             if existing is not None:
@@ -142,7 +213,9 @@ class ClarifyService:
                     existing.request_hash == request_hash(request.request)
                     and existing.log_id == request.log_id
                 ):
-                    return response_for(existing), None
+                    result = opened_result(existing)
+                    await self._publish(request.conversation_id, result)
+                    return result.response, None
                 raise ServiceError(
                     409, "conversation_exists", "the conversation id holds another request"
                 )
@@ -157,12 +230,18 @@ class ClarifyService:
                 opened.state.route,
                 opened.state.outcome.value,
             )
-            return response_for(opened.state), opened
+            result = opened_result(opened.state)
+            await self._publish(request.conversation_id, result)
+            return result.response, opened
 
     async def answer(self, conversation_id: str, answer: ClarificationAnswer) -> StepResult:
-        """Apply the user's answers. Raises ``ServiceError`` (404 unknown conversation; 409
-        finished, not asking, wrong round, conflict; 422 unknown question, id mismatch)."""
+        """Apply the user's answers (and publish the step on ``outputs``). Raises
+        ``ServiceError`` (404 unknown conversation; 409 finished, not asking, wrong round,
+        conflict; 422 unknown question, id mismatch, ``invalid_time``: answered before the
+        round was asked; 503 store or outputs unavailable)."""
         self._same_id(conversation_id, answer.conversation_id)
+        if self.redactor is not None:
+            answer = redact_answer(answer, self.redactor)
 
         def step(state: ConversationState) -> StepResult:
             result = apply_answer(state, answer, self.clock())
@@ -173,9 +252,12 @@ class ClarifyService:
         return await self._step(conversation_id, step)
 
     async def outcome(self, conversation_id: str, outcome: ReevaluationOutcome) -> StepResult:
-        """Apply the application's re-evaluation outcome. Raises ``ServiceError`` as
-        :meth:`answer` (409 not awaiting instead of not asking)."""
+        """Apply the application's re-evaluation outcome (and publish the step). Raises
+        ``ServiceError`` as :meth:`answer` (409 not awaiting instead of not asking;
+        ``invalid_time``: decided before the round was answered)."""
         self._same_id(conversation_id, outcome.conversation_id)
+        if self.redactor is not None:
+            outcome = redact_outcome(outcome, self.redactor)
 
         def step(state: ConversationState) -> StepResult:
             result = apply_outcome(state, outcome, self.clock())
@@ -189,9 +271,11 @@ class ClarifyService:
         async with self._lock(conversation_id):
             state = self._state(conversation_id)
             try:
-                return step(state)
+                result = step(state)
             except ConversationError as exc:
                 raise ServiceError(_STATUS.get(exc.code, 409), exc.code, str(exc)) from exc
+            await self._publish(conversation_id, result)
+            return result
 
     def _stored(
         self,

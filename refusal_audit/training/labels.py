@@ -367,9 +367,14 @@ def load_verdict_labels(path: Path) -> list[LabelledRefusal]:
                 label = attrs["label"]
                 category = attrs["expected_category"]
                 request, response = rec["request"], rec["response"]
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            except KeyError as exc:
                 raise ValueError(
-                    f"{path}:{n}: not a `refusal-audit review labels` line ({exc!r})"
+                    f"{path}:{n}: not a `refusal-audit review labels` line: no "
+                    f"{exc.args[0]!r} field"
+                ) from exc
+            except (ValueError, TypeError, AttributeError) as exc:
+                raise ValueError(
+                    f"{path}:{n}: not a `refusal-audit review labels` line: {exc}"
                 ) from exc
             if label not in {"safe", "unsafe"} or not isinstance(category, str):
                 raise ValueError(f"{path}:{n}: label {label!r} / category {category!r} unknown")

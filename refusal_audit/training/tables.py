@@ -12,6 +12,7 @@ block is stale).
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
@@ -25,6 +26,10 @@ from refusal_audit.training import triage_eval
 REPO = Path(__file__).resolve().parents[2]
 DOCUMENTS = (REPO / "README.md", REPO / "docs" / "evaluation.md")
 _BLOCK = re.compile(r"(<!-- generated:([a-z-]+) -->\n)(.*?)(<!-- /generated:\2 -->)", re.DOTALL)
+
+
+class MissingFigures(ValueError):
+    """A shipped model was built without its held-out figures (``train --no-folds``)."""
 
 
 def _metadata(stem: Path) -> dict[str, Any]:
@@ -42,7 +47,7 @@ def prefilter_folds(meta: dict[str, Any]) -> str:
     """Refusal F1 per held-out source, cue scorer vs trained model (bootstrap 95% CI)."""
     folds = meta.get("folds") or []
     if not folds:
-        return "(no fold figures in the artifact: rebuild with `refusal-audit train`)\n"
+        raise MissingFigures("the refusal pre-filter model carries no fold figures")
     lines = [
         "| held-out source | n (refusals) | cue scorer F1 (default) | trained F1 |",
         "| --- | --- | --- | --- |",
@@ -60,7 +65,7 @@ def triage(meta: dict[str, Any]) -> str:
     """Category agreement, over-refusal AUC and XSTest end to end (triage_eval.markdown)."""
     evaluation = meta.get("evaluation") or {}
     if "category" not in evaluation:
-        return "(no held-out figures in the artifact: rebuild with `refusal-audit train`)\n"
+        raise MissingFigures("the category model carries no held-out figures")
     return triage_eval.markdown(evaluation) + "\n"
 
 
@@ -112,26 +117,40 @@ def render(text: str) -> str:
 
 def update(paths: Sequence[Path] = DOCUMENTS, check: bool = False) -> list[Path]:
     """Rewrite (or with ``check`` only compare) the generated blocks of ``paths``; return the
-    files that were (or would be) changed."""
-    changed = []
-    for path in paths:
-        text = path.read_text(encoding="utf-8")
-        new = render(text)
-        if new != text:
-            changed.append(path)
-            if not check:
-                path.write_text(new, encoding="utf-8")
+    files that were (or would be) changed. Raises :class:`MissingFigures` (before writing
+    anything) when a model lacks its figures."""
+    rendered = {path: render(path.read_text(encoding="utf-8")) for path in paths}
+    changed = [p for p, new in rendered.items() if new != p.read_text(encoding="utf-8")]
+    if not check:
+        for path in changed:
+            path.write_text(rendered[path], encoding="utf-8")
     return changed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: rewrite the blocks, or ``--check`` (exit 1 when one is stale)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    check = "--check" in args
-    changed = update(check=check)
+    """Command line: rewrite the blocks, or ``--check`` (exit 1 when one is stale); exit 2
+    when a shipped model carries no figures (nothing is written then)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m refusal_audit.training.tables",
+        description="Regenerate the evaluation tables of README.md and docs/evaluation.md "
+        "from the shipped models' metadata (refusal_audit/models/*.json).",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="only compare; exit 1 when a block is stale"
+    )
+    args = parser.parse_args(argv)
+    try:
+        changed = update(check=args.check)
+    except MissingFigures as exc:
+        print(
+            f"error: {exc} (built with --no-folds?): rebuild it with "
+            "`refusal-audit train -o refusal_audit/models`; nothing was written",
+            file=sys.stderr,
+        )
+        return 2
     for path in changed:
-        print(f"{'stale' if check else 'rewrote'}: {path}")
-    return 1 if check and changed else 0
+        print(f"{'stale' if args.check else 'rewrote'}: {path}")
+    return 1 if args.check and changed else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,13 @@
+"""Refusal-style calibration (issue 13): the pure logic.
+
+- :mod:`.spectrum`: the tone spectrum (default, or a bundle's ``calibration-spectrum`` block);
+- :mod:`.base`: the variant-engine interface, the spectrum coverage check;
+- :mod:`.local_variants`: the offline ``local`` engine (vetted templates);
+- :mod:`.openai_variants`: the ``openai`` engine (prompt ``prompts/calibrate_v1.md``);
+- :mod:`.regression`: the safety regression check every variant goes through;
+- :mod:`.run`: one calibration run (engine, checks, the run record);
+- :mod:`.ab` and :mod:`.ab_sim`: the A/B statistics and simulated event streams.
+
+Nothing here does I/O; the command line, the team's own suite (a subprocess) and the files
+live in ``refusal_audit.calibrate``.
+"""

@@ -1,0 +1,231 @@
+"""The ``openai`` variant engine: an LLM writes the variants, the harness checks every one.
+
+One refusal, one chat completion through ``processors.engines.llm_call`` (shared with the
+audit engine and the clarification engines: client handling, usage counting, JSON decoding,
+the retry turn and API-key masking; the prompt plumbing is the clarification engines'
+``processors.clarification.llm.PromptedCaller``):
+
+1. The prompt is ``prompts/calibrate_v1.md`` (``prompts.calibrate``), filled with the
+   request (REQUEST), the raw refusal (REFUSAL), the triggered clause (POLICY_CLAUSE: id,
+   stance, title and text) and the spectrum (SPECTRUM: one line per style with its label,
+   base and description).
+2. ``response_format`` is strict ``json_schema`` (:data:`VARIANTS_JSON_SCHEMA`) or
+   ``json_object``. The answer must decode to a JSON object that validates as
+   ``schemas.calibration.CalibrationOutput``, hold exactly one variant per style of the
+   spectrum (no missing, no extra style) and every variant must pass the safety regression
+   check (``processors.calibration.regression.check_variant``: still a refusal with the
+   margin, nothing fulfilled, allowed alternatives, the circumvention check for the
+   clarification-seeking style).
+3. On any failure, ONE retry in the same conversation: the rejected answer as the
+   assistant's turn, then a user turn starting ``PREVIOUS_ERROR:`` with every problem found
+   and a stronger constraint.
+4. If the retry fails too, the engine returns an escalation (``invalid_output``,
+   ``model_refusal`` or ``regression``) with the raw output of both calls (API key masked):
+   a human reviews it; nothing is guessed or repaired. The last schema-valid output, if
+   any, is kept so the run record shows each variant with its failing reasons.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from processors.calibration.base import (
+    CalibrationContext,
+    GeneratedVariants,
+    ordered,
+    spectrum_problems,
+)
+from processors.calibration.regression import CheckContext, check_variant
+from processors.clarification.llm import PromptedCaller
+from processors.engines.llm_call import (
+    CallLog,
+    ChatAnswer,
+    cut,
+    decode_json_object,
+    describe_error,
+    problems_message,
+    retry_conversation,
+)
+from processors.engines.local import LocalEngine
+from prompts.calibrate import load_calibrate_template
+from schemas.calibration import CalibrationEscalation, CalibrationOutput, Spectrum
+
+ENGINE_VERSION = "openai-variants-1"
+VARIANTS_SCHEMA_NAME = "refusal_variants"
+PREVIOUS_ERROR = "PREVIOUS_ERROR:"
+"""The first line of the retry turn."""
+
+VARIANTS_JSON_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "request_summary": {
+            "type": "string",
+            "description": "A neutral one-sentence summary of what was requested, without any "
+            "detail of the refused content.",
+        },
+        "policy_applied": {
+            "type": "string",
+            "description": "The clause id and title the refusal rests on.",
+        },
+        "variants": {
+            "type": "array",
+            "description": "Exactly one variant per style of the spectrum.",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "style": {"type": "string", "description": "A style id of the spectrum."},
+                    "response_text": {
+                        "type": "string",
+                        "description": "The refusal the user would see (at most 2000 characters).",
+                    },
+                    "ux_impact_note": {
+                        "type": "string",
+                        "description": "The expected effect on the user's experience.",
+                    },
+                },
+                "required": ["style", "response_text", "ux_impact_note"],
+            },
+        },
+    },
+    "required": ["request_summary", "policy_applied", "variants"],
+}
+"""The strict-mode wire schema of the output (bounds and coverage are checked by the
+harness)."""
+
+RETRY_CONSTRAINT = (
+    "Answer again with ONLY one JSON object of the output schema: request_summary, "
+    "policy_applied and variants with exactly one variant for each style id of the spectrum, "
+    "no other style. Every response_text must be an unmistakable refusal that starts by "
+    'declining (for example "I can\'t help with that"), fulfils no part of the request (no '
+    "steps, lists, quantities, code, recipes, links or technical detail), names nothing "
+    "harmful beyond the clause title, offers only alternatives the policy clearly permits, "
+    "and never suggests how the request could be rephrased."
+)
+
+log = logging.getLogger(__name__)
+
+NO_REQUEST = "(not available: only the log id of the refused request is known)"
+
+
+def spectrum_lines(spectrum: Spectrum) -> str:
+    """The SPECTRUM placeholder: one line per style, ``- <id> (<label>; base <base>):
+    <description>``."""
+    return "\n".join(
+        f"- {s.style} ({s.label}; base {s.base}): {s.description}" for s in spectrum.styles
+    )
+
+
+@dataclass
+class _Checked:
+    output: CalibrationOutput | None = None
+    failure: str | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+class OpenAIVariantEngine(PromptedCaller):
+    """The ``openai`` variant engine (module docstring); satisfies
+    ``processors.calibration.base.VariantEngine``.
+
+    Arguments as for ``processors.clarification.llm.PromptedCaller`` (the audit engine's
+    call settings; ``max_output_tokens`` default 2048); ``prompt`` defaults to
+    ``prompts.calibrate.load_calibrate_template()``; ``auditor`` (default a new
+    ``LocalEngine``) judges offered alternatives in the regression check. Raises
+    ``ValueError`` for out-of-range settings.
+    """
+
+    name = "openai"
+    version = ENGINE_VERSION
+    output_schema_name = VARIANTS_SCHEMA_NAME
+    output_schema = VARIANTS_JSON_SCHEMA
+    default_max_output_tokens = 2048
+    load_prompt = staticmethod(load_calibrate_template)
+
+    auditor: LocalEngine | None = None
+
+    def values(self, context: CalibrationContext) -> dict[str, str]:
+        """The four placeholder values for ``context`` (module docstring, step 1)."""
+        c = context.clause
+        return {
+            "REQUEST": context.request if context.request is not None else NO_REQUEST,
+            "REFUSAL": context.refusal,
+            "POLICY_CLAUSE": f"{c.clause_id} [{c.stance}] {c.title}\n{cut(c.text, 1500)}",
+            "SPECTRUM": spectrum_lines(context.spectrum),
+        }
+
+    async def generate(self, context: CalibrationContext) -> GeneratedVariants:
+        """Variants for ``context`` (module docstring). Raises
+        ``processors.engines.base.EngineError`` when the API call fails after the SDK's
+        retries."""
+        started = time.perf_counter()
+        run = CallLog()
+        messages = self.prompt.messages(self.values(context))
+        answer = await self.call(messages, run, "variants")
+        checked = self._check(answer, context)
+        last_valid = checked.output
+        if checked.failure is not None:
+            turn = f"{PREVIOUS_ERROR}\n{problems_message(checked.problems, RETRY_CONSTRAINT)}"
+            answer = await self.call(retry_conversation(messages, answer, turn), run, "retry")
+            checked = self._check(answer, context)
+            last_valid = checked.output or last_valid
+        if checked.failure is None:
+            return GeneratedVariants(
+                output=checked.output, attempts=len(run.calls), usage=run.usage(started)
+            )
+        log.warning(
+            "openai variant engine: no valid variants after the retry (%s, prompt %s)",
+            checked.failure,
+            self.prompt_version,
+        )
+        escalation = CalibrationEscalation.model_validate(
+            {
+                "reason": checked.failure,
+                "errors": [cut(self.mask(p) or "") for p in checked.problems[:50]],
+                "raw_output": self.mask(run.raw()),
+            }
+        )
+        return GeneratedVariants(
+            output=last_valid,
+            escalation=escalation,
+            attempts=len(run.calls),
+            usage=run.usage(started),
+        )
+
+    def _check(self, answer: ChatAnswer, context: CalibrationContext) -> _Checked:
+        data, code, message = decode_json_object(
+            answer, self.max_output_tokens, "writing refusal variants"
+        )
+        if data is None:
+            failure = "model_refusal" if code == "model_refusal" else "invalid_output"
+            return _Checked(failure=failure, problems=[f"{code}: {message}"])
+        try:
+            output = CalibrationOutput.model_validate_json(orjson.dumps(data))
+        except ValidationError as exc:
+            return _Checked(
+                failure="invalid_output", problems=[describe_error(e) for e in exc.errors()]
+            )
+        coverage = spectrum_problems(output, context.spectrum)
+        if coverage:
+            return _Checked(failure="invalid_output", problems=coverage)
+        output = ordered(output, context.spectrum)
+        if self.auditor is None:
+            self.auditor = LocalEngine()
+        check = CheckContext(
+            context.clause, context.bundle, context.request, context.refusal, self.auditor
+        )
+        problems: list[str] = []
+        for variant in output.variants:
+            style = context.spectrum.get(variant.style)
+            assert style is not None  # coverage checked above
+            result = check_variant(variant, style, check)
+            problems += [f"variant {variant.style}: {f.code}: {f.detail}" for f in result.findings]
+        if problems:
+            return _Checked(output=output, failure="regression", problems=problems)
+        return _Checked(output=output)
