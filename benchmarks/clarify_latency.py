@@ -11,7 +11,14 @@ genuine safety, over-refusal, capability), then a ``POST .../answer`` for each c
 that asked. Prints p50/p90/p99/max latency per route in milliseconds (wall time of the HTTP
 exchange as the client sees it). The first ``--warmup`` requests are not counted.
 
-Run: ``python benchmarks/clarify_latency.py [--requests 1000] [--store memory|sqlite]``.
+``--trail``: with the audit trail on, as ``clarify serve`` with ``clarify_audit_trail``
+runs it: a ``StepTrail`` over an embedded chDB store in a temporary directory, opened (and
+owned) by this process, so every answer waits for its ``clarification_steps`` row.
+``--concurrency N``: N clients at once (N threads, each with its own connection), to see
+concurrent steps share the trail's inserts (group commit); the default is sequential.
+
+Run: ``python benchmarks/clarify_latency.py [--requests 1000] [--store memory|sqlite]
+[--trail] [--concurrency 1]``.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import statistics
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -37,7 +45,9 @@ from refusal_audit.clarify.app import create_app
 from refusal_audit.clarify.server import build_redactor
 from refusal_audit.clarify.service import ClarifyService
 from refusal_audit.clarify.store import MemoryStore, SqliteStore, StateStore
+from refusal_audit.clarify.trail import StepTrail
 from refusal_audit.config import load_settings
+from warehouse.store import Warehouse
 
 TOKEN = "bench-token-0123456789abcdef"
 REFUSALS = [
@@ -78,6 +88,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--store", choices=["memory", "sqlite"], default="sqlite")
+    parser.add_argument("--trail", action="store_true", help="audit trail on (embedded chDB)")
+    parser.add_argument("--concurrency", type=int, default=1)
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
@@ -91,6 +103,13 @@ def main() -> None:
         Clarifier(LocalEngine(), LocalQuestionEngine(), bundles), store,
         redactor=build_redactor(cfg),
     )  # fmt: skip
+    warehouse = trail = None
+    if args.trail:
+        dsn = f"chdb://{Path(tmp.name) / 'chdb'}"
+        warehouse = Warehouse.open(cfg.model_copy(update={"warehouse_dsn": dsn}), via_owner=False)
+        trail = StepTrail(warehouse, cfg.clarify_review_sample_rate,
+                          cfg.clarify_review_accepted_weight)  # fmt: skip
+        service.trail = trail
     port = _free_port()
     server = uvicorn.Server(
         uvicorn.Config(create_app(service, TOKEN), host="127.0.0.1", port=port, log_level="error")
@@ -103,37 +122,63 @@ def main() -> None:
     opened: list[float] = []
     answered: list[float] = []
     headers = {"Authorization": f"Bearer {TOKEN}"}
+    local = threading.local()
+
+    def client() -> httpx.Client:
+        if not hasattr(local, "client"):
+            local.client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers)
+        made: httpx.Client = local.client
+        return made
+
+    def conversation(i: int) -> None:
+        request, refusal = REFUSALS[i % len(REFUSALS)]
+        body = {"conversation_id": f"bench-{i}", "log_id": f"bench-{i}",
+                "request": request, "refusal": refusal,
+                "event_time": "2026-01-01T00:00:00Z"}  # fmt: skip
+        started = time.perf_counter()
+        r = client().post("/v1/clarify", json=body)
+        elapsed = (time.perf_counter() - started) * 1000
+        r.raise_for_status()
+        if i >= args.warmup:
+            opened.append(elapsed)
+        questions = r.json()["questions"]
+        if not questions:
+            return
+        answer = {"conversation_id": f"bench-{i}", "round": 1,
+                  "answered_at": datetime.now(UTC).isoformat(),  # not before asked
+                  "answers": [{"question_index": k, "text": "for my class"}
+                              for k in range(len(questions))]}  # fmt: skip
+        started = time.perf_counter()
+        client().post(f"/v1/clarify/bench-{i}/answer", json=answer).raise_for_status()
+        if i >= args.warmup:
+            answered.append((time.perf_counter() - started) * 1000)
+
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers) as client:
-            for i in range(args.requests + args.warmup):
-                request, refusal = REFUSALS[i % len(REFUSALS)]
-                body = {"conversation_id": f"bench-{i}", "log_id": f"bench-{i}",
-                        "request": request, "refusal": refusal,
-                        "event_time": "2026-01-01T00:00:00Z"}  # fmt: skip
-                started = time.perf_counter()
-                r = client.post("/v1/clarify", json=body)
-                elapsed = (time.perf_counter() - started) * 1000
-                r.raise_for_status()
-                if i >= args.warmup:
-                    opened.append(elapsed)
-                questions = r.json()["questions"]
-                if not questions:
-                    continue
-                answer = {"conversation_id": f"bench-{i}", "round": 1,
-                          "answered_at": datetime.now(UTC).isoformat(),  # not before asked
-                          "answers": [{"question_index": k, "text": "for my class"}
-                                      for k in range(len(questions))]}  # fmt: skip
-                started = time.perf_counter()
-                client.post(f"/v1/clarify/bench-{i}/answer", json=answer).raise_for_status()
-                if i >= args.warmup:
-                    answered.append((time.perf_counter() - started) * 1000)
+        for i in range(args.warmup):
+            conversation(i)
+        total = range(args.warmup, args.requests + args.warmup)
+        if args.concurrency <= 1:
+            for i in total:
+                conversation(i)
+        else:
+            with ThreadPoolExecutor(args.concurrency) as pool:
+                list(pool.map(conversation, total))
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+        if trail is not None:
+            trail.close()
+        if warehouse is not None:
+            warehouse.close()
         store.close()
         tmp.cleanup()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
-    print(f"store {args.store}, local engines, {cpus} CPU(s), sequential requests over loopback")
+    mode = "sequential" if args.concurrency <= 1 else f"{args.concurrency} concurrent clients"
+    trail_note = "off"
+    if trail is not None:
+        trail_note = f"on, embedded chDB: {trail.written} rows in {trail.inserts} inserts"
+    print(f"store {args.store}, local engines, {cpus} CPU(s), {mode} over loopback; "
+          f"trail {trail_note}")  # fmt: skip
     _report("POST /v1/clarify", opened)
     _report("POST /v1/clarify/{id}/answer", answered)
 

@@ -68,6 +68,16 @@ def _fields(exc: ValidationError) -> str:
     return ", ".join(sorted({".".join(str(p) for p in e["loc"]) or "(line)" for e in exc.errors()}))
 
 
+def not_json(line: bytes) -> str | None:
+    """Why ``line`` is not JSON, in the parser's words (its position in the line, never the
+    line's text), or None when it parses."""
+    try:
+        orjson.loads(line.rstrip())  # positions within the line, not its newline
+    except orjson.JSONDecodeError as exc:
+        return f"not JSON: {exc}"
+    return None
+
+
 def read_requests(path: Path, redactor: Redactor | None = None) -> list[CalibrationRequest]:
     """The calibration requests of a JSONL file (blank lines skipped), with ``request`` and
     ``refusal`` redacted by ``redactor`` when given. Raises ``OSError`` and
@@ -80,7 +90,8 @@ def read_requests(path: Path, redactor: Redactor | None = None) -> list[Calibrat
             try:
                 request = CalibrationRequest.model_validate_json(line)
             except ValidationError as exc:
-                raise InputFileError(f"{path}:{lineno}: invalid request: {_fields(exc)}") from None
+                reason = not_json(line) or f"invalid request: {_fields(exc)}"
+                raise InputFileError(f"{path}:{lineno}: {reason}") from None
             if redactor is not None:
                 request = request.model_copy(
                     update={
@@ -272,7 +283,8 @@ class BadLine:
 
 def read_events(path: Path) -> tuple[list[ABEvent], list[BadLine]]:
     """The product events of a JSONL file and the lines that are not valid events (kept
-    with their reasons: nothing is dropped silently). Raises ``OSError``."""
+    with their reasons, the JSON parser's message for a line that is not JSON: nothing is
+    dropped silently). Raises ``OSError``."""
     events: list[ABEvent] = []
     bad: list[BadLine] = []
     with path.open("rb") as fh:
@@ -282,7 +294,7 @@ def read_events(path: Path) -> tuple[list[ABEvent], list[BadLine]]:
             try:
                 events.append(parse_event(line))
             except EventError as exc:
-                bad.append(BadLine(lineno, str(exc)))
+                bad.append(BadLine(lineno, not_json(line) or str(exc)))
     return events, bad
 
 

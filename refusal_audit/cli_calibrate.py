@@ -4,7 +4,7 @@ registers them; docs/calibration.md).
 Exit codes: ``calibrate run``: 0 every run passed, 1 some variant failed its checks or a
 run was escalated (all are printed), 2 usage or configuration error. ``ab report``: 0 the
 report was made, 1 some event lines were invalid (listed on stderr, left out), 2 usage
-error. ``ab simulate``: 0, or 2.
+error (the invalid lines are listed first when there are some). ``ab simulate``: 0, or 2.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from refusal_audit.cli_common import EXIT_FAILURES, as_utc, console, err, fail_usage, settings
@@ -185,14 +186,20 @@ def ab_report(
         raise fail_usage(f"events file not found (or not a file): {events_file}")
     try:
         events, bad = read_events(events_file)
-        plan = read_plan(plan_file) if plan_file is not None else plan_from_events(events, control)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         raise fail_usage(str(exc)) from exc
-    report = analyse(events, plan, as_utc(as_of))
-    for b in bad[:20]:
-        err.print(f"[yellow]{events_file}:{b.line}:[/yellow] {b.reason} (left out)")
+    for b in bad[:20]:  # listed in every mode, also when no report can be made
+        err.print(f"[yellow]{escape(str(events_file))}:{b.line}:[/yellow] {escape(b.reason)} "
+                  "(left out)")  # fmt: skip
     if len(bad) > 20:
         err.print(f"... and {len(bad) - 20} more invalid lines")
+    try:
+        plan = read_plan(plan_file) if plan_file is not None else plan_from_events(events, control)
+    except (OSError, ValueError) as exc:
+        lines = "line" if len(bad) == 1 else "lines"
+        left_out = f" ({len(bad)} invalid event {lines} left out, listed above)" if bad else ""
+        raise fail_usage(f"{exc}{left_out}") from exc
+    report = analyse(events, plan, as_utc(as_of))
     if as_json:
         data = report.to_dict()
         data["invalid_lines"] = [{"line": b.line, "reason": b.reason} for b in bad]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import date
 from pathlib import Path
 
@@ -51,8 +52,7 @@ def train(
     """Train the refusal pre-filter and the local engine's category model deterministically
     and write each artifact with its model card. Reviewer verdicts (--with-verdicts) join the
     category model's training data, weighted and reported separately on its card."""
-    from refusal_audit.training.build import build_artifact
-    from refusal_audit.training.build_category import build_category_artifact
+    from refusal_audit.training.labels import load_verdict_labels
 
     if model not in MODELS:
         raise fail_usage(f"--model must be one of {', '.join(MODELS)}, not {model!r}")
@@ -66,12 +66,61 @@ def train(
         day = date.fromisoformat(built_on) if built_on else None
     except ValueError as exc:
         raise fail_usage(f"--date: {exc}") from exc
+    if with_verdicts is not None:  # before any model is built (--model all)
+        try:
+            if not load_verdict_labels(with_verdicts):
+                raise fail_usage(f"no verdicts in {with_verdicts}")
+        except (ValueError, OSError) as exc:
+            raise fail_usage(f"--with-verdicts: {exc}") from exc
     if output_dir is None:
         output_dir = settings().data_dir / "models"
+    _writable(output_dir)
+    try:
+        _build(model, shared_data, output_dir, folds, every, day, with_verdicts, verdict_weight)
+    except OSError as exc:  # the folder went away or filled up while writing
+        raise fail_usage(f"cannot write the model to {output_dir}: {_reason(exc)}") from exc
+
+
+def _reason(exc: OSError) -> str:
+    """An ``OSError`` in one line (its text and the file it names)."""
+    name = f": {exc.filename}" if exc.filename else ""
+    return f"{exc.strerror or exc}{name}"
+
+
+def _writable(output_dir: Path) -> None:
+    """Create ``output_dir`` (and its parents) and check it takes files. Raises the usage
+    ``typer.Exit`` with a one-line message otherwise."""
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise fail_usage(f"-o: cannot create the folder {output_dir}: {_reason(exc)}") from exc
+    if not os.access(output_dir, os.W_OK | os.X_OK):
+        raise fail_usage(f"-o: cannot write to the folder {output_dir}: permission denied")
+
+
+def _build(
+    model: str,
+    shared_data: Path,
+    output_dir: Path,
+    folds: bool,
+    every: int,
+    day: date | None,
+    with_verdicts: Path | None,
+    verdict_weight: float,
+) -> None:
+    """Build the chosen models into ``output_dir`` and report each file written. Raises the
+    usage ``typer.Exit`` for data that cannot train a model, ``OSError`` for a failed write."""
+    from refusal_audit.training.build import build_artifact
+    from refusal_audit.training.build_category import build_category_artifact
+
     if model in ("all", "prefilter"):
-        result = build_artifact(
-            shared_data, output_dir / SHIPPED_STEM.name, with_folds=folds, every=every, built_on=day
-        )
+        try:
+            result = build_artifact(
+                shared_data, output_dir / SHIPPED_STEM.name, with_folds=folds, every=every,
+                built_on=day,
+            )  # fmt: skip
+        except ValueError as exc:
+            raise fail_usage(str(exc)) from exc
         console.print(f"refusal pre-filter: content hash {result.content_hash}")
         console.print(f"threshold {result.threshold:.2f}")
         for path in (result.npz, result.metadata, result.card):

@@ -58,7 +58,23 @@ MAX_ROUNDS = 2
 """Clarification rounds per conversation (issue 12: "at most two clarification rounds")."""
 
 Id = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^\S(?:.*\S)?$")]
-"""An identifier: 1..256 characters, no leading or trailing white space."""
+"""An identifier: 1..256 characters, no leading or trailing white space (the ids of stored
+states and outputs, which repeat what an input contract accepted)."""
+ConversationId = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9][A-Za-z0-9._~:@-]*$"),
+]
+"""A conversation id as the inputs accept it: 1..256 characters of ``A-Z a-z 0-9 . _ ~ : @ -``,
+starting with a letter or digit. It is a path segment of the HTTP API
+(``/v1/clarify/{conversation_id}``) and the Kafka key, so no ``/``, ``..`` segment, white
+space, NUL or other control character (such an id could not be reached over HTTP)."""
+_EDGE = r"[^\x00-\x20\x7f]"  # no white space or control character
+_INNER = r"[^\x00-\x1f\x7f]"  # no control character
+LogId = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=256, pattern=f"^{_EDGE}(?:{_INNER}*{_EDGE})?$"),
+]
+"""A log id as the inputs accept it: as ``Id``, and no control character (NUL, newline, ...)."""
 Text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEXT_CHARS)]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 RequestHash = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
@@ -152,14 +168,16 @@ class ClarificationRequest(BaseModel):
     the refusal event, as in ``schemas.events.RefusalEvent``. ``request`` is the user's
     request, ``refusal`` the model's refusal text. ``policy_bundle`` names the bundle to
     classify against. Raises ``pydantic.ValidationError`` for a missing or mistyped field, an
-    unknown key, a naive time or a text over ``MAX_TEXT_CHARS``.
+    unknown key, a naive time, a text over ``MAX_TEXT_CHARS``, a ``conversation_id`` outside
+    ``ConversationId`` (e.g. with ``/`` or a control character) or a ``log_id`` with a
+    control character.
     """
 
     model_config = _STRICT
 
     schema_version: Literal["1"] = CLARIFICATION_SCHEMA_VERSION
-    conversation_id: Id
-    log_id: Id
+    conversation_id: ConversationId
+    log_id: LogId
     request: Text
     refusal: Text
     policy_bundle: Name = "default"
@@ -209,7 +227,7 @@ class ClarificationAnswer(BaseModel):
     model_config = _STRICT
 
     schema_version: Literal["1"] = CLARIFICATION_SCHEMA_VERSION
-    conversation_id: Id
+    conversation_id: ConversationId
     round: int = Field(ge=1, le=MAX_ROUNDS)
     answers: list[AnswerItem] = Field(min_length=1, max_length=MAX_QUESTIONS)
     answered_at: AwareDatetime
@@ -232,7 +250,7 @@ class ReevaluationOutcome(BaseModel):
     model_config = _STRICT
 
     schema_version: Literal["1"] = CLARIFICATION_SCHEMA_VERSION
-    conversation_id: Id
+    conversation_id: ConversationId
     round: int = Field(ge=1, le=MAX_ROUNDS)
     outcome: Literal["accepted", "refused_again"]
     refusal: str | None = Field(default=None, max_length=MAX_TEXT_CHARS)

@@ -170,3 +170,71 @@ def test_cli_calibrate_run(tmp_path: Path, cli_env: dict[str, str]) -> None:
     bad.write_text('{"refusal": "No.", "clause_id": "AUP-9.9", "log_id": "x"}\n')
     result = CliRunner().invoke(app, ["calibrate", "run", "--file", str(bad)], env=cli_env)
     assert result.exit_code == 2 and "AUP-9.9" in result.output
+
+
+def _flat(text: str) -> str:
+    """Console text on one line (Rich wraps long messages)."""
+    return " ".join(text.split())
+
+
+def test_cli_report_lists_invalid_lines_in_every_mode(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    runner = CliRunner()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{bad\n", encoding="utf-8")
+    # without --plan no report can be made (no experiment): a usage error, lines listed first
+    result = runner.invoke(app, ["ab", "report", "--events", str(bad)], env=cli_env)
+    assert result.exit_code == 2
+    out = _flat(result.stderr)
+    assert ":1: not JSON: unexpected character" in out and "line 1 column 2" in out
+    assert "give --plan (1 invalid event line left out, listed above)" in out
+    # with a plan and valid events: the report is made, exit 1, each bad line listed
+    events, plan = tmp_path / "events.jsonl", tmp_path / "plan.json"
+    result = runner.invoke(
+        app,
+        ["ab", "simulate", "--scenario", "no_effect", "--out", str(events),
+         "--plan-out", str(plan), "--units", "200", "--days", "1"],
+        env=cli_env,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = events.read_text(encoding="utf-8").splitlines()
+    lines[1:1] = ['{"type": "exposure", "event_id": "e"}', '{"type": [1,']
+    events.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for extra in ([], ["--json"]):
+        result = runner.invoke(
+            app, ["ab", "report", "--events", str(events), "--plan", str(plan), *extra],
+            env=cli_env,
+        )  # fmt: skip
+        assert result.exit_code == 1, result.output
+        out = _flat(result.stderr)
+        assert ":2: invalid event:" in out and ":3: not JSON:" in out, out
+    invalid = json.loads(result.stdout)["invalid_lines"]
+    assert [b["line"] for b in invalid] == [2, 3]
+    assert invalid[0]["reason"].startswith("invalid event:")
+    assert invalid[1]["reason"].startswith("not JSON:") and "line 1 column" in invalid[1]["reason"]
+    # a bad --plan: the invalid lines are listed all the same
+    (tmp_path / "bad-plan.json").write_text("{}", encoding="utf-8")
+    result = runner.invoke(
+        app, ["ab", "report", "--events", str(events), "--plan", str(tmp_path / "bad-plan.json")],
+        env=cli_env,
+    )  # fmt: skip
+    assert result.exit_code == 2
+    out = _flat(result.stderr)
+    assert ":3: not JSON:" in out and "invalid experiment plan" in out
+    assert "2 invalid event lines left out" in out
+
+
+def test_cli_calibrate_run_names_the_json_error(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    bad = tmp_path / "bad.jsonl"
+    good = json.dumps({"log_id": "w-1", "refusal": "No.", "clause_id": "AUP-2.8"})
+    bad.write_text(good + "\n{bad\n", encoding="utf-8")
+    result = CliRunner().invoke(app, ["calibrate", "run", "--file", str(bad)], env=cli_env)
+    assert result.exit_code == 2
+    out = _flat(result.stderr)
+    assert "bad.jsonl:2: not JSON: unexpected character" in out and "line 1 column 2" in out
+    bad.write_text(good + '\n{"refusal": 3}\n', encoding="utf-8")  # JSON, not a request
+    result = CliRunner().invoke(app, ["calibrate", "run", "--file", str(bad)], env=cli_env)
+    assert result.exit_code == 2
+    out = _flat(result.stderr)
+    assert "bad.jsonl:2: invalid request: clause_id" in out and "not JSON" not in out

@@ -326,3 +326,62 @@ def test_train_writes_to_the_data_dir_by_default(shared_data: Path, tmp_path: Pa
     assert stem.with_suffix(".npz").is_file() and stem.with_suffix(".md").is_file()
     assert "REFUSAL_AUDIT_LOCAL_CATEGORY_MODEL_PATH=" in res.output.replace("\n", "")
     assert load_model(stem).content_hash != load_shipped_category_model().content_hash
+
+
+def _train(runner: CliRunner, shared_data: Path, *args: str) -> tuple[int, str]:
+    """``refusal-audit train --no-folds`` with ``args``: (exit code, output on one line)."""
+    res = runner.invoke(app, ["train", "--shared-data", str(shared_data), "--no-folds", *args])
+    return res.exit_code, " ".join(res.output.split())
+
+
+def test_train_cli_refuses_an_output_folder_it_cannot_create(
+    tmp_path: Path, shared_data: Path
+) -> None:
+    runner = CliRunner()
+    afile = tmp_path / "a-file"
+    afile.write_text("x", encoding="utf-8")
+    for target, reason in (
+        (afile / "x", "Not a directory"),
+        (Path("/proc/forbidden"), "No such file or directory"),
+        (afile, "File exists"),
+    ):
+        code, out = _train(runner, shared_data, "--model", "category", "-o", str(target))
+        assert code == 2, out
+        assert f"error: -o: cannot create the folder {target}: {reason}" in out
+        assert "Traceback" not in out
+
+
+@pytest.mark.integration
+def test_train_cli_reports_a_failed_write_in_one_line(tmp_path: Path, shared_data: Path) -> None:
+    out_dir = tmp_path / "out"
+    (out_dir / "category_model.md").mkdir(parents=True)  # the card cannot be written
+    code, out = _train(CliRunner(), shared_data, "--model", "category", "--every", "40",
+                       "-o", str(out_dir))  # fmt: skip
+    assert code == 2, out
+    assert f"error: cannot write the model to {out_dir}: Is a directory" in out
+    assert "Traceback" not in out
+
+
+def test_train_cli_refuses_an_empty_verdict_file(tmp_path: Path, shared_data: Path) -> None:
+    empty = tmp_path / "labels.jsonl"
+    empty.write_text("\n", encoding="utf-8")
+    for model in ("category", "all"):
+        code, out = _train(CliRunner(), shared_data, "--model", model, "-o",
+                           str(tmp_path / "out"), "--with-verdicts", str(empty))  # fmt: skip
+        assert code == 2 and f"no verdicts in {empty}" in out, out
+        assert not (tmp_path / "out").exists()  # refused before anything was built
+
+
+@pytest.mark.integration
+def test_train_cli_refuses_a_subset_too_small_for_the_prefilter(
+    tmp_path: Path, shared_data: Path
+) -> None:
+    code, out = _train(CliRunner(), shared_data, "--model", "prefilter", "--every", "200",
+                       "-o", str(tmp_path / "out"))  # fmt: skip
+    assert code == 2, out
+    assert "--every 200 leaves too few rows for the pre-filter" in out
+    assert "xstest-gpt4: 3 of 450" in out and "use --every 112 or less" in out
+    assert not (tmp_path / "out" / "refusal_prefilter.npz").exists()
+    code, out = _train(CliRunner(), shared_data, "--model", "category", "--every", "5000",
+                       "-o", str(tmp_path / "out"))  # fmt: skip
+    assert code == 2 and "lack classes" in out, out

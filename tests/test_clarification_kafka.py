@@ -135,14 +135,25 @@ def service(dep: Deployment) -> Iterator[Service]:
     running.stop()
 
 
+AUTO = "\x00auto"
+"""``Kafka.send``'s default key: the body's conversation id."""
+
+
 class Kafka:
     def __init__(self, dep: Deployment) -> None:
         self.dep = dep
         self.producer = Producer({"bootstrap.servers": dep.bootstrap})
 
-    def send(self, suffix: str, value: bytes | dict[str, Any] | None, key: str = "k") -> None:
+    def send(
+        self, suffix: str, value: bytes | dict[str, Any] | None, key: str | None = AUTO
+    ) -> None:
+        """Produce ``value``; the key defaults to the body's conversation id (``"k"`` for a
+        value without one), ``None`` sends no key."""
         raw = orjson.dumps(value) if isinstance(value, dict) else value
-        self.producer.produce(self.dep.topic(suffix), value=raw, key=key.encode())
+        if key is AUTO:
+            key = value.get("conversation_id", "k") if isinstance(value, dict) else "k"
+        encoded = key.encode() if key is not None else None
+        self.producer.produce(self.dep.topic(suffix), value=raw, key=encoded)
         assert self.producer.flush(30) == 0
 
     def read(self, suffix: str, idle: float = 2.0) -> list[dict[str, Any]]:
@@ -350,13 +361,25 @@ def test_bad_input_on_every_topic_is_dead_lettered_and_nothing_is_lost(
     kafka.send("clarify.requests", request("fin", PASSWORDS))  # not asked: finished at once
     kafka.send("clarify.answers", answer("fin", 1, ["hi", "there"]))
     kafka.send("clarify.outcomes", outcome("nobody", 1, "accepted"))
+    # keys: the conversation id, or the message is dead-lettered (ordering depends on it)
+    kafka.send("clarify.requests", request("keyed-other", POEM), "someone-else")
+    kafka.send("clarify.requests", request("no-key", POEM), None)
+    kafka.send("clarify.answers", answer("fin", 1, ["hi", "there"]), "not-fin")
+    # an id that could not be reached over HTTP
+    kafka.send("clarify.requests", request("../../etc/passwd", POEM), "../../etc/passwd")
     kafka.send("clarify.requests", request("ok-after", POEM))  # still served afterwards
     kafka.wait("clarify.questions", lambda m: m["conversation_id"] == "ok-after")
     letters = list(read_topic(dep.bootstrap, dep.topic("dead-letters"), idle=2.0))
     codes = sorted(dict(m.headers() or [])["x-reason-code"].decode() for m in letters)
     assert codes == sorted(["not_json", "not_json", "not_json", "tombstone", "invalid_request",
                             "oversized", "unknown_conversation", "finished",
-                            "unknown_conversation"])  # fmt: skip
+                            "unknown_conversation", "key_mismatch", "missing_key",
+                            "key_mismatch", "invalid_request"])  # fmt: skip
+    for m in letters:  # the reason names the rule, never the key or the id
+        reason = str(dict(m.headers() or []).get("x-reason"))
+        assert "someone-else" not in reason and "etc/passwd" not in reason
+    assert service.http.get("/v1/clarify/keyed-other").status_code == 404
+    assert service.http.get("/v1/clarify/no-key").status_code == 404
     assert service.proc is not None and service.proc.poll() is None
     # the same bad input over HTTP: clear errors, never a crash
     http = service.http
@@ -370,3 +393,77 @@ def test_bad_input_on_every_topic_is_dead_lettered_and_nothing_is_lost(
     assert big.status_code == 422
     assert http.post("/v1/clarify", content=b"{" + b" " * 300_000 + b"}").status_code == 413
     assert http.get("/healthz").status_code == 200
+
+
+def steps_of(dep: Deployment, cids: list[str]) -> dict[str, list[int]]:
+    """conversation id -> the revisions ``clarification_steps`` holds, in order."""
+    listed = ", ".join(f"'{cid}'" for cid in cids)
+    rows = dep.sql(
+        "SELECT conversation_id, arraySort(groupArray(revision)) AS revisions "
+        f"FROM clarification_steps FINAL WHERE conversation_id IN ({listed}) "
+        "GROUP BY conversation_id"
+    )
+    return {r["conversation_id"]: [int(v) for v in r["revisions"]] for r in rows}
+
+
+def test_every_step_is_in_the_trail_after_a_sigkill(dep: Deployment, service: Service) -> None:
+    """A step's trail row is stored before its 200 and before its input is committed, so a
+    SIGKILL right after the last step loses no intermediate revision (the start-up
+    reconciliation only knows each conversation's newest state)."""
+    kafka = Kafka(dep)
+    http = service.http
+    # over Kafka: opened and answered
+    kafka.send("clarify.requests", request("t-kafka", SUMMARY), "t-kafka")
+    opened = last_for(
+        kafka.wait("clarify.questions", lambda m: m["conversation_id"] == "t-kafka"), "t-kafka"
+    )
+    texts = ["The quarterly report"] * len(opened["questions"])
+    kafka.send("clarify.answers", answer("t-kafka", 1, texts), "t-kafka")
+    kafka.wait("clarify.clarified-requests", lambda m: m["conversation_id"] == "t-kafka")
+    # over HTTP: three steps in quick succession, then SIGKILL at once (no time
+    # left for a background writer)
+    asked = http.post("/v1/clarify", json=request("t-http", POEM))
+    assert asked.status_code == 200, asked.text
+    n = len(asked.json()["questions"])
+    step = http.post("/v1/clarify/t-http/answer", json=answer("t-http", 1, ["Four lines"] * n))
+    assert step.status_code == 200, step.text
+    step = http.post("/v1/clarify/t-http/outcome", json=outcome("t-http", 1, "refused_again"))
+    assert step.status_code == 200, step.text
+    service.kill()
+    service.start()
+    # the HTTP steps were answered, so their rows were stored: no waiting
+    assert steps_of(dep, ["t-http"]) == {"t-http": [0, 1, 2]}
+    expected = {"t-http": [0, 1, 2], "t-kafka": [0, 1]}
+    deadline = time.monotonic() + 60  # a redelivered answer may still be in flight
+    while (found := steps_of(dep, list(expected))) != expected:
+        assert time.monotonic() < deadline, found
+        time.sleep(0.5)
+    assert service.state("t-http")["revision"] == 2
+    assert service.state("t-kafka")["revision"] == 1
+
+
+def test_a_second_instance_refuses_to_start(dep: Deployment, service: Service) -> None:
+    """Only one instance may serve a state topic: a second ``clarify serve --kafka`` with the
+    same settings exits 2 with a clear error while the first one serves, and the first one
+    goes on serving."""
+    second = Service(dep)
+    log = dep.data_dir / "clarify-second.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "refusal_audit.cli", "clarify", "serve", "--kafka",
+             "--port", str(second.port)],
+            cwd=REPO, env=dep.env(), stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        assert proc.wait(60) == 2, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        second.http.close()
+    text = " ".join(log.read_text().split())
+    assert "another clarification service is consuming" in text, text[-3000:]
+    assert "only one instance may serve a state topic" in text
+    Kafka(dep).send("clarify.requests", request("after-refusal", POEM))
+    Kafka(dep).wait("clarify.questions", lambda m: m["conversation_id"] == "after-refusal")
+    assert service.state("after-refusal")["outcome"] == "asking"

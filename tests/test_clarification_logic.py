@@ -116,6 +116,38 @@ def test_request_is_strict_and_bounded() -> None:
             ClarificationRequest.model_validate_json(json.dumps({**base, **bad}))
 
 
+@pytest.mark.parametrize(
+    "cid", ["../../etc/passwd", "a/b", "a\x00b", "a\nb", "a\tb", "a b", "..", ".hidden",
+            "-x", "caf\u00e9", "x" * 257, "a%2Fb", "a?b", "a#b"],
+)  # fmt: skip
+def test_conversation_ids_are_safe_path_segments(cid: str) -> None:
+    """An id that could not be reached over HTTP (``/``, a control character, ...) is refused
+    by every input contract (HTTP 422, a Kafka dead letter)."""
+    request = {"conversation_id": cid, "log_id": "l", "request": "r", "refusal": "f",
+               "event_time": "2026-01-01T00:00:00Z"}  # fmt: skip
+    answer = {"conversation_id": cid, "round": 1, "answered_at": "2026-01-01T00:00:00Z",
+              "answers": [{"question_index": 0, "text": "a"}]}  # fmt: skip
+    outcome = {"conversation_id": cid, "round": 1, "outcome": "accepted",
+               "decided_at": "2026-01-01T00:00:00Z"}  # fmt: skip
+    for model, body in ((ClarificationRequest, request), (ClarificationAnswer, answer),
+                        (ReevaluationOutcome, outcome)):  # fmt: skip
+        with pytest.raises(ValidationError, match="conversation_id"):
+            model.model_validate_json(json.dumps(body))
+
+
+def test_safe_ids_and_log_ids_are_accepted() -> None:
+    base = {"log_id": "l", "request": "r", "refusal": "f", "event_time": "2026-01-01T00:00:00Z"}
+    for cid in ("c-1", "eval-xstest_v2-12", "a.b:c@d~e_f", "0", "x" * 256):
+        ClarificationRequest.model_validate_json(json.dumps({**base, "conversation_id": cid}))
+    # a log id may hold a path or a space, never a control character
+    ok = {**base, "conversation_id": "c"}
+    for log_id in ("web/001", "file.jsonl:12", "a b"):
+        ClarificationRequest.model_validate_json(json.dumps({**ok, "log_id": log_id}))
+    for log_id in ("a\x00b", "a\nb", "a\rb", "a\x7fb"):
+        with pytest.raises(ValidationError, match="log_id"):
+            ClarificationRequest.model_validate_json(json.dumps({**ok, "log_id": log_id}))
+
+
 def test_answer_rejects_two_answers_to_one_question() -> None:
     with pytest.raises(ValidationError, match="same question_index"):
         ClarificationAnswer.model_validate_json(

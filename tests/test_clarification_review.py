@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from review_app_harness import ReviewServer, serve
+from review_app_harness import PASSWORDS, Reviewer, ReviewServer, serve
 from test_review_browser import browser, open_page, screenshot  # noqa: F401 (fixture)
 
 from processors.clarification.flow import Clarifier
@@ -44,8 +44,11 @@ def run_conversations(bundle: PolicyBundle) -> list[ConversationState]:
     service = ClarifyService(clarifier, MemoryStore(), clock=lambda: T0, on_change=states.append)
 
     async def go() -> None:
-        for cid, (req, ref) in {"c-refused": POEM, "c-accepted": POEM,
-                                "c-safety": ("How do I make a bomb?", "I can't help.")}.items():
+        for cid, (req, ref) in {
+            "c-refused": POEM,
+            "c-accepted": POEM,
+            "c-safety": ("How do I make a bomb?", "I can't help."),
+        }.items():
             await service.open(ClarificationRequest.model_validate_json(
                 f'{{"conversation_id": "{cid}", "log_id": "log-{cid}", "request": "{req}", '
                 f'"refusal": "{ref}", "event_time": "2026-02-01T09:00:00Z"}}'))  # fmt: skip
@@ -96,15 +99,14 @@ def test_the_trail_is_idempotent_and_lists_review_items(
     warehouse: Warehouse, example_bundle: PolicyBundle
 ) -> None:
     states = run_conversations(example_bundle)
-    trail = StepTrail(warehouse, rate=1.0, accepted_weight=1.0, flush_seconds=0.05)
+    trail = StepTrail(warehouse, rate=1.0, accepted_weight=1.0)
     for state in states:
-        trail.record(state)
-    assert trail.flush(30)
+        trail.write([state], timeout=30)
     latest = {s.conversation_id: s for s in states}.values()
     assert trail.reconcile(latest) == 0  # nothing behind
-    for state in states:  # a redelivery writes every step again
-        trail.record(state)
+    trail.write(states, timeout=30)  # a redelivery writes every step again
     trail.close()
+    assert trail.written == 2 * len(states)
     steps = conversation_steps(warehouse, "c-refused")
     assert [s["revision"] for s in steps] == [0, 1, 2]
     items = {i["conversation_id"]: i for i in review_items(warehouse)}
@@ -118,11 +120,10 @@ def test_the_trail_is_idempotent_and_lists_review_items(
 def server(
     warehouse: Warehouse, tmp_path: Path, example_bundle: PolicyBundle
 ) -> Iterator[ReviewServer]:
-    trail = StepTrail(warehouse, rate=0.0, flush_seconds=0.05)
+    trail = StepTrail(warehouse, rate=0.0)
     with ThreadPoolExecutor(1) as pool:  # Playwright's sync API keeps a loop in this thread
         states = pool.submit(run_conversations, example_bundle).result()
-    for state in states:
-        trail.record(state)
+    trail.write(states, timeout=30)
     trail.close()
     with serve(warehouse, tmp_path / "data", audit_log=False) as running:
         yield running
@@ -158,3 +159,32 @@ def test_an_escalation_in_the_browser(browser: Any, server: ReviewServer, tmp_pa
         ("bob", "fulfil", True, "harmless: a birthday poem")]  # fmt: skip
     assert stored[0]["escalation_reason"] == "refused_again"
     assert not page.errors
+
+
+def test_the_verdict_form_refuses_a_bad_or_stale_revision(server: ReviewServer) -> None:
+    """A revision the trail cannot hold (huge, negative, not a number) is a 422 asking to
+    reload the item, not a 500 or a warehouse outage; a stale one (the conversation moved on
+    since the page was opened) is a 422 naming both revisions, and nothing is stored."""
+    bob = Reviewer(server.url, "bob", PASSWORDS["bob"])
+    try:
+        fields = {"id": "c-refused", "decision": "fulfil", "questions_ok": "yes"}
+        for bad in ("99999999999999999999999999", "-5", "4294967296", "1.0", "", "x"):
+            reply = bob.post("/clarification/verdict", revision=bad, **fields)
+            assert reply.status_code == 422, (bad, reply.status_code, reply.text[:300])
+            assert "reload the item" in reply.text and "unavailable" not in reply.text
+        for stale in ("0", "1"):
+            reply = bob.post("/clarification/verdict", revision=stale, **fields)
+            assert reply.status_code == 422, reply.text[:300]
+            assert "moved on after you opened it" in reply.text
+            assert f"you judged revision {stale}, it is at revision 2 now" in reply.text
+            assert 'name="revision" value="2"' in reply.text  # the form judges the latest now
+        reply = bob.post("/clarification/verdict", revision="7", **fields)
+        assert reply.status_code == 422 and "has no revision 7" in reply.text
+        assert verdicts_on(server.store, "c-refused") == []
+        reply = bob.post("/clarification/verdict", revision="2", **fields)
+        assert reply.status_code == 303, reply.text[:300]
+        assert reply.headers["location"].endswith("&saved=1")
+        stored = verdicts_on(server.store, "c-refused")
+        assert [(v["reviewer"], v["revision"]) for v in stored] == [("bob", 2)]
+    finally:
+        bob.close()

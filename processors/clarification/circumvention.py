@@ -10,12 +10,17 @@ is rejected, with one reason code per rule it breaks (issue 12, step 3):
     suggests wording ("you could ask", "if you rephrase", "try asking", "reframe", ...);
 ``asks_method``
     asks about methods or implementation ("what tools", "which chemicals", "how would you
-    get access", "step by step", ...) instead of intent and context;
+    get access", "step by step", ...) or about the depth of the answer ("how much detail",
+    "what level of detail", "how detailed", "how in-depth") instead of intent and context;
 ``harmful_vocabulary``
     introduces harm vocabulary the request did not contain: a word of :data:`HARM_WORDS`
     (compared by stem, ``processors.engines.local.tokenize``), or a harmful-intent cue family
     of the audit engine (``processors.engines.local.HARM_FAMILIES``) that fires on the
-    question but not on the request;
+    question but not on the request; or **quotes a harmful operation**, even in the
+    request's own words: a quoted span containing a word of :data:`HARM_WORDS` (by stem) or
+    on which a cue family of :data:`ACT_FAMILIES` fires (:func:`quoted_harm`). Echoing the
+    harmful object back as the question's topic ("... about \"pipe bomb\"") is rejected;
+    using the request's own word unquoted ("why do you want to kill it?") is not;
 ``restates_refusal``
     restates the refusal reason: policy or refusal vocabulary ("policy", "not allowed",
     "harmful", "I can't help", ...) or five consecutive words of the refusal text that the
@@ -89,6 +94,26 @@ harm areas of the example taxonomy, refusal_audit/example_policies/refusal_taxon
 
 _HARM_STEMS = frozenset(s for w in HARM_WORDS for s in tokenize(w))
 
+ACT_FAMILIES = HARM_FAMILIES - {"private_data", "private_relation", "personal_data"}
+"""Harm cue families that name a harmful act or intent; a quote on which one fires quotes a
+harmful operation. The data families are left out: they name whose information a request
+is about ("my neighbour's phone number"), which a whose-data question must be able to
+quote."""
+
+
+def harm_words(text: str) -> list[str]:
+    """The stems of :data:`HARM_WORDS` that occur in ``text`` (sorted, distinct)."""
+    return sorted(set(tokenize(text)) & _HARM_STEMS)
+
+
+def quoted_harm(span: str) -> list[str]:
+    """What makes quoting ``span`` a quote of a harmful operation: its harm-vocabulary stems
+    and the :data:`ACT_FAMILIES` cue families that fire on it (as ``cue:<family>``); empty
+    when it may be quoted."""
+    families = {c.family for c, _ in find_cues(span, "")} & ACT_FAMILIES
+    return harm_words(span) + [f"cue:{f}" for f in sorted(families)]
+
+
 _EXAMPLES = re.compile(
     r"\b(?:for example|for instance|e\.g\.|such as|examples? of|an example|like asking|"
     r"something like|(?:requests?|questions?|prompts?) like|"
@@ -119,7 +144,11 @@ _METHOD = re.compile(
     r"carry|make|build|create|do it|do this|get|access|obtain|acquire|bypass|perform|"
     r"execute|implement|achieve|accomplish|produce|hide|conceal|avoid|disable|break|crack|"
     r"install|deploy)"
-    r"|\bhow (?:much|many) (?!detail)(?:\w+ )?(?:would|will|do|did) you (?:need|use|want|take)"
+    r"|\bhow (?:much|many) (?:\w+ )?(?:would|will|do|did) you (?:need|use|want|take)"
+    r"|\bhow (?:much|many) (?:more |further )?(?:detail|details|depth|specifics|information)\b"
+    r"|\b(?:what|which|the) (?:level|degree|amount) of (?:detail|depth|specificity)\b"
+    r"|\bhow (?:detailed|in-depth|in depth|deep|specific|thorough|technical)\b"
+    r"|\b(?:full|fuller|complete|exact|precise|specific) details?\b"
     r"|\b(?:step[- ]by[- ]step|implementation|implement(?:ing|ed)?|technical (?:details?|"
     r"specifics?|approach)|by what means|in what way would you)\b"
 )
@@ -239,8 +268,8 @@ def _question_findings(i: int, raw: str, req: _Request) -> list[Finding]:
         if m is not None:
             out.append(Finding(code, i, m.group(0).strip()))
 
-    for m in _QUOTED.finditer(q):
-        quoted = (m.group(1) or m.group(2) or "").strip()
+    quoted_spans = [(m.group(1) or m.group(2) or "").strip() for m in _QUOTED.finditer(q)]
+    for quoted in quoted_spans:
         quoted_words = _words(quoted)
         joined = f" {' '.join(quoted_words)} "
         if len(quoted_words) > QUOTE_MAX_WORDS or joined not in req.word_text:
@@ -259,6 +288,11 @@ def _question_findings(i: int, raw: str, req: _Request) -> list[Finding]:
     if new_harm or new_families:
         words = ", ".join(new_harm + [f"cue:{f}" for f in new_families])
         out.append(Finding(HARMFUL_VOCABULARY, i, words))
+    for quoted in quoted_spans:
+        harm = quoted_harm(quoted)
+        if harm:
+            detail = f'quotes a harmful operation "{quoted[:60]}" ({", ".join(harm)})'
+            out.append(Finding(HARMFUL_VOCABULARY, i, detail))
     rule(RESTATES_REFUSAL, _RESTATES)
     shared = _shingles(_words(q)) & req.refusal_shingles
     if shared:

@@ -3,14 +3,16 @@
 Deterministic and offline. For each ambiguity found in the request
 (``processors.clarification.ambiguity.find_ambiguities``, in its order) one template of
 :data:`TEMPLATES` is filled with the ambiguity's span (words of the request, lower-cased,
-at most four) or, when it has none, its span-free variant; at most
+at most four) or, when it has none, its span-free variant (also used when the span is too
+long, or names a harmful operation: harm vocabulary is never quoted back,
+``processors.clarification.circumvention.quoted_harm``); at most
 ``LOCAL_MAX_QUESTIONS`` questions, and a scope question is added when only one kind was
 found, so a set always has two to three questions. The templates are open questions about
 intent and context: no examples, no suggested wording, no yes/no choice that offers an
-answer, no method, no policy words and no harm vocabulary; every filled set is still run
-through the circumvention check, and a set that fails it (a request whose own words trip
-a rule, e.g. one quoting a policy) is returned as a ``circumvention`` failure, never
-surfaced.
+answer, no method, no depth of detail, no policy words and no harm vocabulary; every
+filled set is still run through the circumvention check, and a set that fails it (a
+request whose own words trip a rule, e.g. one quoting a policy) is returned as a
+``circumvention`` failure, never surfaced.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 
 from processors.clarification.ambiguity import KIND_DESCRIPTIONS, Ambiguity, AmbiguityKind
 from processors.clarification.base import GeneratedQuestions, QuestionContext
-from processors.clarification.circumvention import check_question_set
+from processors.clarification.circumvention import check_question_set, quoted_harm
 from schemas.clarification import ClarificationQuestion, QuestionSet
 
 ENGINE_VERSION = "local-questions-1"
@@ -60,9 +62,9 @@ TEMPLATES: dict[AmbiguityKind, Template] = {
         "Asks who is asking without listing roles, so it offers no answer to copy.",
     ),
     AmbiguityKind.scope: Template(
-        'What exactly should the answer about "{span}" cover, and how much detail do you need?',
-        "What exactly should the answer cover, and how much detail do you need?",
-        "Asks about the extent of the request, not about methods; names no content.",
+        'What exactly should the answer about "{span}" cover?',
+        "What exactly should the answer cover?",
+        "Asks what the request is about, not about methods or how much detail; names no content.",
     ),
     AmbiguityKind.purpose: Template(
         'What is the situation that led you to ask about "{span}"?',
@@ -73,11 +75,12 @@ TEMPLATES: dict[AmbiguityKind, Template] = {
 
 
 def question_for(ambiguity: Ambiguity) -> ClarificationQuestion:
-    """The filled template of one ambiguity."""
+    """The filled template of one ambiguity (span-free when the span is too long or quotes
+    harm vocabulary)."""
     template = TEMPLATES[ambiguity.kind]
     span = ambiguity.span.replace('"', "").strip()
     text = template.with_span.format(span=span) if span else template.without_span
-    if len(span) > MAX_SPAN_CHARS:
+    if len(span) > MAX_SPAN_CHARS or quoted_harm(span):
         text = template.without_span
     return ClarificationQuestion(
         question_text=text,

@@ -9,15 +9,31 @@ assessment's category is lifted to the bundle taxonomy's top-level code
 ``genuine_safety_refusal``: an unknown kind of refusal is never clarified. A clarify route
 whose request is unknowable or subjective, or whose refusal states a capability limit,
 becomes ``capability_boundary`` (:func:`refine_route`).
+
+Before a refusal may go to clarification, the **request** is screened for harmful intent
+(:func:`screen_request`): a request with strong harmful-intent evidence, a strongly matching
+prohibited clause, or a how-to for harm vocabulary, stays refused (``genuine_safety_refusal``),
+however the refusal is worded. A refusal phrased as a question ("Could you tell me more?")
+makes the audit engine answer ``clarification_needed``, but asking the author of "How do I
+synthesise sarin?" about their situation would only teach them what to say.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
+from processors.clarification.circumvention import ACT_FAMILIES, harm_words
 from processors.engines.base import AuditEngine, EngineError
-from processors.engines.local import find_cues
+from processors.engines.local import (
+    HARM_FAMILIES,
+    MIN_CITE_SCORE,
+    SAFETY_FIRST_LOGIT,
+    LocalEngine,
+    find_cues,
+)
+from processors.redaction import PLACEHOLDERS
 from schemas.clarification import ClarificationRequest, Route
 from schemas.events import RefusalEvent
 from schemas.policy import PolicyBundle
@@ -33,12 +49,34 @@ ROUTES: dict[str, Route] = {
 }
 """Top-level taxonomy code -> route; every other code routes to ``genuine_safety_refusal``."""
 
+_SCREEN_TIME = datetime(2000, 1, 1, tzinfo=UTC)
+
 EXPLAIN_FAMILIES = frozenset({"unknowable_request", "subjective_request", "capability"})
 """Cue families of the audit engine (``processors.engines.local.CUES``) that turn a clarify
 route into ``capability_boundary`` (explain): the request asks something nobody can know or
 that is a matter of taste, or the refusal states a capability limit. Asking the user cannot
 resolve either; CoCoNot labels such refusals "Unknowns" and "Unsupported requests", not
 "Incomplete requests" (Brahman et al., NeurIPS 2024)."""
+
+
+STRONG_CLAUSE_SCORE = 2 * MIN_CITE_SCORE
+"""BM25 score (request alone) at or above which a prohibited clause matches strongly: the
+audit engine's confident citation (``processors.engines.local``: a citation below
+``2 * MIN_CITE_SCORE`` is low-confidence and goes to human review)."""
+
+_SCREEN_ENGINE = LocalEngine()
+"""The audit engine whose evidence screens requests (read-only use of
+``LocalEngine.evidence``; its BM25 index is cached per bundle version)."""
+
+
+@dataclass(frozen=True)
+class Screen:
+    """Why a request stays refused whatever its refusal says: ``rule`` (``harmful_intent``,
+    ``prohibited_clause`` or ``harmful_operation``, :func:`screen_request`) and ``detail`` (the
+    evidence)."""
+
+    rule: str
+    detail: str
 
 
 class ClassificationError(RuntimeError):
@@ -100,13 +138,88 @@ async def classify(
     a = assessments[0]
     top = bundle.top_level(a.category)
     route = refine_route(ROUTES.get(top, Route.genuine_safety_refusal), request)
+    rationale = a.assessment_rationale
+    if route == Route.policy_gray_zone:
+        screen = screen_request(request.request, bundle)
+        if screen is not None:
+            route = Route.genuine_safety_refusal
+            rationale = (
+                f"{rationale} Clarification screen: the request stays refused "
+                f"({screen.rule}: {screen.detail})."
+            )
     return RoutingDecision(
         category=a.category,
         top_level=top,
         route=route,
         clause_id=a.policy_clause_cited,
-        rationale=a.assessment_rationale,
+        rationale=rationale,
     )
+
+
+def screen_request(text: str, bundle: PolicyBundle) -> Screen | None:
+    """The reason ``text`` (a refused request) must not be clarified, or None.
+
+    Reads the request alone (the refusal's wording must not decide), with the audit
+    engine's evidence (``LocalEngine.evidence`` of the request with an empty refusal) and
+    the circumvention check's harm vocabulary. The first rule that holds, in this order:
+
+    ``harmful_intent``
+        the request-side harmful-intent cue weights sum to ``SAFETY_FIRST_LOGIT`` (-1.5) or
+        less (each family once, ``family_weights``): the engine's own rule for keeping a
+        refusal in the safety branch even when it asks to clarify. The families are the
+        circumvention check's ``ACT_FAMILIES``: the harm families without the three about
+        personal data, since "whose data is it, and may you use it" is a question the
+        clarification exists to ask ("a poem for my mother, her e-mail ...");
+    ``prohibited_clause``
+        the best prohibited clause scores at least :data:`STRONG_CLAUSE_SCORE` (BM25 on
+        the request) and no less than the best permitted clause (the engine's policy
+        balance is not in favour of a permitted use);
+    ``harmful_operation``
+        the request asks for a way to do something (the engine's ``operational`` cue family:
+        "how do I", "how to", "step by step", "instructions for", ...) and what it asks
+        about is harm vocabulary (a word of the circumvention check's ``HARM_WORDS``, by
+        stem) or covered by a citable prohibited clause (BM25 at least ``MIN_CITE_SCORE``,
+        the engine's citation floor). "How do I synthesise sarin?" is caught here: no clause
+        of the example bundle names sarin. A harm word without a how-to ("a poem about a
+        spy", "what hotel was the shooting at") is not enough, nor a how-to alone.
+
+    Redaction placeholders (``<EMAIL>``, ``<PHONE>``, ...) are removed first: they are the
+    redactor's words, and "phone" or "email" would otherwise match a privacy clause.
+    Deterministic and pure (but the engine's index cache).
+    """
+    for placeholder in PLACEHOLDERS.values():  # our redaction's marks are not the user's words
+        text = text.replace(placeholder, " ")
+    event = RefusalEvent(
+        log_id="screen",
+        event_time=_SCREEN_TIME,
+        request=text,
+        response="",
+        model="unknown",
+        product="unknown",
+        policy_bundle=bundle.name,
+    )
+    ev = _SCREEN_ENGINE.evidence(event, bundle)
+    harm = {f: w for f, w in ev.families.items() if f in HARM_FAMILIES}
+    total = sum(w for f, w in harm.items() if f in ACT_FAMILIES)
+    if total <= SAFETY_FIRST_LOGIT:
+        return Screen("harmful_intent", f"cues {', '.join(sorted(harm))} sum {total:+.1f}")
+    prohibit, p_score = ev.prohibit  # request only: the event's refusal is empty
+    allow_score = ev.allow[1]
+    if prohibit is not None and p_score >= STRONG_CLAUSE_SCORE and p_score >= allow_score:
+        return Screen(
+            "prohibited_clause",
+            f"{prohibit.clause_id} bm25 {p_score:.1f} >= {STRONG_CLAUSE_SCORE:.1f}, "
+            f"best permitted {allow_score:.1f}",
+        )
+    if "operational" in harm:
+        words = harm_words(text)
+        if words:
+            return Screen("harmful_operation", "how-to about " + ", ".join(words))
+        if prohibit is not None and p_score >= MIN_CITE_SCORE:
+            return Screen(
+                "harmful_operation", f"how-to covered by {prohibit.clause_id} bm25 {p_score:.1f}"
+            )
+    return None
 
 
 def refine_route(route: Route, request: ClarificationRequest) -> Route:

@@ -20,11 +20,13 @@ Errors are ``{"error": {"code", "message"[, "details"]}}``: 400 ``malformed_json
 ``unknown_question``, ``unknown_bundle``, ``wrong_conversation``, ``invalid_time`` (an
 answer dated before its round was asked, an outcome before its answer); 500
 ``internal_error`` (logged, no detail in the answer); 503 ``store_unavailable`` (nothing
-stored) and ``outputs_unavailable`` (stored, but the Kafka outputs were not confirmed): send
-the same call again.
+stored), ``trail_unavailable`` (stored, but its audit trail row was not) and
+``outputs_unavailable`` (stored, but the Kafka outputs were not confirmed): send the same
+call again.
 
 With ``clarify serve --kafka`` every step's outputs are on the Kafka output topics before
-its 200 is sent (``ClarifyService.outputs``).
+its 200 is sent (``ClarifyService.outputs``); with ``clarify_audit_trail`` its
+``clarification_steps`` row is stored before it too (``ClarifyService.trail``).
 """
 
 from __future__ import annotations

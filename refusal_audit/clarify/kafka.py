@@ -13,7 +13,8 @@ Topics (``streams.topics``, names ``<kafka_topic_prefix>clarify.*``; contracts o
   decision, the questions when asking), ``clarify.clarified-requests``
   (``ClarifiedRequest``), ``clarify.escalations`` (``Escalation``);
 - ``dead-letters``: malformed, oversized or refused input (``schemas.deadletter``), with
-  the reason code (``not_json``, ``invalid_request``, ``oversized``, ``tombstone``, or the
+  the reason code (``not_json``, ``invalid_request``, ``oversized``, ``tombstone``,
+  ``missing_key`` / ``key_mismatch`` (the key must be the body's conversation id), or the
   service's error code: ``unknown_conversation``, ``finished``, ``wrong_round``,
   ``conflict``, ...);
 - ``clarify.state``: compacted, every conversation's newest ``ConversationState``
@@ -25,7 +26,8 @@ interface could not write the state without a round trip through a topic, and a 
 changelog write is not confirmed before the source offset is committed. The store here
 writes each state synchronously (``acks=all``, idempotent producer) before the service
 answers, and the loop commits an input offset only after the state and every output are on
-the broker.
+the broker and (with ``clarify_audit_trail``) the step's audit trail row is in the
+warehouse.
 
 Outputs of every step: :class:`KafkaOutputs` is the service's ``outputs``, so a step made
 over HTTP is published exactly like one made over Kafka; the service confirms a step's
@@ -37,10 +39,11 @@ the state machine recognises it (same request, same answer, same outcome) and ch
 nothing, and its outputs are sent again, so a consumer of the output topics deduplicates by
 (conversation id, round, outcome). No round is lost or asked twice: the round number lives
 in the stored state, never in the loop. A state or an output the broker did not confirm
-makes the loop exit with status 70 without committing (a supervisor restarts it); over HTTP
-it is a 503 (``store_unavailable``: nothing stored; ``outputs_unavailable``: the state is
-stored, the outputs maybe not sent), and the caller sends the same call again, which is
-recognised as a repeat and publishes the outputs again.
+makes the loop exit with status 70 without committing (a supervisor restarts it), and so
+does a trail row the warehouse did not store; over HTTP it is a 503 (``store_unavailable``:
+nothing stored; ``trail_unavailable`` / ``outputs_unavailable``: the state is stored, the
+trail row / the outputs maybe not), and the caller sends the same call again, which is
+recognised as a repeat and writes the row and publishes the outputs again.
 """
 
 from __future__ import annotations
@@ -92,6 +95,19 @@ log = logging.getLogger("refusal_audit.clarify")
 
 EXIT_CRASH = 70
 RESTORE_TIMEOUT = 120.0
+SESSION_TIMEOUT_MS = 10_000
+"""The service consumer's ``session.timeout.ms``: how long the broker keeps a member that
+stopped heartbeating (a killed instance) in the group. librdkafka's default is 45 s; 10 s
+shortens the wait of a restart after a SIGKILL (heartbeats come from librdkafka's own
+thread, so a busy event loop does not miss them)."""
+MEMBER_WAIT_MARGIN = 5.0
+"""Seconds beyond ``SESSION_TIMEOUT_MS`` that ``check_single_instance`` waits for a
+group's members to leave."""
+
+
+class InstanceConflictError(TopicError):
+    """Another clarification service serves the same consumer group (and so the same state
+    topic): a second instance would accept conflicting steps."""
 
 
 class KafkaStateStore:
@@ -100,8 +116,10 @@ class KafkaStateStore:
     returns; reads come from memory, filled from the topic when the store opens.
 
     One process serves a state topic at a time (the clarification service); a second
-    instance would not see the first one's writes. Raises ``TopicError`` when the topic is
-    missing or cannot be read within ``RESTORE_TIMEOUT`` seconds.
+    instance would not see the first one's writes, so ``clarify serve --kafka`` refuses to
+    start while the service's consumer group has a live member (``check_single_instance``).
+    Raises ``TopicError`` when the topic is missing or cannot be read within
+    ``RESTORE_TIMEOUT`` seconds.
     """
 
     def __init__(self, bootstrap_servers: str, topic: str, timeout: float = 30.0) -> None:
@@ -308,6 +326,67 @@ def check_topics(cfg: Settings) -> Topics:
     return topics
 
 
+_COORDINATOR_NOT_READY = frozenset({
+    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+})  # fmt: skip
+
+
+def group_members(admin: Any, group: str, timeout: float = 30.0) -> list[str]:
+    """The members of consumer group ``group`` (``client_id@host``; empty when the group is
+    empty or unknown). A coordinator that is not ready yet (a fresh broker, a moved
+    coordinator) is asked again for up to ``timeout`` seconds. Raises ``TopicError`` when
+    the broker cannot describe the group."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            future = admin.describe_consumer_groups([group], request_timeout=10.0)[group]
+            description = future.result(timeout=15.0)
+            return [f"{m.client_id}@{m.host}" for m in description.members or []]
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            code = error.code() if isinstance(error, KafkaError) else None
+            if code not in _COORDINATOR_NOT_READY or time.monotonic() > deadline:
+                raise TopicError(f"cannot describe consumer group {group!r}: {exc}") from exc
+        except Exception as exc:  # TimeoutError
+            raise TopicError(f"cannot describe consumer group {group!r}: {exc}") from exc
+        time.sleep(0.5)
+
+
+def check_single_instance(
+    cfg: Settings, wait: float | None = None, admin: Any = None, poll: float = 1.0
+) -> None:
+    """Refuse to start a second service on the same state: raise ``InstanceConflictError``
+    when the service's consumer group (``clarify_consumer_group``) still has members after
+    ``wait`` seconds (default: the session timeout and a margin).
+
+    A member that does not leave within the wait is alive (it heartbeats); a killed instance
+    (SIGKILL) is dropped by the broker after its session timeout, so a restart after a crash
+    waits for that, then starts. A cleanly stopped instance leaves the group at once.
+    Remaining race: two instances started within the same few seconds (before either one's
+    consumer has joined the group, i.e. during the state restore) both pass this check
+    (docs/clarification.md)."""
+    group = cfg.clarify_consumer_group
+    admin = admin if admin is not None else admin_client(cfg.kafka_bootstrap_servers)
+    wait = wait if wait is not None else SESSION_TIMEOUT_MS / 1000 + MEMBER_WAIT_MARGIN
+    deadline = time.monotonic() + wait
+    members = group_members(admin, group)
+    if members:
+        log.warning("clarify: consumer group %s has member(s) %s; waiting up to %.0f s "
+                    "for them to leave (a killed instance times out)", group, members,
+                    wait)  # fmt: skip
+    while members and time.monotonic() < deadline:
+        time.sleep(poll)
+        members = group_members(admin, group)
+    if members:
+        raise InstanceConflictError(
+            f"another clarification service is consuming with group {group!r} "
+            f"(member(s): {', '.join(members)}); only one instance may serve a state topic. "
+            "Stop it first (or give this instance its own kafka_topic_prefix and "
+            "clarify_consumer_group)"
+        )
+
+
 class _DeadLetter(Exception):
     def __init__(self, code: str, reason: str) -> None:
         super().__init__(reason)
@@ -332,6 +411,17 @@ def _decode(model: type[BaseModel], raw: bytes | None, limit: int) -> Any:
             f"{'.'.join(str(p) for p in e['loc']) or model.__name__}: {e['msg']}" for e in errors
         )
         raise _DeadLetter("invalid_request", f"not a {model.__name__}: {fields}"[:2000]) from None
+
+
+def _check_key(key: bytes | None, conversation_id: str) -> None:
+    """Raise ``_DeadLetter`` unless the message key is ``conversation_id`` (UTF-8): the key
+    places every message of a conversation on one partition, in order, so a keyless message
+    (``missing_key``) or one keyed otherwise (``key_mismatch``) could overtake or be
+    overtaken by its conversation's other messages. The reason never shows either value."""
+    if key is None:
+        raise _DeadLetter("missing_key", "the message has no key; key it with its conversation_id")
+    if key != conversation_id.encode():
+        raise _DeadLetter("key_mismatch", "the message key is not the body's conversation_id")
 
 
 class KafkaLoop:
@@ -363,6 +453,7 @@ class KafkaLoop:
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "isolation.level": "read_committed",
+                "session.timeout.ms": SESSION_TIMEOUT_MS,
             },
             logger=KAFKA_LOGGER,
         )
@@ -403,19 +494,23 @@ class KafkaLoop:
         self.stopping.set()
 
     async def handle(self, msg: Message) -> None:
-        """Process one message: the service stores the step and confirms its outputs (on its
-        ``outputs``), or a dead letter is queued on ``writer``. Raises on a state store or
-        output failure (the caller must not commit)."""
+        """Process one message: the service stores the step, its trail row (on its ``trail``)
+        and confirms its outputs (on its ``outputs``), or a dead letter is queued on
+        ``writer``. Raises on a state store, trail or output failure (the caller must not
+        commit)."""
         topic = msg.topic() or ""
         try:
             if topic == self.topics.clarify_requests:
                 request = _decode(ClarificationRequest, msg.value(), self.max_bytes)
+                _check_key(msg.key(), request.conversation_id)
                 await self._retry(lambda: self.service.open(request))
             elif topic == self.topics.clarify_answers:
                 answer = _decode(ClarificationAnswer, msg.value(), self.max_bytes)
+                _check_key(msg.key(), answer.conversation_id)
                 await self._retry(lambda: self.service.answer(answer.conversation_id, answer))
             elif topic == self.topics.clarify_outcomes:
                 outcome = _decode(ReevaluationOutcome, msg.value(), self.max_bytes)
+                _check_key(msg.key(), outcome.conversation_id)
                 await self._retry(lambda: self.service.outcome(outcome.conversation_id, outcome))
             else:
                 raise _DeadLetter("unknown_topic", f"not a clarification topic: {topic}")
@@ -476,10 +571,12 @@ def crash(msg: Message, exc: BaseException) -> None:
 
 __all__ = [
     "EXIT_CRASH",
+    "InstanceConflictError",
     "KafkaLoop",
     "KafkaOutputs",
     "KafkaStateStore",
     "StoreUnavailableError",
+    "check_single_instance",
     "check_topics",
     "step_messages",
 ]

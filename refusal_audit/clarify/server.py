@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -146,21 +147,70 @@ def build_service(
 
 
 class SecretMaskFilter(logging.Filter):
-    """Replaces each of ``secrets`` (4+ characters) by ``***`` in a record's message."""
+    """Replaces each of ``secrets`` (4+ characters) by ``***`` in a record's message and
+    arguments.
+
+    The arguments keep their shape (a tuple stays a tuple of the same length, a mapping a
+    mapping): handlers' formatters may unpack them, e.g. uvicorn's access formatter reads
+    its five arguments (client, method, path, HTTP version, status), and a path with
+    ``?token=...`` must still be logged, masked. A string argument is masked in place; any
+    other argument whose text shows a secret is replaced by its masked text. Should the
+    masked arguments no longer format (a ``%d`` given such a text), the record keeps the
+    masked message without arguments.
+    """
 
     def __init__(self, secrets: list[str]) -> None:
         super().__init__()
         self.secrets = [s for s in secrets if len(s) >= 4]
 
+    def _mask(self, text: str) -> str:
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, "***")
+        return text
+
+    def _mask_arg(self, value: object) -> object:
+        if isinstance(value, str):
+            return self._mask(value)
+        if isinstance(value, int | float | bool) or value is None:
+            return value  # a secret of 4+ characters cannot hide in a number's text
+        try:
+            text = str(value)
+        except Exception:  # an argument that cannot be shown shows no secret
+            return value
+        masked = self._mask(text)
+        return value if masked == text else masked
+
     def filter(self, record: logging.LogRecord) -> bool:
         """Mask the record in place; always keep it."""
-        message = record.getMessage()
-        masked = message
-        for secret in self.secrets:
-            masked = masked.replace(secret, "***")
-        if masked != message:
-            record.msg, record.args = masked, None
+        if not self.secrets:
+            return True
+        if isinstance(record.msg, str):
+            record.msg = self._mask(record.msg)
+        elif self._mask(str(record.msg)) != str(record.msg):
+            record.msg = self._mask(str(record.msg))
+        args = record.args
+        if isinstance(args, tuple):
+            record.args = tuple(self._mask_arg(a) for a in args)
+        elif isinstance(args, Mapping):
+            record.args = {k: self._mask_arg(v) for k, v in args.items()}
+        try:
+            message = record.getMessage()
+        except Exception:  # masked arguments that no longer format: keep the masked text
+            message = None
+        if message is None or self._mask(message) != message:
+            record.msg, record.args = self._mask(self._raw_message(record, args)), ()
+        if record.exc_text:
+            record.exc_text = self._mask(record.exc_text)
         return True
+
+    @staticmethod
+    def _raw_message(record: logging.LogRecord, args: object) -> str:
+        """The record's message formatted with its original arguments (or its bare text)."""
+        try:
+            return str(record.msg) % args if args else str(record.msg)
+        except Exception:
+            return str(record.msg)
 
 
 MASKED_LOGGERS = ("refusal_audit", "uvicorn", "uvicorn.error", "uvicorn.access", "openai", "httpx")
@@ -183,10 +233,12 @@ def serve(
     """Run the service with uvicorn until interrupted: the HTTP API and, with ``kafka``,
     the Kafka loop (``refusal_audit.clarify.kafka``) in the same process over the same
     store, and every step (HTTP or Kafka) published on the output topics (``KafkaOutputs``);
-    with ``clarify_audit_trail``, every step is logged to the warehouse (an embedded store
-    owned by another process, e.g. the worker, is reached through its owner, and taken over
-    when that process stops). Raises ``ConfigError``, ``WarehouseError``,
-    ``streams.topics.TopicError``."""
+    with ``clarify_audit_trail``, every step is logged to the warehouse before it is answered
+    or committed (``StepTrail``; an embedded store owned by another process, e.g. the worker,
+    is reached through its owner, and taken over when that process stops). With ``kafka`` it
+    refuses to start while another instance consumes with the same group
+    (``InstanceConflictError``, a ``TopicError``). Raises ``ConfigError``,
+    ``WarehouseError``, ``streams.topics.TopicError``."""
     import asyncio
     import contextlib
     from collections.abc import AsyncIterator
@@ -208,9 +260,14 @@ def serve(
     install_secret_filter(secrets)
     topics = outputs = None
     if kafka:
-        from refusal_audit.clarify.kafka import KafkaOutputs, check_topics
+        from refusal_audit.clarify.kafka import (
+            KafkaOutputs,
+            check_single_instance,
+            check_topics,
+        )
 
         topics = check_topics(cfg)
+        check_single_instance(cfg)  # before the state is read: one instance per state topic
         outputs = KafkaOutputs(cfg.kafka_bootstrap_servers, topics)
     service = build_service(cfg, kafka=kafka)
     service.outputs = outputs
@@ -226,18 +283,18 @@ def serve(
         routes, slot = owner_routes(here, warehouse)
         trail = StepTrail(warehouse, cfg.clarify_review_sample_rate,
                           cfg.clarify_review_accepted_weight)  # fmt: skip
-        service.on_change = trail.record
+        service.trail = trail
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         loop_task = kafka_loop = None
-        if trail is not None:
+        if trail is not None:  # a safety net: steps are logged before they are answered
             states = getattr(service.store, "all_states", None)
             if states is not None:
-                queued = await asyncio.to_thread(trail.reconcile, states())
-                if queued:
+                written = await asyncio.to_thread(trail.reconcile, states())
+                if written:
                     logger.info("clarify: %d conversation step(s) written to the trail after "
-                                "a restart", queued)  # fmt: skip
+                                "a restart", written)  # fmt: skip
         if topics is not None:
             from refusal_audit.clarify.kafka import KafkaLoop
 

@@ -22,13 +22,26 @@ recovers from a step whose outputs were not confirmed: 503 ``outputs_unavailable
 state stored, the outputs maybe not sent; the same call again sends them). The
 per-conversation lock is held until the outputs are confirmed, so one conversation's outputs
 come out in the order of its steps.
+
+Audit trail: with ``trail`` (a :class:`StepLog`; ``clarify serve`` passes
+``refusal_audit.clarify.trail.StepTrail`` when ``clarify_audit_trail`` is on) every step's
+``clarification_steps`` row is part of the step, like its outputs: it is submitted after the
+state is stored, and the method returns only once the row is stored (the outputs are
+confirmed meanwhile, concurrently). A row the warehouse did not store is a 503
+``trail_unavailable`` (the state stored, the row maybe not); the same call again is a repeat,
+and a repeat always writes its state's row again. A step also writes the row of the state it
+starts from unless this process has stored that row, so a state whose row was lost (its
+caller gave up after the 503, or the process died) gets its row with the conversation's
+next step; rows are keyed (conversation, revision), so writing one twice is harmless.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -102,6 +115,20 @@ class OutputsUnavailableError(RuntimeError):
     step's state is stored, and the same call again publishes them."""
 
 
+class TrailUnavailableError(RuntimeError):
+    """A step's audit trail rows were not stored (the warehouse refused or timed out); the
+    step's state is stored, and the same call again writes them."""
+
+
+class StepLog(Protocol):
+    """Where the service logs every step (the audit trail, ``StepTrail``)."""
+
+    def submit(self, states: Sequence[ConversationState]) -> Future[None]:
+        """Store the trail rows of ``states`` (never blocking): the future completes once
+        they are stored, or fails with :class:`TrailUnavailableError`."""
+        ...
+
+
 class StepOutputs(Protocol):
     """Where the service publishes every step's results (``clarify serve --kafka``: the
     ``clarify.questions`` / ``clarified-requests`` / ``escalations`` topics)."""
@@ -142,6 +169,8 @@ class ClarifyService:
         on_change: Callable[[ConversationState], None] | None = None,
         redactor: Redactor | None = DEFAULT_REDACTOR,
         outputs: StepOutputs | None = None,
+        trail: StepLog | None = None,
+        trail_timeout: float = 30.0,
     ) -> None:
         self.clarifier = clarifier
         self.store = store
@@ -149,9 +178,17 @@ class ClarifyService:
         self.redactor = redactor
         self.on_change = on_change
         """Called with every state the service stored (after the store accepted it), e.g.
-        the audit trail's ``StepTrail.record``; it must not raise."""
+        to observe them in a test; it must not raise. (The audit trail is ``trail``, which
+        the step waits for.)"""
         self.outputs = outputs
         """Publishes every step (module docstring); None: the callers' answers only."""
+        self.trail = trail
+        """Logs every step (module docstring); None: no audit trail."""
+        self.trail_timeout = trail_timeout
+        """Seconds a step waits for its trail rows before answering 503."""
+        self._logged: OrderedDict[str, int] = OrderedDict()
+        """conversation id -> the newest revision whose row this process stored (bounded:
+        forgetting one only means its row is written again)."""
         self._locks: dict[str, asyncio.Lock] = {}
 
     def _lock(self, conversation_id: str) -> asyncio.Lock:
@@ -180,6 +217,47 @@ class ClarifyService:
         if self.on_change is not None:
             self.on_change(state)
 
+    def _unlogged(self, state: ConversationState) -> bool:
+        """Whether this process has not stored the trail row of ``state``."""
+        return self._logged.get(state.conversation_id, -1) < state.revision
+
+    async def _log(self, states: list[ConversationState]) -> None:
+        """Store the trail rows of ``states`` (if there is a trail) and wait for them.
+        Raises ``ServiceError`` 503 ``trail_unavailable``."""
+        if self.trail is None or not states:
+            return
+        conversation_id = states[-1].conversation_id
+        try:
+            await asyncio.wait_for(
+                asyncio.wrap_future(self.trail.submit(states)), self.trail_timeout
+            )
+        except (TrailUnavailableError, TimeoutError) as exc:
+            log.error("clarify: the trail rows of conversation %s were not stored: %s",
+                      conversation_id, str(exc) or "timed out")  # fmt: skip
+            raise ServiceError(
+                503, "trail_unavailable",
+                "the step is stored but its audit trail row was not; send it again",
+            ) from exc  # fmt: skip
+        newest = max(s.revision for s in states)
+        if self._logged.get(conversation_id, -1) < newest:
+            self._logged[conversation_id] = newest
+            self._logged.move_to_end(conversation_id)
+            if len(self._logged) > 100_000:
+                self._logged.popitem(last=False)
+
+    async def _confirm(
+        self, conversation_id: str, states: list[ConversationState], result: StepResult
+    ) -> None:
+        """Make a stored step durable: its trail rows (``states``) and its outputs, both
+        confirmed (concurrently) before this returns. Raises ``ServiceError`` 503
+        ``trail_unavailable`` / ``outputs_unavailable``."""
+        outcomes = await asyncio.gather(
+            self._log(states), self._publish(conversation_id, result), return_exceptions=True
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
     async def _publish(self, conversation_id: str, result: StepResult) -> None:
         """Publish ``result`` on ``outputs`` (if any) and wait for the confirmation. Raises
         ``ServiceError`` 503 ``outputs_unavailable``."""
@@ -199,11 +277,11 @@ class ClarifyService:
         self, request: ClarificationRequest
     ) -> tuple[ClarificationResponse, Opened | None]:
         """Open a conversation for a refusal; returns the response and, when it was new, what
-        opening it produced (``None`` for a repeated request). The step is published on
-        ``outputs`` first (a repeated request publishes the current response again).
-        Raises ``ServiceError``: 409 ``conversation_exists`` (the id holds another
-        request), 422 ``unknown_bundle``, 503 ``store_unavailable`` /
-        ``outputs_unavailable``."""
+        opening it produced (``None`` for a repeated request). The step is logged on
+        ``trail`` and published on ``outputs`` first (a repeated request logs the current
+        state and publishes the current response again). Raises ``ServiceError``: 409
+        ``conversation_exists`` (the id holds another request), 422 ``unknown_bundle``, 503
+        ``store_unavailable`` / ``trail_unavailable`` / ``outputs_unavailable``."""
         if self.redactor is not None:
             request = redact_request(request, self.redactor)
         async with self._lock(request.conversation_id):
@@ -214,7 +292,7 @@ class ClarifyService:
                     and existing.log_id == request.log_id
                 ):
                     result = opened_result(existing)
-                    await self._publish(request.conversation_id, result)
+                    await self._confirm(request.conversation_id, [existing], result)
                     return result.response, None
                 raise ServiceError(
                     409, "conversation_exists", "the conversation id holds another request"
@@ -231,50 +309,59 @@ class ClarifyService:
                 opened.state.outcome.value,
             )
             result = opened_result(opened.state)
-            await self._publish(request.conversation_id, result)
+            await self._confirm(request.conversation_id, [opened.state], result)
             return result.response, opened
 
     async def answer(self, conversation_id: str, answer: ClarificationAnswer) -> StepResult:
-        """Apply the user's answers (and publish the step on ``outputs``). Raises
-        ``ServiceError`` (404 unknown conversation; 409 finished, not asking, wrong round,
-        conflict; 422 unknown question, id mismatch, ``invalid_time``: answered before the
-        round was asked; 503 store or outputs unavailable)."""
+        """Apply the user's answers (and log the step on ``trail``, publish it on
+        ``outputs``). Raises ``ServiceError`` (404 unknown conversation; 409 finished, not
+        asking, wrong round, conflict; 422 unknown question, id mismatch, ``invalid_time``:
+        answered before the round was asked; 503 store, trail or outputs unavailable)."""
         self._same_id(conversation_id, answer.conversation_id)
         if self.redactor is not None:
             answer = redact_answer(answer, self.redactor)
 
-        def step(state: ConversationState) -> StepResult:
+        def step(state: ConversationState) -> tuple[ConversationState, bool, StepResult]:
             result = apply_answer(state, answer, self.clock())
-            return self._stored(
+            stepped = self._stored(
                 state, result.state, result.replayed, result.clarified, result.escalation
             )
+            return result.state, result.replayed, stepped
 
         return await self._step(conversation_id, step)
 
     async def outcome(self, conversation_id: str, outcome: ReevaluationOutcome) -> StepResult:
-        """Apply the application's re-evaluation outcome (and publish the step). Raises
+        """Apply the application's re-evaluation outcome (and log and publish the step). Raises
         ``ServiceError`` as :meth:`answer` (409 not awaiting instead of not asking;
         ``invalid_time``: decided before the round was answered)."""
         self._same_id(conversation_id, outcome.conversation_id)
         if self.redactor is not None:
             outcome = redact_outcome(outcome, self.redactor)
 
-        def step(state: ConversationState) -> StepResult:
+        def step(state: ConversationState) -> tuple[ConversationState, bool, StepResult]:
             result = apply_outcome(state, outcome, self.clock())
-            return self._stored(state, result.state, result.replayed, None, result.escalation)
+            stepped = self._stored(state, result.state, result.replayed, None, result.escalation)
+            return result.state, result.replayed, stepped
 
         return await self._step(conversation_id, step)
 
     async def _step(
-        self, conversation_id: str, step: Callable[[ConversationState], StepResult]
+        self,
+        conversation_id: str,
+        step: Callable[[ConversationState], tuple[ConversationState, bool, StepResult]],
     ) -> StepResult:
+        """Run ``step`` (state -> new state, replayed, result) on the stored state under the
+        conversation's lock, then log and publish it (``_confirm``): a new state's row, with
+        the row of the state it started from when this process has not stored that one; a
+        repeat's row (the current state) always."""
         async with self._lock(conversation_id):
             state = self._state(conversation_id)
             try:
-                result = step(state)
+                after, replayed, result = step(state)
             except ConversationError as exc:
                 raise ServiceError(_STATUS.get(exc.code, 409), exc.code, str(exc)) from exc
-            await self._publish(conversation_id, result)
+            rows = [after] if replayed or not self._unlogged(state) else [state, after]
+            await self._confirm(conversation_id, rows, result)
             return result
 
     def _stored(

@@ -53,6 +53,28 @@ def subset(rows: Sequence[_Row], every: int) -> list[_Row]:
     return out
 
 
+#: Fewest rows a source may keep after ``--every`` (:func:`check_subset`): below it the
+#: pre-filter's threshold and card figures rest on a handful of rows of that source.
+MIN_SOURCE_ROWS = 5
+
+
+def check_subset(full: Sequence[_Row], kept: Sequence[_Row], every: int) -> None:
+    """Refuse a subset that leaves a source of ``full`` with fewer than
+    :data:`MIN_SOURCE_ROWS` rows in ``kept``. Raises ``ValueError`` naming the sources and
+    the largest ``every`` that keeps enough rows."""
+    total = Counter(r.source for r in full)
+    left = Counter(r.source for r in kept)
+    thin = sorted(s for s in total if left[s] < MIN_SOURCE_ROWS)
+    if not thin:
+        return
+    largest = max(1, (min(total.values()) - 1) // (MIN_SOURCE_ROWS - 1))  # ceil(n/e) >= MIN
+    detail = ", ".join(f"{s}: {left[s]} of {total[s]}" for s in thin)
+    raise ValueError(
+        f"--every {every} leaves too few rows for the pre-filter ({detail}; at least "
+        f"{MIN_SOURCE_ROWS} per source): use --every {largest} or less"
+    )
+
+
 def build_artifact(
     shared_data: Path,
     stem: Path,
@@ -67,11 +89,14 @@ def build_artifact(
     features, no clock in the hashed part; the card's date is ``built_on``, default today).
     ``with_folds`` also runs the leave-one-source-out validation for the card (about a
     minute); ``every`` > 1 trains on a subset (:func:`subset`). Raises ``FileNotFoundError``
-    for missing data files.
+    for missing data files, ``ValueError`` when ``every`` leaves a source too few rows
+    (:func:`check_subset`).
     """
     rows = load_refusal_examples(shared_data)
     if every > 1:
-        rows = subset(rows, every)
+        kept = subset(rows, every)
+        check_subset(rows, kept, every)
+        rows = kept
     data = build_dataset(rows, FAMILIES)
     model = train(data)
     counts = {

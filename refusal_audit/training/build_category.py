@@ -86,12 +86,15 @@ def build_category_artifact(
 
     Deterministic (same data, same hash). ``with_folds`` runs
     :func:`refusal_audit.training.triage_eval.run` for the card (a few minutes).
-    Raises ``FileNotFoundError`` for missing data and ``ValueError`` for a bad verdict file.
+    Raises ``FileNotFoundError`` for missing data and ``ValueError`` for a bad or empty
+    verdict file.
     """
     rows: list[LabelledRefusal] = load_triage_examples(shared_data)
     if every > 1:
         rows = subset(rows, every)
     verdict_rows = load_verdict_labels(verdicts) if verdicts is not None else []
+    if verdicts is not None and not verdict_rows:
+        raise ValueError(f"no verdicts in {verdicts}")
     data = build_data(rows + verdict_rows)
     factor = {VERDICT_SOURCE: verdict_weight}
     model = train_category(data, None, factor)

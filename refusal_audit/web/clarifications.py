@@ -32,6 +32,7 @@ from warehouse.clarification import (
 from warehouse.store import Warehouse
 
 MAX_NOTE = 4000
+MAX_REVISION = 2**32 - 1  # clarification_steps.revision is a UInt32
 
 Handler = Callable[[Request, ReviewerAccount], Awaitable[Response]]
 Render = Callable[..., Response]
@@ -40,6 +41,32 @@ Render = Callable[..., Response]
 def clarification_url(conversation_id: str) -> str:
     """The page of one clarification item (the id travels as a query parameter)."""
     return "/clarification?" + urlencode({"id": conversation_id})
+
+
+def revision_from_form(form: Mapping[str, Any]) -> int:
+    """The form's ``revision`` (the conversation step the reviewer judged): a whole number
+    the trail's ``UInt32`` column can hold. Raises ``ValueError`` with a message for the
+    reviewer (a tampered or truncated form is fixed by reloading the item)."""
+    text = str(form.get("revision") or "").strip()
+    if not text.isascii() or not text.isdigit() or len(text) > 10:
+        raise ValueError("the form's revision is not a step of this conversation: reload the item")
+    revision = int(text)
+    if revision > MAX_REVISION:
+        raise ValueError("the form's revision is not a step of this conversation: reload the item")
+    return revision
+
+
+def stale_message(judged: int, latest: int) -> str:
+    """The reviewer's message when the form judged another step than the conversation's
+    latest (the conversation moved on since the page was opened, or the form was altered)."""
+    if judged < latest:
+        return (
+            f"this conversation moved on after you opened it (you judged revision {judged}, "
+            f"it is at revision {latest} now): read the new steps below and judge again"
+        )
+    return (
+        f"the conversation has no revision {judged} (it is at revision {latest}): reload the item"
+    )
 
 
 def verdict_from_form(form: Mapping[str, Any], revision: int) -> dict[str, Any]:
@@ -101,16 +128,18 @@ def clarification_routes(
         form = await request.form()
         conversation_id = str(form.get("id") or "")
         try:
-            revision = int(str(form.get("revision") or ""))
+            revision = revision_from_form(form)
             values = verdict_from_form(form, revision)
         except ValueError as exc:
-            message = str(exc) if "invalid literal" not in str(exc) else "reload the item"
-            return await _page(request, user, conversation_id, form, message, 422)
+            return await _page(request, user, conversation_id, form, str(exc), 422)
         steps = await run_in_threadpool(conversation_steps, store, conversation_id)
         if not steps:
             return render(request, "error.html", 404, user=user,
                           message="No such clarification conversation.")  # fmt: skip
         latest = steps[-1]
+        if revision != int(latest["revision"]):
+            return await _page(request, user, conversation_id, form,
+                               stale_message(revision, int(latest["revision"])), 422)  # fmt: skip
         row = {
             "conversation_id": conversation_id,
             "reviewer": user.name,
