@@ -2,7 +2,7 @@
 
 Pure and deterministic: the standard library's :mod:`re` and :mod:`ipaddress` only, no I/O.
 
-Kinds (the names of ``RedactionKind`` in :mod:`refusal_audit.config`) and their placeholders:
+Kinds (the names of ``RedactionKind`` below) and their placeholders:
 
 ============  ===============  ==============================================================
 kind          placeholder      what is detected
@@ -67,9 +67,20 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Literal
 
-from refusal_audit.config import ALL_REDACTION_KINDS
 from schemas.events import RefusalEvent
+
+RedactionKind = Literal["email", "phone", "card", "gov_id", "ip", "address"]
+#: Every kind, in the order they are listed (the default of the setting ``redaction_kinds``).
+ALL_REDACTION_KINDS: tuple[RedactionKind, ...] = (
+    "email",
+    "phone",
+    "card",
+    "gov_id",
+    "ip",
+    "address",
+)
 
 PLACEHOLDERS: dict[str, str] = {
     "email": "<EMAIL>",

@@ -11,13 +11,14 @@
   and the suite;
 - :func:`read_events` / :func:`read_plan` / :func:`plan_from_events`: the A/B inputs.
 
-The suite interface (command now; an HTTP endpoint takes the same JSON as a POST body and
-answers with the same JSON, a later step): the command is started without a shell, gets one
-``schemas.calibration.SuiteInput`` JSON object on stdin and must print one
-``schemas.calibration.SuiteVerdict`` JSON object (``{"verdict": "pass"|"fail",
+The suite interface: a command (:class:`CommandSuite`, ``calibrate_suite_command``) is
+started without a shell, gets one ``schemas.calibration.SuiteInput`` JSON object on stdin and
+must print one ``schemas.calibration.SuiteVerdict`` JSON object (``{"verdict": "pass"|"fail",
 "reasons": [...], "detail": "..."}``) on stdout and exit 0, within
-``calibrate_suite_timeout_seconds``. Anything else (a timeout, another exit status, output
-that is not a verdict) fails the variant closed with ``suite_error``.
+``calibrate_suite_timeout_seconds``; an HTTP endpoint (:class:`HttpSuite`,
+``calibrate_suite_url``) gets the same object as a POST body and answers with the same verdict
+and status 200. Anything else (a timeout, another exit status or HTTP status, an answer that
+is not a verdict) fails the variant closed with ``suite_error``.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ import os
 import subprocess
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 from pydantic import ValidationError
 
@@ -171,17 +173,60 @@ class CommandSuite:
         if done.returncode != 0:
             tail = done.stderr.decode("utf-8", "replace").strip()[-200:]
             return None, f"suite command exited {done.returncode}: {tail}"
-        out = done.stdout.strip()
-        if len(out) > MAX_SUITE_OUTPUT_BYTES:
-            return None, "suite answer too long"
+        return _verdict(done.stdout)
+
+
+def _verdict(body: bytes) -> tuple[SuiteVerdict | None, str | None]:
+    out = body.strip()
+    if len(out) > MAX_SUITE_OUTPUT_BYTES:
+        return None, "suite answer too long"
+    try:
+        return SuiteVerdict.model_validate_json(out), None
+    except ValidationError as exc:
+        return None, f"suite answer is not a verdict: {_fields(exc)}"
+
+
+@dataclass(frozen=True)
+class HttpSuite:
+    """A team's suite as an HTTP endpoint (module docstring): ``url``, ``timeout`` seconds
+    per variant, an optional bearer ``token`` (never logged)."""
+
+    url: str
+    timeout: float
+    token: str | None = field(default=None, repr=False)
+
+    def check(self, suite_input: SuiteInput) -> tuple[SuiteVerdict | None, str | None]:
+        """POST one variant: ``(verdict, None)``, or ``(None, error)`` when the endpoint
+        timed out, could not be reached, answered another status than 200, or no verdict."""
+        headers = {"content-type": "application/json", "user-agent": "refusal-audit-suite"}
+        if self.token:
+            headers["authorization"] = f"Bearer {self.token}"
         try:
-            return SuiteVerdict.model_validate_json(out), None
-        except ValidationError as exc:
-            return None, f"suite answer is not a verdict: {_fields(exc)}"
+            answer = httpx.post(
+                self.url, content=suite_input.model_dump_json().encode("utf-8"),
+                headers=headers, timeout=self.timeout, follow_redirects=False,
+            )  # fmt: skip
+        except httpx.TimeoutException:
+            return None, f"suite endpoint timed out after {self.timeout:g} s"
+        except httpx.HTTPError as exc:
+            return None, f"suite endpoint unreachable: {type(exc).__name__}"
+        if answer.status_code != 200:
+            return None, f"suite endpoint answered HTTP {answer.status_code}"
+        return _verdict(answer.content)
 
 
-def build_suite(cfg: Settings) -> CommandSuite | None:
-    """The configured suite command, or None."""
+Suite = CommandSuite | HttpSuite
+"""A team's regression suite: a command or an HTTP endpoint, with the same JSON in and out."""
+
+
+def build_suite(cfg: Settings) -> Suite | None:
+    """The configured suite (``calibrate_suite_command`` or ``calibrate_suite_url``), or None."""
+    if cfg.calibrate_suite_url:
+        token = cfg.calibrate_suite_token
+        return HttpSuite(
+            cfg.calibrate_suite_url, cfg.calibrate_suite_timeout_seconds,
+            token.get_secret_value() if token is not None else None,
+        )  # fmt: skip
     if not cfg.calibrate_suite_command:
         return None
     return CommandSuite(tuple(cfg.calibrate_suite_command), cfg.calibrate_suite_timeout_seconds)
@@ -191,7 +236,7 @@ def run_with_suite(
     run: CalibrationRun,
     bundle: PolicyBundle,
     request: CalibrationRequest,
-    suite: CommandSuite | None,
+    suite: Suite | None,
 ) -> CalibrationRun:
     """``run`` with the suite's verdict on each variant (unchanged without a suite or
     variants)."""

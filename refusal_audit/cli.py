@@ -13,7 +13,13 @@ import orjson
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from refusal_audit import cli_alerts, cli_calibrate, cli_clarify, cli_review, cli_train
+from refusal_audit import (
+    cli_alerts,
+    cli_calibrate,
+    cli_clarify,
+    cli_review,
+    cli_train,
+)
 from refusal_audit.batch import BatchOptions, run_batch
 from refusal_audit.cli_common import (
     EXIT_FAILURES,
@@ -369,8 +375,8 @@ def worker(
     loglevel: str = typer.Option("info", help="Log level (logs are JSON lines on stderr)."),
 ) -> None:
     """Run the streaming worker: consume refusal events, audit them, store and publish."""
+    from refusal_audit.worker.worker import run_worker
     from streams.topics import TopicError
-    from streams.worker import run_worker
 
     cfg = settings()
     try:
@@ -393,8 +399,8 @@ def produce(
 ) -> None:
     """Replay log files into the input topic (key: conversation id, else log id)."""
     from refusal_audit.batch import file_source
+    from refusal_audit.replay import replay
     from streams.producer import TopicWriter, make_producer
-    from streams.replay import replay
     from streams.topics import TopicError, Topics, admin_client, require_topic
 
     cfg = settings()
@@ -445,6 +451,10 @@ app.add_typer(alerts_app, name="alerts")
 app.add_typer(cli_clarify.clarify_app, name="clarify")
 app.add_typer(cli_calibrate.calibrate_app, name="calibrate")
 app.add_typer(cli_calibrate.ab_app, name="ab")
+# imported for their side effect: they register more commands on calibrate_app and ab_app
+import refusal_audit.cli_calibrate_kafka  # noqa: E402
+import refusal_audit.cli_calibrate_store  # noqa: E402, F401
+
 alerts_app.command("list")(cli_alerts.alerts_list)
 alerts_app.command("evaluate")(cli_alerts.alerts_evaluate)
 

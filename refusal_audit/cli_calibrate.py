@@ -11,12 +11,21 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from refusal_audit.cli_common import EXIT_FAILURES, as_utc, console, err, fail_usage, settings
+from refusal_audit.cli_common import (
+    EXIT_FAILURES,
+    as_utc,
+    console,
+    err,
+    fail_usage,
+    open_store,
+    settings,
+)
 from refusal_audit.config import ConfigError
 
 calibrate_app = typer.Typer(
@@ -31,8 +40,24 @@ ab_app = typer.Typer(
 
 @calibrate_app.command("run")
 def calibrate_run(
-    file: Path = typer.Option(
-        ..., "--file", help="JSONL of calibration requests (schemas/json/calibration_request)."
+    file: Path | None = typer.Option(
+        None, "--file", help="JSONL of calibration requests (schemas/json/calibration_request)."
+    ),
+    log_ids: list[str] | None = typer.Option(
+        None, "--log-id", help="Calibrate this refusal of the warehouse (repeatable)."
+    ),
+    category: str | None = typer.Option(
+        None, "--category", help="Calibrate the warehouse's refusals of this audit category."
+    ),
+    clause: str | None = typer.Option(
+        None,
+        "--clause",
+        help="Calibrate the warehouse's refusals citing this clause (also the clause of "
+        "refusals whose audit cited none).",
+    ),
+    bundle: str | None = typer.Option(None, "--bundle", help="Only refusals of this bundle."),
+    limit: int = typer.Option(
+        5, "--limit", min=1, max=1000, help="At most this many warehouse refusals, newest first."
     ),
     engine: str | None = typer.Option(
         None, "--engine", help="Variant engine local|openai (default: calibrate_engine)."
@@ -43,13 +68,16 @@ def calibrate_run(
         help="A spectrum for every request: JSON, or Markdown with a calibration-spectrum block.",
     ),
     started_by: str | None = typer.Option(
-        None, "--started-by", help="Who starts the runs (default: $USER)."
+        None,
+        "--started-by",
+        help="Who starts the runs (default: $USER); they may not approve them.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the runs as a JSON array."),
 ) -> None:
-    """Generate one refusal variant per style of the spectrum for each refusal in FILE, run
-    the safety regression check (and the team's suite, calibrate_suite_command) on every
-    variant and print the runs; exit 1 when a variant failed or a run was escalated."""
+    """Generate one refusal variant per style of the spectrum for each refusal (from FILE,
+    or from the warehouse by --log-id, --category or --clause), run the safety regression
+    check (and the team's suite) on every variant, log every run to the warehouse and print
+    them; exit 1 when a variant failed or a run was escalated."""
     import os
 
     from processors.calibration.base import CalibrationInputError
@@ -61,35 +89,65 @@ def calibrate_run(
         read_spectrum,
         run_calibrations,
     )
+    from refusal_audit.calibrate_store import Skipped, log_runs, requests_from_warehouse
+    from warehouse.client import WarehouseError
 
-    if not file.is_file():
-        raise fail_usage(f"input file not found (or not a file): {file}")
+    from_store = bool(log_ids) or category is not None or clause is not None
+    if (file is not None) == from_store:
+        raise fail_usage("give --file, or warehouse filters (--log-id, --category, --clause)")
     cfg = settings()
-    redactor = Redactor(cfg.redaction_kinds) if cfg.redaction_enabled else None
+    # who starts the runs: --started-by, else the request's requested_by, else $USER
+    who = started_by or os.environ.get("USER") or None
+    store = open_store(cfg)
+    skipped: list[Skipped] = []
     try:
-        requests = read_requests(file, redactor)
         spectrum = read_spectrum(spectrum_file) if spectrum_file is not None else None
+        if file is not None:
+            if not file.is_file():
+                raise fail_usage(f"input file not found (or not a file): {file}")
+            redactor = Redactor(cfg.redaction_kinds) if cfg.redaction_enabled else None
+            requests = read_requests(file, redactor)
+            source = f"file:{file}"
+        else:
+            requests, skipped = requests_from_warehouse(
+                store, log_ids=log_ids or None, category=category, clause_id=clause,
+                policy_bundle=bundle, limit=limit, requested_by=who,
+            )  # fmt: skip
+            source = "warehouse"
     except (OSError, InputFileError, ValueError) as exc:
         raise fail_usage(str(exc)) from exc
+    except WarehouseError as exc:
+        raise fail_usage(f"cannot read the warehouse: {exc}") from exc
+    for s in skipped:
+        err.print(f"[yellow]{escape(s.log_id)}:[/yellow] {escape(s.reason)} (not calibrated)")
     if not requests:
-        raise fail_usage(f"{file}: no calibration request")
+        raise fail_usage("no calibration request" + (f" in {file}" if file else " matched"))
+    if started_by is None:
+        requests = [
+            r if r.requested_by else r.model_copy(update={"requested_by": who}) for r in requests
+        ]
     try:
-        runs = run_calibrations(
-            cfg, requests, engine, started_by=started_by or os.environ.get("USER"),
-            spectrum=spectrum,
-        )  # fmt: skip
+        runs = run_calibrations(cfg, requests, engine, started_by=started_by, spectrum=spectrum)
     except (ConfigError, CalibrationInputError) as exc:
         raise fail_usage(f"calibrate: {exc}") from exc
+    logged = True
+    try:
+        log_runs(store, runs, source)
+    except WarehouseError as exc:  # the runs are printed below all the same
+        logged = False
+        err.print(f"[red]error:[/red] the runs could not be logged to the warehouse: {exc}")
     if as_json:
         console.file.write(dumps([r.model_dump(mode="json") for r in runs]) + "\n")
     else:
         for run in runs:
-            _print_run(run)
-    if any(r.status != "passed" for r in runs):
+            print_run(run)
+    if any(r.status != "passed" for r in runs) or skipped or not logged:
         raise typer.Exit(EXIT_FAILURES)
 
 
-def _print_run(run: object) -> None:
+def print_run(run: object) -> None:
+    """Print one ``CalibrationRun``: its status, escalation, and a table of the variants with
+    their UX notes and check results."""
     from schemas.calibration import CalibrationRun
 
     assert isinstance(run, CalibrationRun)
@@ -136,9 +194,15 @@ def ab_simulate(
         formats=["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d"],
         help="Time of the first possible exposure.",
     ),
+    arms: str | None = typer.Option(
+        None,
+        "--arms",
+        help="Name the scenario's three arms, control first, e.g. the arm ids of an exported "
+        "experiment: control,policy_citing,empathetic_warm (default: control,b,c).",
+    ),
 ) -> None:
     """Write a simulated event stream with a known effect (and its plan) for ab report."""
-    from processors.calibration.ab_sim import SCENARIOS, plan_for, scaled, simulate
+    from processors.calibration.ab_sim import SCENARIOS, plan_for, renamed, scaled, simulate
     from refusal_audit.calibrate import write_jsonl
 
     chosen = SCENARIOS.get(scenario)
@@ -146,6 +210,11 @@ def ab_simulate(
         raise fail_usage(f"unknown scenario {scenario!r} (one of {sorted(SCENARIOS)})")
     if days is not None:
         chosen = scaled(chosen, days=days)
+    if arms is not None:
+        try:
+            chosen = renamed(chosen, [a.strip() for a in arms.split(",")])
+        except ValueError as exc:
+            raise fail_usage(str(exc)) from exc
     begin = as_utc(start)
     assert begin is not None
     events = simulate(chosen, experiment, begin, seed, units)
@@ -161,13 +230,19 @@ def ab_simulate(
 
 @ab_app.command("report")
 def ab_report(
-    events_file: Path = typer.Option(..., "--events", help="JSONL of product events."),
+    experiment: str | None = typer.Argument(
+        None, help="Experiment id: its events and exported plan from the warehouse."
+    ),
+    events_file: Path | None = typer.Option(
+        None, "--events", help="JSONL of product events (instead of the warehouse)."
+    ),
     plan_file: Path | None = typer.Option(
         None,
         "--plan",
-        help="Experiment plan (JSON; default: arms from the exposures, equal weights).",
+        help="Experiment plan (JSON; default: the exported plan of EXPERIMENT, else arms "
+        "from the exposures with equal weights).",
     ),
-    control: str = typer.Option("control", "--control", help="Control arm without --plan."),
+    control: str = typer.Option("control", "--control", help="Control arm without a plan."),
     as_of: datetime | None = typer.Option(
         None,
         "--as-of",
@@ -178,27 +253,31 @@ def ab_report(
 ) -> None:
     """Per arm: users, exposures, re-request and escalation rates (score test, Newcombe
     intervals), mean satisfaction (Welch), Holm-corrected; sample-ratio mismatch, the safety
-    guardrail and the decision."""
+    guardrail and the decision. Reads EXPERIMENT from the warehouse (events loaded with
+    ab load or ab consume), or a file with --events."""
     from processors.calibration.ab import analyse
-    from refusal_audit.calibrate import dumps, plan_from_events, read_events, read_plan
+    from refusal_audit.calibrate import BadLine, dumps, plan_from_events, read_plan
 
-    if not events_file.is_file():
-        raise fail_usage(f"events file not found (or not a file): {events_file}")
+    if (experiment is None) == (events_file is None):
+        raise fail_usage("give an EXPERIMENT id (warehouse) or --events FILE")
+    bad: list[BadLine] = []
+    stored_plan = None
+    if events_file is not None:
+        events, bad = read_events_listed(events_file)  # listed also when no report is made
+    else:
+        assert experiment is not None
+        events, stored_plan = _stored_experiment(experiment)
     try:
-        events, bad = read_events(events_file)
-    except OSError as exc:
-        raise fail_usage(str(exc)) from exc
-    for b in bad[:20]:  # listed in every mode, also when no report can be made
-        err.print(f"[yellow]{escape(str(events_file))}:{b.line}:[/yellow] {escape(b.reason)} "
-                  "(left out)")  # fmt: skip
-    if len(bad) > 20:
-        err.print(f"... and {len(bad) - 20} more invalid lines")
-    try:
-        plan = read_plan(plan_file) if plan_file is not None else plan_from_events(events, control)
+        if plan_file is not None:
+            plan = read_plan(plan_file)
+        else:
+            plan = stored_plan or plan_from_events(events, control)
     except (OSError, ValueError) as exc:
         lines = "line" if len(bad) == 1 else "lines"
         left_out = f" ({len(bad)} invalid event {lines} left out, listed above)" if bad else ""
         raise fail_usage(f"{exc}{left_out}") from exc
+    if experiment is not None and plan.experiment_id != experiment:
+        raise fail_usage(f"the plan is of experiment {plan.experiment_id!r}, not {experiment!r}")
     report = analyse(events, plan, as_utc(as_of))
     if as_json:
         data = report.to_dict()
@@ -208,6 +287,44 @@ def ab_report(
         _print_report(report)
     if bad:
         raise typer.Exit(EXIT_FAILURES)
+
+
+def read_events_listed(events_file: Path) -> tuple[list[Any], list[Any]]:
+    """The events and invalid lines of a JSONL file (``refusal_audit.calibrate.read_events``),
+    the invalid ones listed on stderr (the first 20, then a count); exit 2 when the file
+    cannot be read."""
+    from refusal_audit.calibrate import read_events
+
+    if not events_file.is_file():
+        raise fail_usage(f"events file not found (or not a file): {events_file}")
+    try:
+        events, bad = read_events(events_file)
+    except OSError as exc:
+        raise fail_usage(str(exc)) from exc
+    for b in bad[:20]:
+        err.print(f"[yellow]{escape(str(events_file))}:{b.line}:[/yellow] {escape(b.reason)} "
+                  "(left out)")  # fmt: skip
+    if len(bad) > 20:
+        err.print(f"... and {len(bad) - 20} more invalid lines")
+    return events, bad
+
+
+def _stored_experiment(experiment: str) -> tuple[list[Any], Any]:
+    """The stored events and exported plan (or None) of ``experiment``; exit 2 when the
+    warehouse holds neither."""
+    from warehouse.calibration import ab_events, experiment_plan
+    from warehouse.client import WarehouseError
+
+    store = open_store(settings())
+    try:
+        events, plan = ab_events(store, experiment), experiment_plan(store, experiment)
+    except WarehouseError as exc:
+        raise fail_usage(f"cannot read the warehouse: {exc}") from exc
+    if not events and plan is None:
+        raise fail_usage(f"the warehouse has no events and no exported plan of {experiment!r}")
+    if not events:
+        raise fail_usage(f"no events of {experiment!r} yet (load them: ab load or ab consume)")
+    return events, plan
 
 
 def _fmt(x: float | None, digits: int = 4) -> str:

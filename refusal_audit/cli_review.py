@@ -167,7 +167,11 @@ def _read_password() -> str:
 
 def review_add_reviewer(
     name: str = typer.Argument(..., help="Login name (letters, digits, . _ @ -)."),
-    role: str = typer.Option("reviewer", help="reviewer or admin (admins manage queues)."),
+    role: str = typer.Option(
+        "reviewer",
+        help="reviewer, approver or admin (approvers also approve or reject calibration "
+        "variants; admins manage queues).",
+    ),
     proxy_only: bool = typer.Option(
         False, help="No password: the account logs in only through the trusted proxy header."
     ),
@@ -177,13 +181,15 @@ def review_add_reviewer(
     from pydantic import ValidationError
 
     from refusal_audit.review_accounts import add_reviewer
+    from schemas.review import ROLES
 
-    if role not in ("reviewer", "admin"):
-        raise fail_usage(f"--role {role!r}: use reviewer or admin")
+    chosen = next((r for r in ROLES if r == role), None)
+    if chosen is None:
+        raise fail_usage(f"--role {role!r}: use {', '.join(ROLES[:-1])} or {ROLES[-1]}")
     password = None if proxy_only else _read_password()
     cfg = settings()
     try:
-        add_reviewer(open_store(cfg), name, role, password)  # type: ignore[arg-type]
+        add_reviewer(open_store(cfg), name, chosen, password)
     except ValidationError as exc:
         raise fail_usage(f"reviewer name {name!r}: {exc.errors()[0]['msg']}") from exc
     except (ValueError, WarehouseError) as exc:

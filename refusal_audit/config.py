@@ -25,18 +25,10 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from processors.redaction import ALL_REDACTION_KINDS, RedactionKind
+
 DEFAULT_CONFIG_FILE = Path("refusal-audit.toml")
 _config_file: ContextVar[Path | None] = ContextVar("refusal_audit_config_file", default=None)
-
-RedactionKind = Literal["email", "phone", "card", "gov_id", "ip", "address"]
-ALL_REDACTION_KINDS: tuple[RedactionKind, ...] = (
-    "email",
-    "phone",
-    "card",
-    "gov_id",
-    "ip",
-    "address",
-)
 
 
 class PolicyBundlePaths(BaseModel):
@@ -491,6 +483,17 @@ class Settings(BaseSettings):
         le=600,
         description="Time a suite command gets per variant; a timeout fails the variant.",
     )
+    calibrate_suite_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://\S+$",
+        description="A team's own regression suite as an HTTP endpoint: each variant is POSTed "
+        "as the same JSON a suite command reads and the answer is the same verdict JSON; "
+        "unset: none. Not together with `calibrate_suite_command`.",
+    )
+    calibrate_suite_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token sent to `calibrate_suite_url` (Authorization header).",
+    )
 
     @field_validator("data_dir", mode="before")
     @classmethod
@@ -498,6 +501,12 @@ class Settings(BaseSettings):
         if isinstance(value, str) and not value.strip():
             raise ValueError("data_dir must not be empty (use . for the current directory)")
         return value
+
+    @model_validator(mode="after")
+    def _one_suite(self) -> Settings:
+        if self.calibrate_suite_command and self.calibrate_suite_url:
+            raise ValueError("set calibrate_suite_command or calibrate_suite_url, not both")
+        return self
 
     @model_validator(mode="after")
     def _pinned_baseline(self) -> Settings:

@@ -10,8 +10,9 @@ which gives at-least-once. Every failure becomes a dead letter. Blocking sink ca
 a worker thread (``asyncio.to_thread``) so they never block the loop ``run`` is awaited on.
 Intake and the engine's audit run on that loop itself: batch mode runs it with
 ``asyncio.run``; the streaming worker runs it on a dedicated loop in its own thread
-(``streams.worker.PipelineLoop``), never on faust's loop, because that CPU work would stall
-the worker's web views, timers and consumer heartbeats. One ``run`` at a time per pipeline.
+(``refusal_audit.worker.worker.PipelineLoop``), never on faust's loop, because that CPU
+work would stall the worker's web views, timers and consumer heartbeats. One ``run`` at a
+time per pipeline.
 
 Duplicate log ids: a log id names one event and the first stored copy wins, whatever the
 windows, runs or redeliveries. Records are prepared in chunks of ``lookup_chunk`` and the

@@ -172,7 +172,8 @@ class CalibrationRequest(BaseModel):
     ``log_id`` (a refusal event in the warehouse) or ``request`` (the request text), at
     least one; ``refusal`` is the raw refusal text; ``clause_id`` the triggered policy
     clause of bundle ``policy_bundle`` (e.g. ``AUP-2.1``); ``spectrum`` the styles to
-    generate (None: the bundle's spectrum, else :data:`DEFAULT_SPECTRUM`). Raises
+    generate (None: the bundle's spectrum, else :data:`DEFAULT_SPECTRUM`); ``requested_by``
+    who asks for it (becomes the run's ``started_by`` when the caller names nobody). Raises
     ``pydantic.ValidationError`` for a missing or mistyped field, an unknown key, a text
     over ``MAX_TEXT_CHARS`` or neither ``log_id`` nor ``request``.
     """
@@ -188,6 +189,12 @@ class CalibrationRequest(BaseModel):
     spectrum: Spectrum | None = None
     model: Name | None = Field(default=None, description="The production model that refused.")
     product: Name | None = None
+    requested_by: Name | None = Field(
+        default=None,
+        description="Who asks for the run (the run's started_by; the approval gate keeps them "
+        "from approving it). A Kafka request without it makes a run that names no starter, "
+        "which no one can approve.",
+    )
 
     @model_validator(mode="after")
     def _source(self) -> CalibrationRequest:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import date, datetime
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
@@ -121,7 +121,9 @@ REVIEW_REASONS: tuple[ReviewReason, ...] = (
     "estimated_false_positive", "policy_gap", "gray_zone", "low_confidence", "random_sample",
     "uncertainty",
 )  # fmt: skip
-Role = Literal["reviewer", "admin"]
+Role = Literal["reviewer", "approver", "admin"]
+ROLES: tuple[Role, ...] = get_args(Role)
+"""The review-app roles, in order of what they add."""
 _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$"
 
 
@@ -157,9 +159,12 @@ ALL_ITEMS = ReviewQueue(name="all", description="Every review item")
 
 
 class ReviewerAccount(BaseModel):
-    """A review app login: ``name``, ``role`` (``reviewer`` reviews; ``admin`` also manages
-    queues and sees everyone's progress), ``password_hash`` (argon2id, PHC string; empty
-    for an account that only logs in through the trusted proxy header) and ``active``."""
+    """A review app login: ``name``, ``role`` (``reviewer`` reviews; ``approver`` reviews
+    and approves or rejects refusal-style calibration variants,
+    ``processors.calibration.approval``; ``admin`` reviews, manages queues and sees
+    everyone's progress, but does not approve variants), ``password_hash`` (argon2id, PHC
+    string; empty for an account that only logs in through the trusted proxy header) and
+    ``active``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -1,4 +1,7 @@
-"""The Kafka side: faust app, topics, agents and producers (the streaming worker).
+"""The Kafka side's primitives: topics, the producer (``TopicWriter``), the stream sink's
+topic writing and dead-letter framing, static group membership, logs, metrics, tailing and
+reading alert topics.
 
-The worker reuses ``refusal_audit.pipeline`` (the same code path as batch mode).
+Nothing here imports the application (``refusal_audit``) or the warehouse: the worker that
+joins them to the shared pipeline is ``refusal_audit.worker`` (docs/architecture.md, Layers).
 """

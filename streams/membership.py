@@ -24,6 +24,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeAlias
 
 from aiokafka import AIOKafkaClient
@@ -31,27 +32,26 @@ from aiokafka import errors as kafka_errors
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Array, Int16, Int32, Schema, String
 
-from refusal_audit.config import Settings
-
 log = logging.getLogger("refusal_audit.worker")
 
 GROUP_COORDINATOR = 0  # FindCoordinator key type of a consumer group
 
 
-def group_instance_id(cfg: Settings) -> str | None:
+def group_instance_id(static: bool, given: str | None, data_dir: Path) -> str | None:
     """The worker's ``group.instance.id``, or None when static membership is off.
 
-    The setting ``kafka_group_instance_id`` when given; else derived from the host name
-    and the resolved ``data_dir`` (``<host>-<8 hex>``), stable across restarts of the same
-    worker and distinct for two workers on one host (each needs its own data directory).
-    Two live members with one id fence each other, so set it explicitly where host names
-    are not stable (e.g. the pod name of a Kubernetes StatefulSet).
+    ``static``, ``given`` and ``data_dir`` are the settings ``kafka_static_membership``,
+    ``kafka_group_instance_id`` and ``data_dir``. The given id when set; else derived from
+    the host name and the resolved ``data_dir`` (``<host>-<8 hex>``), stable across restarts
+    of the same worker and distinct for two workers on one host (each needs its own data
+    directory). Two live members with one id fence each other, so set it explicitly where
+    host names are not stable (e.g. the pod name of a Kubernetes StatefulSet).
     """
-    if not cfg.kafka_static_membership:
+    if not static:
         return None
-    if cfg.kafka_group_instance_id:
-        return cfg.kafka_group_instance_id
-    where = str(cfg.data_dir.resolve()).encode()
+    if given:
+        return given
+    where = str(data_dir.resolve()).encode()
     return f"{socket.gethostname()}-{hashlib.blake2b(where, digest_size=4).hexdigest()}"
 
 
@@ -148,13 +148,16 @@ ASSIGNMENT_NOTE_AFTER_SECONDS = 5.0
 ASSIGNMENT_NOTE_EVERY_SECONDS = 15.0
 
 
-def assignment_wait_note(cfg: Settings, waited: float) -> str:
-    """Why a starting worker has no partitions yet, for the log (``waited`` in seconds)."""
-    instance = group_instance_id(cfg)
+def assignment_wait_note(instance: str | None, session_timeout: float, waited: float) -> str:
+    """Why a starting worker has no partitions yet, for the log (``waited`` in seconds).
+
+    ``instance``: the worker's ``group.instance.id`` (None: a dynamic member);
+    ``session_timeout``: the setting ``kafka_session_timeout_seconds``.
+    """
     why = (
         "a member that stopped without leaving the group (SIGKILL, crash, lost host) keeps "
         "its partitions until its session times out "
-        f"(kafka_session_timeout_seconds={cfg.kafka_session_timeout_seconds:g})"
+        f"(kafka_session_timeout_seconds={session_timeout:g})"
     )
     if instance is not None:
         why += (
@@ -173,14 +176,24 @@ class AssignmentWatch:
     assignment it logs ``assignment_wait_note`` after ``ASSIGNMENT_NOTE_AFTER_SECONDS``,
     then every ``ASSIGNMENT_NOTE_EVERY_SECONDS``. ``assigned(partitions)`` is called from
     the rebalance callback; it logs "partitions assigned" with the partitions of ``topic``
-    and the seconds since ``start``. ``clock`` returns seconds (monotonic).
+    and the seconds since ``start``. ``group`` is the consumer group, ``instance`` this
+    worker's ``group.instance.id`` (``group_instance_id``; None: a dynamic member),
+    ``session_timeout`` the setting ``kafka_session_timeout_seconds``. ``clock`` returns
+    seconds (monotonic).
     """
 
     def __init__(
-        self, cfg: Settings, topic: str, clock: Callable[[], float] = time.monotonic
+        self,
+        topic: str,
+        group: str,
+        instance: str | None,
+        session_timeout: float,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.cfg = cfg
         self.topic = topic
+        self.group = group
+        self.instance = instance
+        self.session_timeout = session_timeout
         self.clock = clock
         self.started = clock()
         self._first = threading.Event()
@@ -204,7 +217,7 @@ class AssignmentWatch:
                 "topic": self.topic,
                 "assigned": partitions,
                 "waited_seconds": round(self.clock() - self.started, 1),
-                "group_instance_id": group_instance_id(self.cfg),
+                "group_instance_id": self.instance,
             },
         )
         self._first.set()
@@ -213,7 +226,9 @@ class AssignmentWatch:
         delay = ASSIGNMENT_NOTE_AFTER_SECONDS
         while not self._first.wait(delay):
             log.warning(
-                assignment_wait_note(self.cfg, self.clock() - self.started),
-                extra={"topic": self.topic, "group": self.cfg.kafka_consumer_group},
+                assignment_wait_note(
+                    self.instance, self.session_timeout, self.clock() - self.started
+                ),
+                extra={"topic": self.topic, "group": self.group},
             )
             delay = ASSIGNMENT_NOTE_EVERY_SECONDS

@@ -1,9 +1,11 @@
 """The worker's sink: the warehouse first, then the output topics.
 
-Implements ``refusal_audit.pipeline.Sink``. Every row goes to ClickHouse (where dedup on
-write makes redelivery harmless) and then to its topic through a ``TopicWriter``; the worker
-acknowledges its input only after ``TopicWriter.confirm`` succeeds, so an event's offset
-becomes committable only once its assessment is stored and its outputs are on the broker.
+``StreamSink`` has the methods of the pipeline's ``Sink`` protocol (``refusal_audit.pipeline``,
+not imported here: ``TableSink`` is the same shape). Every row goes to ClickHouse (where
+dedup on write makes redelivery harmless) and then to its topic through a ``TopicWriter``;
+the worker acknowledges its input only after ``TopicWriter.confirm`` succeeds, so an
+event's offset becomes committable only once its assessment is stored and its outputs are
+on the broker.
 
 Dead-letter topic copies (``dead_letter_message``): the value is the record's bytes as the
 dead letter keeps them (PII redacted), cut to fit the producer's size limit. The headers
@@ -28,9 +30,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from refusal_audit.pipeline import Sink
 from schemas.audit import BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
 from schemas.events import StoredEvent, StoredIdentity
@@ -50,6 +51,19 @@ _TRUNCATION_HEADERS_BYTES = 192
 _KAFKA_LOCATION = re.compile(r"^partition (\d+) offset (\d+)$")
 
 OriginalHeaders = tuple[tuple[str, bytes | None], ...]
+
+
+class TableSink(Protocol):
+    """Where ``StreamSink`` stores rows before it publishes them (``warehouse.store.Warehouse``
+    in the worker): the methods of the pipeline's ``Sink`` protocol."""
+
+    def insert_events(self, events: Sequence[StoredEvent]) -> None: ...
+    def insert_assessments(self, items: Sequence[StoredAssessment]) -> None: ...
+    def insert_batches(self, batches: Sequence[BatchRecord]) -> None: ...
+    def insert_dead_letters(self, items: Sequence[DeadLetter]) -> None: ...
+    def stored_identities(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> Mapping[str, StoredIdentity]: ...
 
 
 def kafka_location(partition: int, offset: int) -> str:
@@ -180,7 +194,7 @@ class StreamSink:
 
     def __init__(
         self,
-        warehouse: Sink,
+        warehouse: TableSink,
         writer: TopicWriter,
         topics: Topics,
         observe_write: Callable[[str, float], None] | None = None,

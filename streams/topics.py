@@ -5,7 +5,9 @@ output streams are time-retained (``cleanup.policy=delete``); alerts are retaine
 the dead-letter topic keeps failures for 30 days so they can be replayed. The clarification
 service's topics (``clarify_*``, docs/clarification.md) are streams too, but for
 ``clarify_state``: a compacted topic keyed by conversation id that holds every
-conversation's newest state (the service's durable store).
+conversation's newest state (the service's durable store). Refusal-style calibration
+(docs/calibration.md) reads ``calibrate_requests`` and the product's A/B events
+(``ab_events``) and writes each run to ``calibrate_runs``; all three are streams.
 """
 
 from __future__ import annotations
@@ -87,6 +89,20 @@ ROLES: dict[str, tuple[str, dict[str, str]]] = {
         "clarify.state",
         {"cleanup.policy": "compact", "min.compaction.lag.ms": str(3600 * 1000)},
     ),
+    # refusal-style calibration (issue 13): calibration requests in (the application's
+    # post-refusal hook), every run out (key: its calibration_run_id); the product's A/B events in
+    "calibrate_requests": (
+        "calibrate.requests",
+        {"cleanup.policy": "delete", "retention.ms": str(7 * DAY_MS)},
+    ),
+    "calibrate_runs": (
+        "calibrate.runs",
+        {"cleanup.policy": "delete", "retention.ms": str(7 * DAY_MS)},
+    ),
+    "ab_events": (
+        "ab.events",
+        {"cleanup.policy": "delete", "retention.ms": str(7 * DAY_MS)},
+    ),
 }
 
 
@@ -107,6 +123,9 @@ class Topics:
     clarify_outcomes: str
     clarify_escalations: str
     clarify_state: str
+    calibrate_requests: str
+    calibrate_runs: str
+    ab_events: str
 
     @classmethod
     def from_prefix(cls, prefix: str) -> Topics:

@@ -250,7 +250,7 @@ def test_dead_letter_copies_keep_key_headers_and_tombstones(
     kafka_bootstrap: str, kafka_admin: AdminClient, unique_topic_prefix: str
 ) -> None:
     from refusal_audit.batch import build_pipeline
-    from streams.worker import window_records
+    from refusal_audit.worker.worker import window_records
 
     topics = Topics.from_prefix(unique_topic_prefix)
     for name in (topics.input, topics.dead_letters, topics.assessments, topics.review_queue):
@@ -279,7 +279,8 @@ def test_dead_letter_copies_keep_key_headers_and_tombstones(
     writer = TopicWriter(make_producer(kafka_bootstrap))
     sink = StreamSink(warehouse, writer, topics)  # type: ignore[arg-type]
     pipeline = build_pipeline(load_settings(engine="local"), sink)
-    # what streams/worker.py's process_window does, plus the originals it should pass on
+    # what refusal_audit/worker/worker.py's process_window does, plus the originals it
+    # should pass on
     sink.use_originals(window_originals(events))
     report = asyncio.run(
         pipeline.run([InputSource(window_records(events), "jsonl", DecodeOptions())])

@@ -9,6 +9,7 @@ import pytest
 from pii_corpus import KINDS, CorpusItem, Label, generate_corpus
 
 from processors.redaction import (
+    ALL_REDACTION_KINDS,
     PLACEHOLDERS,
     PiiSpan,
     RedactionResult,
@@ -16,7 +17,6 @@ from processors.redaction import (
     luhn_valid,
     redact_event,
 )
-from refusal_audit.config import ALL_REDACTION_KINDS
 from schemas.events import RefusalEvent
 
 RECALL_FLOOR = {"email": 0.95, "card": 0.95, "gov_id": 0.95, "ip": 0.95, "phone": 0.95,

@@ -17,10 +17,15 @@ from processors.adapters import DecodeOptions, SourceRecord
 from refusal_audit.batch import build_pipeline
 from refusal_audit.config import PolicyBundlePaths, Settings
 from refusal_audit.pipeline import InputSource
+from refusal_audit.worker.worker import (
+    PipelineLoop,
+    describe_window,
+    window_partitions,
+    window_topic,
+)
 from schemas.audit import BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
 from schemas.events import StoredEvent, StoredIdentity
-from streams.worker import PipelineLoop, describe_window, window_partitions, window_topic
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_LOG = REPO / "examples" / "refusal_log.jsonl"

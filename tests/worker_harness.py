@@ -1,7 +1,7 @@
 """Run the streaming worker in a subprocess with optional faults (tests only).
 
-``python tests/worker_harness.py`` runs ``streams.worker.run_worker`` with the settings from
-the environment. ``HARNESS_FAULT`` injects one fault:
+``python tests/worker_harness.py`` runs ``refusal_audit.worker.worker.run_worker`` with the
+settings from the environment. ``HARNESS_FAULT`` injects one fault:
 
 - ``transient:N`` -- the first N ClickHouse inserts raise ``OperationalError`` (the
   warehouse's retries with backoff must absorb them);
@@ -27,10 +27,10 @@ from processors.engines.base import EngineOutput
 from processors.engines.local import LocalEngine
 from refusal_audit.config import load_settings
 from refusal_audit.pipeline import Sink
+from refusal_audit.worker.worker import run_worker
 from schemas.audit import StoredAssessment
 from schemas.events import RefusalEvent
 from schemas.policy import PolicyBundle
-from streams.worker import run_worker
 from warehouse.client import WarehouseError
 
 log = logging.getLogger("refusal_audit.harness")

@@ -14,10 +14,11 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import orjson
 from clickhouse_connect.driver.exceptions import ClickHouseError, DatabaseError, OperationalError
+from pydantic import SecretStr
 from tenacity import (
     RetryError,
     Retrying,
@@ -26,12 +27,18 @@ from tenacity import (
     wait_exponential,
 )
 
-from refusal_audit.config import Settings
 from schemas import BatchRecord, DeadLetter, StoredAssessment, StoredEvent
 from schemas.events import StoredIdentity
 from warehouse.client import Client, WarehouseError, connect, validate_identifier
 
-__all__ = ["ALERT_COLUMNS", "Warehouse", "dedup_token", "is_transient", "to_utc"]
+__all__ = [
+    "ALERT_COLUMNS",
+    "Warehouse",
+    "WarehouseSettings",
+    "dedup_token",
+    "is_transient",
+    "to_utc",
+]
 
 _R = TypeVar("_R")
 
@@ -289,6 +296,20 @@ def _alert_row(alert: Mapping[str, Any]) -> list[Any]:
     return row
 
 
+class WarehouseSettings(Protocol):
+    """What ``Warehouse.open`` reads of the settings; ``refusal_audit.config.Settings`` has
+    it (the warehouse does not import the application's settings)."""
+
+    @property
+    def resolved_warehouse_dsn(self) -> str: ...
+    @property
+    def warehouse_database(self) -> str: ...
+    @property
+    def warehouse_password(self) -> SecretStr | None: ...
+    @property
+    def warehouse_insert_retries(self) -> int: ...
+
+
 class Warehouse:
     """The refusal-audit warehouse: a connected client plus the database holding its tables.
 
@@ -326,7 +347,7 @@ class Warehouse:
 
     @classmethod
     def open(
-        cls, settings: Settings, *, run_migrations: bool = True, via_owner: bool = True
+        cls, settings: WarehouseSettings, *, run_migrations: bool = True, via_owner: bool = True
     ) -> Warehouse:
         """Connect with ``settings`` (DSN, database, password, retries) and migrate.
 

@@ -70,7 +70,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import NormalIndPower
@@ -82,7 +82,6 @@ from statsmodels.stats.proportion import (
 
 from schemas.calibration import (
     ABEvent,
-    ABEventEnvelope,
     EscalationEvent,
     ExperimentPlan,
     ExposureEvent,
@@ -95,6 +94,11 @@ METRICS: tuple[Metric, ...] = ("re_request_rate", "escalation_rate", "satisfacti
 LOWER_IS_BETTER = {"re_request_rate": True, "escalation_rate": True, "satisfaction": False}
 
 
+_EVENT: TypeAdapter[ABEvent] = TypeAdapter(ABEvent)
+"""Validates one event: the JSON text must be one object of one of the four types (strict,
+like every contract model)."""
+
+
 class EventError(ValueError):
     """A product event that does not follow the contract (the message says which field)."""
 
@@ -104,9 +108,16 @@ def parse_event(line: bytes | str) -> ABEvent:
     :class:`EventError` with the failing fields (never their values)."""
     raw = line.encode("utf-8") if isinstance(line, str) else line
     try:
-        return ABEventEnvelope.model_validate_json(b'{"event": ' + raw.strip() + b"}").event
+        return _EVENT.validate_json(raw)
     except ValidationError as exc:
-        fields = sorted({".".join(str(p) for p in e["loc"][1:]) or "(event)" for e in exc.errors()})
+        errors = exc.errors()
+        if any(e["type"] in ("union_tag_not_found", "union_tag_invalid") for e in errors):
+            raise EventError(
+                "invalid event: type (missing, or not one of exposure, re_request, "
+                "escalation, satisfaction)"
+            ) from None
+        # loc is (type tag, field, ...); an error at the top (not an object) has none
+        fields = sorted({".".join(str(p) for p in e["loc"][1:]) or "(event)" for e in errors})
         raise EventError(f"invalid event: {', '.join(fields)}") from None
 
 

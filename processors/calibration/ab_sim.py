@@ -17,6 +17,7 @@ raises satisfaction by letting re-requests through: more fulfilled re-requests).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -172,3 +173,20 @@ def simulate(
 def scaled(scenario: Scenario, **changes: object) -> Scenario:
     """``scenario`` with fields replaced (e.g. ``units``, ``days``)."""
     return replace(scenario, **changes)  # type: ignore[arg-type]
+
+
+def renamed(scenario: Scenario, arm_ids: Sequence[str]) -> Scenario:
+    """``scenario`` with its arms renamed, in order, to ``arm_ids`` (the first is the
+    control), e.g. the arms of an exported experiment; the expectations follow the names.
+    Raises ``ValueError`` when the counts differ or the ids repeat."""
+    if len(arm_ids) != len(scenario.arms) or len(set(arm_ids)) != len(arm_ids):
+        raise ValueError(
+            f"scenario {scenario.name} has {len(scenario.arms)} arms: give as many distinct ids"
+        )
+    names = {a.arm_id: new for a, new in zip(scenario.arms, arm_ids, strict=True)}
+    return replace(
+        scenario,
+        arms=tuple(replace(a, arm_id=names[a.arm_id]) for a in scenario.arms),
+        expect_winner=names.get(scenario.expect_winner or "", scenario.expect_winner),
+        expect_safety=tuple(names[a] for a in scenario.expect_safety),
+    )

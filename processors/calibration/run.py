@@ -113,7 +113,7 @@ async def calibrate(
     data: dict[str, object] = {
         "calibration_run_id": run_id,
         "created_at": created_at,
-        "started_by": started_by,
+        "started_by": started_by or request.requested_by,
         "log_id": request.log_id,
         "request_sha256": digest,
         "refusal": request.refusal,

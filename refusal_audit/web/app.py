@@ -38,6 +38,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from processors.review import validation_message
 from refusal_audit.review_accounts import AccountBook, LoginThrottle, fingerprint
 from refusal_audit.review_service import ReviewRefused, ReviewService
+from refusal_audit.web.approvals import approval_routes
 from refusal_audit.web.clarifications import clarification_routes
 from schemas.review import REVIEW_REASONS, ReviewerAccount, ReviewQueue, VerdictInput
 from warehouse.client import WarehouseError
@@ -534,6 +535,7 @@ def create_app(
         Route("/", login_required(index)),
         Route("/history", login_required(history)),
         *clarification_routes(service.store, login_required, render),
+        *approval_routes(service.store, login_required, render),
         Route("/unskip", login_required(unskip), methods=["POST"]),
         Route("/queues/{queue}/claim", login_required(claim), methods=["POST"]),
         Route("/item", login_required(item_page)),

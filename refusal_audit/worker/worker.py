@@ -26,7 +26,7 @@ calls run in that loop's default executor.
 
 On an embedded (chDB path) warehouse the worker owns the store's lock; it serves the store to
 other commands (``refusal-audit sql``, ``query``, ...) over the owner channel, a
-``POST /_owner/warehouse`` page on its web server (``streams.owner``).
+``POST /_owner/warehouse`` page on its web server (``refusal_audit.owner``).
 """
 
 from __future__ import annotations
@@ -50,12 +50,12 @@ from processors.adapters import DecodeOptions, SourceRecord
 from refusal_audit.batch import build_pipeline
 from refusal_audit.config import ConfigError, Settings
 from refusal_audit.engines import close_engine
+from refusal_audit.owner import MAX_REQUEST_BYTES, UNAUTHORIZED, OwnerSlot
 from refusal_audit.pipeline import AuditPipeline, InputSource, RunReport, Sink
-from streams.detectors import DetectorRunner
+from refusal_audit.worker.detectors import DetectorRunner
 from streams.logs import json_logging_config
 from streams.membership import AssignmentWatch, group_instance_id, leave_group
 from streams.metrics import WorkerMetrics
-from streams.owner import MAX_REQUEST_BYTES, UNAUTHORIZED, OwnerSlot
 from streams.producer import TopicWriter, make_producer
 from streams.sink import StreamSink, kafka_location, window_originals
 from streams.topics import Topics, admin_client, require_topic
@@ -178,6 +178,11 @@ def faust_data_dir(cfg: Settings) -> Path:
     return path
 
 
+def worker_instance_id(cfg: Settings) -> str | None:
+    """The worker's ``group.instance.id`` from its settings (``streams.membership``)."""
+    return group_instance_id(cfg.kafka_static_membership, cfg.kafka_group_instance_id, cfg.data_dir)
+
+
 def check_web_port(cfg: Settings) -> None:
     """Fail early, with ``ConfigError``, when the worker's web port cannot be bound (faust
     would only find out after joining the consumer group)."""
@@ -248,7 +253,12 @@ def build_context(cfg: Settings, wrap_sink: Callable[[Sink], Sink] | None = None
         PipelineLoop(),
         detectors,
         asyncio.Lock(),
-        AssignmentWatch(cfg, topics.input),
+        AssignmentWatch(
+            topics.input,
+            cfg.kafka_consumer_group,
+            worker_instance_id(cfg),
+            cfg.kafka_session_timeout_seconds,
+        ),
         owner,
     )
 
@@ -419,7 +429,7 @@ def create_app(ctx: WorkerContext) -> faust.App:
         web_port=cfg.worker_web_port,
         autodiscover=False,
         datadir=str(faust_data_dir(cfg)),
-        consumer_group_instance_id=group_instance_id(cfg),
+        consumer_group_instance_id=ctx.assignment.instance,
         broker_session_timeout=cfg.kafka_session_timeout_seconds,
         broker_request_timeout=max(90.0, cfg.kafka_session_timeout_seconds + 30.0),
         web_application_options={"client_max_size": MAX_REQUEST_BYTES},
@@ -543,7 +553,7 @@ def run_worker(
             ctx.owner.close()
         engine = ctx.pipeline.engine
         ctx.pipeline_loop.close(lambda: close_engine(engine))
-        instance = group_instance_id(cfg)
+        instance = ctx.assignment.instance
         if instance is not None and ctx.assignment.joined:  # hand the partitions over now
             asyncio.run(
                 leave_group(cfg.kafka_bootstrap_servers, cfg.kafka_consumer_group, instance)

@@ -1,0 +1,204 @@
+"""Dependencies point one way (issue 14, point 5; docs/architecture.md, "Layers").
+
+Every module of the repository's packages is parsed with ``ast``; each import, at the top
+of the module or inside a function or class, ``if TYPE_CHECKING:`` blocks included, is
+mapped to its layer. A module may import its own layer and the layers below it, never one
+above; the Kafka side (``streams/``) and the warehouse (``warehouse/``) share a layer and do
+not import each other. Imports of anything outside these packages (the standard library,
+third-party packages) are not checked.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: Layer numbers, top (1) to bottom (5), of the top-level packages.
+PACKAGE_LAYERS = {
+    "refusal_audit": 2,
+    "streams": 3,
+    "warehouse": 3,
+    "processors": 4,
+    "prompts": 4,
+    "schemas": 5,
+}
+LAYER_NAMES = {
+    1: "entry points",
+    2: "application",
+    3: "Kafka side / warehouse",
+    4: "pure logic",
+    5: "contracts",
+}
+#: Entry points: the CLI (``refusal_audit.cli`` and every ``refusal_audit.cli_*``) and the
+#: modules holding a service's run function (nothing in the application layer imports them).
+ENTRY_MODULES = frozenset(
+    {
+        "refusal_audit.cli",
+        "refusal_audit.worker.worker",
+        "refusal_audit.web.server",
+        "refusal_audit.clarify.server",
+    }
+)
+#: Packages of one layer that must not import each other.
+SIDE_BY_SIDE = frozenset({"streams", "warehouse"})
+
+
+def layer_of(module: str) -> int | None:
+    """The layer of a dotted module name, or None when it is not one of the project's."""
+    top = module.split(".")[0]
+    if top not in PACKAGE_LAYERS:
+        return None
+    # ``from refusal_audit.cli import app`` names ``refusal_audit.cli.app``
+    if any(module == m or module.startswith(m + ".") for m in ENTRY_MODULES):
+        return 1
+    if module.startswith("refusal_audit.cli_"):
+        return 1
+    return PACKAGE_LAYERS[top]
+
+
+def layer_name(module: str, layer: int) -> str:
+    """How a failure names a module's layer (layer 3 by its side)."""
+    if layer == 3:
+        return "Kafka side" if module.split(".")[0] == "streams" else "warehouse"
+    return LAYER_NAMES[layer]
+
+
+def module_name(path: Path) -> str:
+    """``refusal_audit/worker/worker.py`` -> ``refusal_audit.worker.worker`` (a package's
+    ``__init__.py`` is the package)."""
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@dataclass(frozen=True)
+class Import:
+    """One imported module: where (file, line) and what (dotted name)."""
+
+    path: Path
+    line: int
+    module: str
+
+
+def imports_of(path: Path, source: str | None = None) -> Iterator[Import]:
+    """Every module ``path`` imports, anywhere in the file. ``from X import y`` yields
+    ``X.y`` (``y`` may be a submodule) and relative imports are resolved."""
+    tree = ast.parse(source if source is not None else path.read_text(), str(path))
+    me = module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(path, node.lineno, alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = package.split(".")
+                base_parts = base_parts[: len(base_parts) - (node.level - 1)]
+                base = ".".join([*base_parts, *([node.module] if node.module else [])])
+            else:
+                base = node.module or ""
+            for alias in node.names:
+                yield Import(path, node.lineno, f"{base}.{alias.name}")
+
+
+def violations(path: Path, source: str | None = None) -> list[str]:
+    """``file:line: ...`` for each import of ``path`` that goes up a layer or sideways
+    between ``streams`` and ``warehouse``."""
+    me = module_name(path)
+    mine = layer_of(me)
+    assert mine is not None, path
+    found = []
+    for imp in imports_of(path, source):
+        theirs = layer_of(imp.module)
+        if theirs is None:
+            continue
+        where = f"{imp.path.relative_to(REPO)}:{imp.line}"
+        top, their_top = me.split(".")[0], imp.module.split(".")[0]
+        if theirs < mine:
+            found.append(
+                f"{where}: {me} ({layer_name(me, mine)}) imports {imp.module} "
+                f"({layer_name(imp.module, theirs)}, a layer above)"
+            )
+        elif top != their_top and {top, their_top} == SIDE_BY_SIDE:
+            found.append(
+                f"{where}: {me} ({layer_name(me, mine)}) imports {imp.module} "
+                f"({layer_name(imp.module, theirs)}): they must not import each other"
+            )
+    return found
+
+
+def project_modules() -> list[Path]:
+    """Every ``.py`` file of the project's packages."""
+    return sorted(p for package in PACKAGE_LAYERS for p in (REPO / package).rglob("*.py"))
+
+
+def test_every_package_is_layered() -> None:
+    """A new top-level package with Python modules must get a layer here."""
+    layered = set(PACKAGE_LAYERS)
+    others = {"tests", "benchmarks", "examples", "deploy", "docs", "build"}
+    packages = {
+        p.parent.name
+        for p in REPO.glob("*/__init__.py")
+        if not p.parent.name.startswith(".") and p.parent.name not in others
+    }
+    assert packages <= layered, f"packages without a layer: {sorted(packages - layered)}"
+
+
+def test_no_import_goes_up_a_layer() -> None:
+    modules = project_modules()
+    assert len(modules) > 100  # the walk found the packages
+    found = [v for path in modules for v in violations(path)]
+    assert not found, "imports against the layers (docs/architecture.md):\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("module_path", "source", "expected"),
+    [
+        (
+            "processors/redaction.py",
+            "def f():\n    from refusal_audit.config import Settings\n",
+            "processors/redaction.py:2: processors.redaction (pure logic) imports "
+            "refusal_audit.config.Settings (application, a layer above)",
+        ),
+        (
+            "streams/sink.py",
+            "import warehouse.store\n",
+            "streams/sink.py:1: streams.sink (Kafka side) imports warehouse.store (warehouse): "
+            "they must not import each other",
+        ),
+        (
+            "refusal_audit/batch.py",
+            "from .cli import app\n",
+            "refusal_audit/batch.py:1: refusal_audit.batch (application) imports "
+            "refusal_audit.cli.app (entry points, a layer above)",
+        ),
+        (
+            "schemas/__init__.py",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from processors import x\n",
+            "schemas/__init__.py:3: schemas (contracts) imports processors.x "
+            "(pure logic, a layer above)",
+        ),
+    ],
+)
+def test_a_violation_is_reported(module_path: str, source: str, expected: str) -> None:
+    """The check finds imports against the layers (in functions, relative, type-only) and
+    names file, line and the imported module."""
+    assert violations(REPO / module_path, source) == [expected]
+
+
+def test_allowed_imports_pass() -> None:
+    """Own layer, layers below, and anything outside the project are fine."""
+    below = "import orjson\nfrom schemas.events import RefusalEvent\nfrom prompts.loader import x\n"
+    assert violations(REPO / "processors" / "intake.py", below) == []
+    application = below + "import streams.producer\nfrom warehouse.store import Warehouse\n"
+    assert violations(REPO / "refusal_audit" / "batch.py", application) == []
+    entry = "from refusal_audit.worker.worker import run_worker\n"
+    assert violations(REPO / "refusal_audit" / "cli.py", entry) == []
+    assert violations(REPO / "refusal_audit" / "clarify" / "server.py", entry) == []
