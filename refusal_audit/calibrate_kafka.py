@@ -41,7 +41,7 @@ batch is redelivered). ``stop`` (SIGTERM/SIGINT in the command) ends the loop af
 message in hand: what was processed is committed, the rest is redelivered.
 
 Embedded store: a consumer that owns a chDB store serves it to the other commands on a
-loopback HTTP server of its own (:class:`OwnerServer`, the owner channel of
+loopback HTTP server of its own (``refusal_audit.owner.OwnerServer``, the owner channel of
 ``refusal_audit.owner``), and follows another owner (the worker, the review server) when one runs.
 """
 
@@ -55,7 +55,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -74,8 +73,6 @@ from processors.redaction import Redactor
 from refusal_audit.bundles import load_bundles
 from refusal_audit.calibrate import build_suite, build_variant_engine, not_json, run_with_suite
 from refusal_audit.config import Settings
-from refusal_audit.owner import MAX_REQUEST_BYTES as MAX_OWNER_REQUEST_BYTES
-from refusal_audit.owner import UNAUTHORIZED, OwnerSlot
 from schemas.calibration import ABEvent, CalibrationRequest, CalibrationRun, Spectrum
 from schemas.deadletter import DeadLetter, DeadLetterStage
 from streams.producer import KAFKA_LOGGER, DeliveryError, TopicWriter, make_producer
@@ -88,7 +85,6 @@ from warehouse.calibration import (
     runs_by_id,
 )
 from warehouse.client import WarehouseError
-from warehouse.remote import OWNER_PATH
 from warehouse.store import Warehouse
 
 log = logging.getLogger("refusal_audit.calibrate")
@@ -670,81 +666,6 @@ def check_topics(cfg: Settings, roles: Sequence[str]) -> Topics:
 
 
 # -- the owner channel of an embedded store ----------------------------------------------------
-class OwnerServer:
-    """Serves an embedded store this process owns (or takes over) to the other commands: the
-    owner channel (``refusal_audit.owner.OwnerSlot``) on a loopback HTTP server of its own, port
-    ``port`` (0: any free port; the owner file names it). :meth:`start` returns None for a
-    ClickHouse server or in-memory store."""
-
-    def __init__(self, slot: OwnerSlot, httpd: ThreadingHTTPServer) -> None:
-        self.slot = slot
-        self.httpd = httpd
-        self._thread = threading.Thread(
-            target=httpd.serve_forever, kwargs={"poll_interval": 0.2}, name="owner-channel-http",
-            daemon=True,
-        )  # fmt: skip
-
-    @classmethod
-    def start(cls, cfg: Settings, store: Warehouse, port: int = 0) -> OwnerServer | None:
-        """Bind, serve and announce (once listening). Raises ``WarehouseError``,
-        ``OSError`` (the port is taken)."""
-        holder: list[OwnerSlot] = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                log.debug("owner channel: " + format, *args)
-
-            def _answer(self, status: int, body: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_POST(self) -> None:
-                slot = holder[0]
-                if self.path != OWNER_PATH:
-                    self._answer(404, b'{"error": {"message": "not found"}}')
-                    return
-                authorization = self.headers.get("Authorization")
-                if not slot.owns:
-                    self._answer(*asyncio.run(slot.handle(authorization, b"")))
-                    return
-                if not slot.authorized(authorization):  # before reading any of the body
-                    self._answer(401, UNAUTHORIZED)
-                    return
-                length = int(self.headers.get("Content-Length") or 0)
-                if length > MAX_OWNER_REQUEST_BYTES:
-                    self._answer(413, b'{"error": {"message": "request too large"}}')
-                    return
-                body = self.rfile.read(length)
-                self._answer(*asyncio.run(slot.handle(authorization, body)))
-
-        httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        httpd.daemon_threads = True
-        bound = int(httpd.server_address[1])
-        try:
-            slot = OwnerSlot.attach(cfg, store.client, "127.0.0.1", bound)
-        except BaseException:
-            httpd.server_close()
-            raise
-        if slot is None:
-            httpd.server_close()
-            return None
-        holder.append(slot)
-        server = cls(slot, httpd)
-        server._thread.start()
-        slot.announce_when_listening()
-        log.info("owner channel of the embedded store on 127.0.0.1:%d", bound)
-        return server
-
-    def close(self) -> None:
-        """Withdraw the owner file, stop serving. Never raises."""
-        self.slot.close()
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 # -- producing files onto the topics -----------------------------------------------------------
 @dataclass
 class ProduceReport:
@@ -831,7 +752,6 @@ __all__ = [
     "ConsumerLoop",
     "LoopOptions",
     "LoopStats",
-    "OwnerServer",
     "ProduceReport",
     "Rejected",
     "check_topics",

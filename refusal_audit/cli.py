@@ -373,12 +373,26 @@ def topics_create() -> None:
 @app.command()
 def worker(
     loglevel: str = typer.Option("info", help="Log level (logs are JSON lines on stderr)."),
+    outputs: str = typer.Option(
+        "warehouse",
+        "--outputs",
+        help="warehouse: store into ClickHouse and publish (one worker per embedded store); "
+        "topics: a transactional worker writing only to the result topics, exactly once per "
+        "window, for any number of workers (load them with `refusal-audit sink`).",
+    ),
 ) -> None:
     """Run the streaming worker: consume refusal events, audit them, store and publish."""
     from refusal_audit.worker.worker import run_worker
     from streams.topics import TopicError
 
+    if outputs not in ("warehouse", "topics"):
+        raise fail_usage(f"--outputs must be warehouse or topics, not {outputs!r}")
     cfg = settings()
+    if outputs == "topics":
+        from refusal_audit.cli_scale import run_topics_worker
+
+        run_topics_worker(cfg, loglevel)
+        return
     try:
         run_worker(cfg, loglevel)
     except (TopicError, WarehouseError, ConfigError) as exc:
@@ -454,6 +468,9 @@ app.add_typer(cli_calibrate.ab_app, name="ab")
 # imported for their side effect: they register more commands on calibrate_app and ab_app
 import refusal_audit.cli_calibrate_kafka  # noqa: E402
 import refusal_audit.cli_calibrate_store  # noqa: E402, F401
+from refusal_audit import cli_scale  # noqa: E402
+
+app.command("sink")(cli_scale.sink)
 
 alerts_app.command("list")(cli_alerts.alerts_list)
 alerts_app.command("evaluate")(cli_alerts.alerts_evaluate)

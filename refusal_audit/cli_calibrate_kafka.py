@@ -29,7 +29,8 @@ from refusal_audit.cli_common import EXIT_FAILURES, console, err, fail_usage, se
 from refusal_audit.config import ConfigError, Settings
 
 if TYPE_CHECKING:
-    from refusal_audit.calibrate_kafka import ConsumerLoop, OwnerServer
+    from refusal_audit.calibrate_kafka import ConsumerLoop
+    from refusal_audit.owner import OwnerServer
     from warehouse.store import Warehouse
 
 _BATCH_WAIT = typer.Option(
@@ -62,7 +63,7 @@ def _logging() -> None:
 
 
 def _open(cfg: Settings, owner_port: int) -> tuple[Warehouse, OwnerServer | None]:
-    from refusal_audit.calibrate_kafka import OwnerServer
+    from refusal_audit.owner import OwnerServer
     from warehouse.client import WarehouseError
     from warehouse.store import Warehouse
 

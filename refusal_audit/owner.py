@@ -15,6 +15,8 @@ import ipaddress
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import httpx
 import orjson
@@ -31,8 +33,9 @@ from warehouse.remote import (
     serve_request,
     withdraw_owner,
 )
+from warehouse.store import Warehouse
 
-__all__ = ["MAX_REQUEST_BYTES", "OwnerChannel", "OwnerSlot", "channel_url"]
+__all__ = ["MAX_REQUEST_BYTES", "OwnerChannel", "OwnerServer", "OwnerSlot", "channel_url"]
 
 log = logging.getLogger("refusal_audit.worker")
 
@@ -228,3 +231,78 @@ class OwnerSlot:
         """Withdraw and close the channel, if any. Never raises."""
         if self.channel is not None:
             self.channel.close()
+
+
+class OwnerServer:
+    """Serves an embedded store this process owns (or takes over) to the other commands: the
+    owner channel (:class:`OwnerSlot`) on a loopback HTTP server of its own, port
+    ``port`` (0: any free port; the owner file names it). :meth:`start` returns None for a
+    ClickHouse server or in-memory store."""
+
+    def __init__(self, slot: OwnerSlot, httpd: ThreadingHTTPServer) -> None:
+        self.slot = slot
+        self.httpd = httpd
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.2}, name="owner-channel-http",
+            daemon=True,
+        )  # fmt: skip
+
+    @classmethod
+    def start(cls, cfg: Settings, store: Warehouse, port: int = 0) -> OwnerServer | None:
+        """Bind, serve and announce (once listening). Raises ``WarehouseError``,
+        ``OSError`` (the port is taken)."""
+        holder: list[OwnerSlot] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug("owner channel: " + format, *args)
+
+            def _answer(self, status: int, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:
+                slot = holder[0]
+                if self.path != OWNER_PATH:
+                    self._answer(404, b'{"error": {"message": "not found"}}')
+                    return
+                authorization = self.headers.get("Authorization")
+                if not slot.owns:
+                    self._answer(*asyncio.run(slot.handle(authorization, b"")))
+                    return
+                if not slot.authorized(authorization):  # before reading any of the body
+                    self._answer(401, UNAUTHORIZED)
+                    return
+                length = int(self.headers.get("Content-Length") or 0)
+                if length > MAX_REQUEST_BYTES:
+                    self._answer(413, b'{"error": {"message": "request too large"}}')
+                    return
+                body = self.rfile.read(length)
+                self._answer(*asyncio.run(slot.handle(authorization, body)))
+
+        httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        httpd.daemon_threads = True
+        bound = int(httpd.server_address[1])
+        try:
+            slot = OwnerSlot.attach(cfg, store.client, "127.0.0.1", bound)
+        except BaseException:
+            httpd.server_close()
+            raise
+        if slot is None:
+            httpd.server_close()
+            return None
+        holder.append(slot)
+        server = cls(slot, httpd)
+        server._thread.start()
+        slot.announce_when_listening()
+        log.info("owner channel of the embedded store on 127.0.0.1:%d", bound)
+        return server
+
+    def close(self) -> None:
+        """Withdraw the owner file, stop serving. Never raises."""
+        self.slot.close()
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -10,7 +10,7 @@ which gives at-least-once. Every failure becomes a dead letter. Blocking sink ca
 a worker thread (``asyncio.to_thread``) so they never block the loop ``run`` is awaited on.
 Intake and the engine's audit run on that loop itself: batch mode runs it with
 ``asyncio.run``; the streaming worker runs it on a dedicated loop in its own thread
-(``refusal_audit.worker.worker.PipelineLoop``), never on faust's loop, because that CPU
+(``refusal_audit.worker.loop.PipelineLoop``), never on faust's loop, because that CPU
 work would stall the worker's web views, timers and consumer heartbeats. One ``run`` at a
 time per pipeline.
 

@@ -11,7 +11,8 @@ Dead-letter topic copies (``dead_letter_message``): the value is the record's by
 dead letter keeps them (PII redacted), cut to fit the producer's size limit. The headers
 are ours first, in this order: ``x-dead-letter-id``, ``x-stage``, ``x-reason-code``,
 ``x-reason``, ``x-source``, ``x-source-location``, for Kafka input ``x-source-topic``,
-``x-source-partition``, ``x-source-offset``, ``x-log-id`` whenever the log id is known, then
+``x-source-partition``, ``x-source-offset``, ``x-log-id`` whenever the log id is known,
+``x-dead-letter-created-at``, then
 as they apply ``x-tombstone: true`` (a null value stays null), ``x-original-key-truncated``
 (a key over 64 KiB is cut; the header gives its length), ``x-original-headers-dropped``
 (original headers beyond 64 KiB in all, how many), and ``x-raw-truncated`` (the whole
@@ -131,6 +132,7 @@ def dead_letter_headers(letter: DeadLetter) -> Headers:
         ]
     if letter.log_id:
         headers.append(("x-log-id", letter.log_id))
+    headers.append(("x-dead-letter-created-at", letter.created_at.isoformat()))
     return headers
 
 
@@ -259,3 +261,42 @@ class StreamSink:
             original = self._originals.get((letter.source, letter.location))
             value, key, headers = dead_letter_message(letter, original)
             self.writer.send(self.topics.dead_letters, value, key, headers)
+
+
+def dead_letter_from_message(value: bytes | None, headers: Any) -> DeadLetter:
+    """The ``DeadLetter`` a dead-letter topic message was made from (``dead_letter_message``),
+    for a sink that stores the topic in the warehouse: ids, stage, reason, source, location,
+    log id and creation time from our headers; ``raw`` is the value as sent (cut only when
+    it exceeded the producer's limit, then ``raw_truncated`` with the whole value's length
+    and SHA-256 from ``x-raw-truncated`` / ``x-raw-sha256``). Raises ``ValueError`` when a
+    header it needs is missing (the message was not written by ``dead_letter_message``)."""
+    pairs = headers.items() if isinstance(headers, Mapping) else (headers or ())
+    found: dict[str, str] = {}
+    for name, raw_value in pairs:
+        if not str(name).startswith(ORIGINAL_HEADER_PREFIX) and str(name) not in found:
+            text = raw_value.decode() if isinstance(raw_value, bytes) else str(raw_value or "")
+            found[str(name)] = text
+    needed = ("x-dead-letter-id", "x-stage", "x-reason-code", "x-reason", "x-source",
+              "x-source-location", "x-dead-letter-created-at")  # fmt: skip
+    missing = [n for n in needed if n not in found]
+    if missing:
+        raise ValueError(f"not a dead-letter message: no {', '.join(missing)} header")
+    raw = value or b""
+    data: dict[str, Any] = {
+        "dead_letter_id": found["x-dead-letter-id"],
+        "stage": found["x-stage"],
+        "reason_code": found["x-reason-code"],
+        "reason": found["x-reason"],
+        "source": found["x-source"],
+        "location": found["x-source-location"],
+        "raw": raw,
+        "log_id": found.get("x-log-id"),
+        "created_at": found["x-dead-letter-created-at"],
+    }
+    if "x-raw-truncated" in found:
+        data.update(
+            raw_length=int(found["x-raw-truncated"]),
+            raw_sha256=found["x-raw-sha256"],
+            raw_truncated=True,
+        )
+    return DeadLetter.model_validate(data)

@@ -59,6 +59,16 @@ ROLES: dict[str, tuple[str, dict[str, str]]] = {
         "dead-letters",
         {"cleanup.policy": "delete", "retention.ms": str(30 * DAY_MS)},
     ),
+    # what a transactional worker writes for the warehouse sink (issue 14): every stored event
+    # (redacted, refusal or not) and every audit batch record, beside the assessments
+    "stored_events": (
+        "stored-events",
+        {"cleanup.policy": "delete", "retention.ms": str(7 * DAY_MS)},
+    ),
+    "audit_batches": (
+        "audit-batches",
+        {"cleanup.policy": "delete", "retention.ms": str(7 * DAY_MS)},
+    ),
     # the clarification service (issue 12): requests, answers and outcomes in; questions,
     # clarified requests and escalations out; its conversation states (compacted)
     "clarify_requests": (
@@ -116,6 +126,8 @@ class Topics:
     policy_gap_alerts: str
     review_queue: str
     dead_letters: str
+    stored_events: str
+    audit_batches: str
     clarify_requests: str
     clarify_questions: str
     clarify_answers: str

@@ -17,8 +17,8 @@ from processors.adapters import DecodeOptions, SourceRecord
 from refusal_audit.batch import build_pipeline
 from refusal_audit.config import PolicyBundlePaths, Settings
 from refusal_audit.pipeline import InputSource
+from refusal_audit.worker.loop import PipelineLoop
 from refusal_audit.worker.worker import (
-    PipelineLoop,
     describe_window,
     window_partitions,
     window_topic,

@@ -378,11 +378,14 @@ class Warehouse:
 
     # ---- writes ---------------------------------------------------------------------
 
-    def _insert(self, table: str, columns: Sequence[str], rows: list[list[Any]]) -> None:
-        """Insert ``rows`` with a content-derived dedup token, retrying transient failures."""
+    def _insert(
+        self, table: str, columns: Sequence[str], rows: list[list[Any]], token: str | None = None
+    ) -> None:
+        """Insert ``rows`` with ``token`` as the insert deduplication token (default: one
+        derived from the content), retrying transient failures."""
         if not rows:
             return
-        token = dedup_token(table, rows)
+        token = f"{table}:{token}" if token is not None else dedup_token(table, rows)
         key = (table, tuple(columns))
 
         def attempt() -> None:
@@ -459,10 +462,12 @@ class Warehouse:
 
         return log
 
-    def insert_events(self, events: Sequence[StoredEvent]) -> None:
+    def insert_events(self, events: Sequence[StoredEvent], token: str | None = None) -> None:
         """Store redacted events (an empty sequence is a no-op).
 
-        Re-delivering an event (same ``log_id``) replaces it. Raises ``WarehouseError``.
+        Re-delivering an event (same ``log_id``) replaces it. ``token`` (all ``insert_*``
+        methods): the insert's deduplication token, e.g. a sink's topic/partition/offset
+        range (default: derived from the rows). Raises ``WarehouseError``.
 
         The same insert records each event's first arrival: the materialized view
         ``event_arrivals_mv`` (migration 0009) forwards every block ``refusal_events``
@@ -472,7 +477,7 @@ class Warehouse:
         re-run (a newer ``ingested_at`` replacing the event row) does not move an event
         into a later window.
         """
-        self._insert("refusal_events", EVENT_COLUMNS, [_event_row(e) for e in events])
+        self._insert("refusal_events", EVENT_COLUMNS, [_event_row(e) for e in events], token)
 
     def stored_identities(self, keys: Sequence[tuple[str, str]]) -> dict[str, StoredIdentity]:
         """What is stored of the events ``keys`` = ``(policy_bundle, log_id)`` pairs (log ids
@@ -514,12 +519,14 @@ class Warehouse:
             for r in events
         }
 
-    def insert_assessments(self, items: Sequence[StoredAssessment]) -> None:
+    def insert_assessments(
+        self, items: Sequence[StoredAssessment], token: str | None = None
+    ) -> None:
         """Store assessments; per (policy_bundle, log_id) the newest ``audited_at`` is current.
 
         An empty sequence is a no-op. Raises ``WarehouseError``.
         """
-        self._insert("assessments", ASSESSMENT_COLUMNS, [_assessment_row(a) for a in items])
+        self._insert("assessments", ASSESSMENT_COLUMNS, [_assessment_row(a) for a in items], token)
 
     def insert_batch(self, batch: BatchRecord) -> None:
         """Store one audited batch (re-running the same ``batch_id`` replaces it).
@@ -528,12 +535,12 @@ class Warehouse:
         """
         self.insert_batches([batch])
 
-    def insert_batches(self, batches: Sequence[BatchRecord]) -> None:
+    def insert_batches(self, batches: Sequence[BatchRecord], token: str | None = None) -> None:
         """Store audited batches in one insert (empty sequence: no-op).
 
         Raises ``WarehouseError``.
         """
-        self._insert("audit_batches", BATCH_COLUMNS, [_batch_row(b) for b in batches])
+        self._insert("audit_batches", BATCH_COLUMNS, [_batch_row(b) for b in batches], token)
 
     def insert_rows(self, table: str, columns: Sequence[str], rows: list[list[Any]]) -> None:
         """Insert ``rows`` (values in ``columns`` order) into ``table`` of this database, one
@@ -542,19 +549,19 @@ class Warehouse:
         ``WarehouseError``."""
         self._insert(table, columns, rows)
 
-    def select(
-        self, sql: str, parameters: dict[str, Any] | None = None
-    ) -> list[dict[str, Any]]:
+    def select(self, sql: str, parameters: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Rows of ``sql`` (``{db:Identifier}`` is this database) as dicts. Raises
         ``WarehouseError``."""
         return self._dicts(sql, parameters)
 
-    def insert_dead_letters(self, items: Sequence[DeadLetter]) -> None:
+    def insert_dead_letters(self, items: Sequence[DeadLetter], token: str | None = None) -> None:
         """Store dead letters (one row per ``dead_letter_id``; empty sequence: no-op).
 
         Raises ``WarehouseError``.
         """
-        self._insert("dead_letters", DEAD_LETTER_COLUMNS, [_dead_letter_row(d) for d in items])
+        self._insert(
+            "dead_letters", DEAD_LETTER_COLUMNS, [_dead_letter_row(d) for d in items], token
+        )
 
     def insert_alerts(self, alerts: Sequence[Mapping[str, Any]]) -> None:
         """Store generic alert rows (an empty sequence is a no-op).

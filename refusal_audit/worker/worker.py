@@ -37,8 +37,7 @@ import logging.config
 import os
 import socket
 import sys
-import threading
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -53,6 +52,7 @@ from refusal_audit.engines import close_engine
 from refusal_audit.owner import MAX_REQUEST_BYTES, UNAUTHORIZED, OwnerSlot
 from refusal_audit.pipeline import AuditPipeline, InputSource, RunReport, Sink
 from refusal_audit.worker.detectors import DetectorRunner
+from refusal_audit.worker.loop import PipelineLoop
 from streams.logs import json_logging_config
 from streams.membership import AssignmentWatch, group_instance_id, leave_group
 from streams.metrics import WorkerMetrics
@@ -67,71 +67,6 @@ log = logging.getLogger("refusal_audit.worker")
 EXIT_CRASH = 70
 
 _T = TypeVar("_T")
-
-
-class PipelineLoop:
-    """One long-lived asyncio event loop running in a daemon thread of its own.
-
-    ``run(coro)`` (awaited on another loop, e.g. faust's) runs ``coro`` on this loop and
-    returns its result or raises its exception; cancelling the awaiting task cancels
-    ``coro``. Coroutines run here one after another or concurrently, like on any loop, and
-    may use ``asyncio.to_thread`` (this loop's default executor). ``close`` stops the loop.
-    """
-
-    def __init__(self, name: str = "refusal-audit-pipeline") -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        try:
-            self.loop.run_forever()
-        finally:
-            self.loop.close()
-
-    @property
-    def thread(self) -> threading.Thread:
-        """The thread the loop runs in."""
-        return self._thread
-
-    async def run(self, coro: Coroutine[Any, Any, _T]) -> _T:
-        """Run ``coro`` on this loop and await its outcome from the calling loop.
-
-        Raises whatever ``coro`` raises; ``RuntimeError`` when the loop is closed.
-        """
-        if not self._thread.is_alive() or self.loop.is_closed():
-            coro.close()
-            raise RuntimeError("the pipeline loop is closed")
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        return await asyncio.wrap_future(future)
-
-    def close(
-        self, finalizer: Callable[[], Awaitable[None]] | None = None, timeout: float = 10.0
-    ) -> None:
-        """Cancel what still runs on the loop, await ``finalizer()`` there, stop the loop.
-
-        Blocks up to about ``2 * timeout`` seconds; never raises (problems are logged).
-        Closing twice is a no-op.
-        """
-        if not self._thread.is_alive():
-            return
-
-        async def shutdown() -> None:
-            current = asyncio.current_task()
-            tasks = [t for t in asyncio.all_tasks() if t is not current]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            if finalizer is not None:
-                await finalizer()
-
-        try:
-            asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(timeout)
-        except Exception as exc:  # a shutdown problem must not hide the exit reason
-            log.warning("pipeline loop shutdown incomplete: %r", exc)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout)
 
 
 @dataclass

@@ -1,0 +1,132 @@
+"""The scale-out commands (issue 14): ``refusal-audit worker --outputs topics`` (a
+transactional worker: results to topics, exactly once per window) and ``refusal-audit
+sink`` (the result topics into the warehouse). docs/streaming.md, "Scale-out".
+
+Exit codes: 0 stopped by SIGTERM/SIGINT (the window or block in hand is finished or left
+uncommitted: it is consumed again); 2 usage or configuration error, a topic missing; 70 the
+producer was fenced or failed fatally, or the warehouse failed after its retries (nothing
+of the window or block in hand was committed).
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.config
+import signal
+import threading
+from types import FrameType
+
+import typer
+from confluent_kafka import KafkaException
+from rich.markup import escape
+
+from refusal_audit.cli_common import err, fail_usage, settings
+from refusal_audit.config import ConfigError, Settings
+
+EXIT_CRASH = 70
+
+
+def _stop_on_signals(name: str) -> threading.Event:
+    """An event set by the first SIGTERM/SIGINT (the second one ends the process at once)."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        logging.getLogger("refusal_audit").info(
+            "%s: %s received, stopping", name, signal.Signals(signum).name
+        )
+        stop.set()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop
+
+
+def _logging(loglevel: str) -> None:
+    from streams.logs import json_logging_config
+
+    logging.config.dictConfig(json_logging_config(loglevel.upper()))
+
+
+def run_topics_worker(cfg: Settings, loglevel: str) -> None:
+    """Run a transactional worker until a signal; exit 70 when it cannot go on."""
+    from refusal_audit.worker.transactional import TransactionalWorker
+    from streams.topics import TopicError
+    from streams.transactional import TransactionFatal
+
+    _logging(loglevel)
+    try:
+        worker = TransactionalWorker.start(cfg)
+    except (TopicError, ConfigError) as exc:
+        raise fail_usage(f"worker not started: {exc}") from exc
+    except KafkaException as exc:
+        raise fail_usage(f"worker not started: the broker refused its producer: {exc}") from exc
+    stop = _stop_on_signals("worker")
+    try:
+        stats = worker.run(stop)
+    except TransactionFatal as exc:
+        err.print(f"[red]worker: stopping, nothing of the window in hand committed:[/red] "
+                  f"{escape(str(exc))}")  # fmt: skip
+        raise typer.Exit(EXIT_CRASH) from exc
+    finally:
+        worker.close()
+    err.print(f"worker: {stats.windows} window(s), {stats.records} record(s) committed, "
+              f"{stats.aborted} aborted and redone")  # fmt: skip
+
+
+def sink(
+    max_rows: int = typer.Option(
+        50_000, "--max-rows", min=1, help="Largest block (records over all result topics)."
+    ),
+    max_wait: float = typer.Option(
+        2.0, "--max-wait", min=0.05, help="Seconds a block waits for more after its first record."
+    ),
+    owner_port: int = typer.Option(
+        0,
+        "--owner-port",
+        min=0,
+        max=65535,
+        help="Loopback port serving an embedded store to the other commands (0: any free one).",
+    ),
+    loglevel: str = typer.Option("info", help="Log level (JSON lines on stderr)."),
+) -> None:
+    """Load the transactional workers' result topics (stored events, assessments, audit
+    batches, dead letters; read_committed) into the warehouse in large deduplicated blocks;
+    offsets are committed after each block is stored."""
+    from refusal_audit.owner import OwnerServer
+    from refusal_audit.sink import WarehouseSink
+    from streams.blocks import BlockLimits
+    from streams.topics import TopicError
+    from warehouse.client import WarehouseError
+    from warehouse.store import Warehouse
+
+    cfg = settings()
+    _logging(loglevel)
+    try:
+        store = Warehouse.open(cfg)
+    except WarehouseError as exc:
+        raise fail_usage(f"cannot open the warehouse: {exc}") from exc
+    owner = None
+    try:
+        try:
+            owner = OwnerServer.start(cfg, store, owner_port)
+            loader = WarehouseSink.start(cfg, store, BlockLimits(max_rows=max_rows,
+                                                                 max_wait=max_wait))  # fmt: skip
+        except (TopicError, WarehouseError, OSError) as exc:
+            raise fail_usage(f"sink not started: {exc}") from exc
+        stop = _stop_on_signals("sink")
+        try:
+            stats = loader.run(stop)
+        except (WarehouseError, KafkaException) as exc:
+            err.print(f"[red]sink: stopping, the block in hand is not committed:[/red] "
+                      f"{escape(str(exc))}")  # fmt: skip
+            raise typer.Exit(EXIT_CRASH) from exc
+        finally:
+            loader.close()
+        rows = ", ".join(f"{t} {n}" for t, n in sorted(stats.rows.items()))
+        err.print(f"sink: {stats.blocks} block(s) stored ({rows or 'no rows'})")
+    finally:
+        if owner is not None:
+            owner.close()
+        store.close()

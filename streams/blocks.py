@@ -1,0 +1,171 @@
+"""Large blocks of committed records for a warehouse sink (issue 14).
+
+A :class:`BlockReader` consumes topics in a consumer group with ``read_committed`` (so it
+sees only the outputs of committed worker transactions) and hands out :class:`Block` s bounded
+by rows, bytes and time, whichever comes first. The caller inserts a block and then calls
+:meth:`BlockReader.commit`; offsets are committed synchronously, only then, so a crash
+between the insert and the commit redelivers the block (at least once), and the insert's
+deduplication token (:meth:`Block.dedup_token`, from topic, partition and offset range, the
+way ClickHouse's own Kafka ingestion names its blocks) makes the repeated insert harmless.
+
+Pure Kafka: the decoding of records into rows is the caller's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from streams.producer import KAFKA_LOGGER
+
+log = logging.getLogger("refusal_audit.blocks")
+
+
+@dataclass(frozen=True)
+class BlockLimits:
+    """When a block closes: ``max_rows`` records, ``max_bytes`` of values, or ``max_wait``
+    seconds after its first record, whichever comes first (under a backlog blocks fill to
+    ``max_rows``; at a trickle they close on time)."""
+
+    max_rows: int = 50_000
+    max_bytes: int = 64 * 1024 * 1024
+    max_wait: float = 2.0
+
+
+@dataclass
+class Block:
+    """Records of one or more topic partitions read together: ``records`` per topic (in
+    offset order per partition) and the offset range per (topic, partition)."""
+
+    records: dict[str, list[Message]] = field(default_factory=lambda: defaultdict(list))
+    ranges: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    rows: int = 0
+    bytes: int = 0
+
+    def add(self, msg: Message) -> None:
+        """Add one record."""
+        topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+        self.records[topic].append(msg)
+        first, _ = self.ranges.get((topic, partition), (offset, offset))
+        self.ranges[(topic, partition)] = (min(first, offset), offset)
+        self.rows += 1
+        self.bytes += len(msg.value() or b"")
+
+    def dedup_token(self, topic: str) -> str:
+        """The insert deduplication token of this block's records of ``topic``: a hash of
+        its ``topic:partition:first-last`` ranges. The same records read again after a
+        crash form the same ranges when the block is re-read from the same committed
+        offsets with the same limits; when they do not, the tables' ReplacingMergeTree
+        keys still make the repeat harmless to queries."""
+        ranges = sorted((p, r) for (t, p), r in self.ranges.items() if t == topic)
+        text = ";".join(f"{topic}:{p}:{a}-{b}" for p, (a, b) in ranges)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def offsets(self) -> list[TopicPartition]:
+        """The offsets to commit after this block (last + 1 per partition)."""
+        return [TopicPartition(t, p, last + 1) for (t, p), (_, last) in sorted(self.ranges.items())]
+
+
+class BlockReader:
+    """Blocks of committed records from ``topics`` in consumer group ``group_id``.
+
+    Not thread-safe: use from one thread. Raises ``KafkaException`` on consumer errors.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        group_id: str,
+        topics: list[str],
+        limits: BlockLimits,
+        **extra: Any,
+    ) -> None:
+        self.limits = limits
+        self.generation = 0
+        conf: dict[str, Any] = {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": group_id,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "fetch.max.bytes": 64 * 1024 * 1024,
+            "max.poll.interval.ms": 600_000,
+            "logger": KAFKA_LOGGER,
+            **extra,
+        }
+        self.consumer = Consumer(conf)
+        self.consumer.subscribe(topics, on_assign=self._changed, on_revoke=self._changed,
+                                on_lost=self._changed)  # fmt: skip
+
+    def _changed(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.generation += 1
+
+    def next_block(self, stop: threading.Event | None = None) -> Block | None:
+        """The next block (module docstring), or None when nothing came within
+        ``max_wait`` or ``stop`` was set. A rebalance while the block fills drops what was
+        read before it (read again from the committed offsets, by whoever owns it now)."""
+        block = Block()
+        generation = self.generation
+        limits = self.limits
+        # until the first record: wait up to max_wait; after it: close max_wait later
+        deadline = time.monotonic() + limits.max_wait
+        while block.rows < limits.max_rows and block.bytes < limits.max_bytes:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or (stop is not None and stop.is_set()):
+                break
+            batch = self.consumer.consume(
+                num_messages=min(10_000, limits.max_rows - block.rows), timeout=min(remaining, 0.5)
+            )
+            if self.generation != generation:
+                # a rebalance inside consume: what was read before it is dropped (the new
+                # assignment fetches from the committed offsets again); this batch is
+                # already of the new assignment
+                block, generation = Block(), self.generation
+                deadline = time.monotonic() + limits.max_wait
+            for msg in batch:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise KafkaException(err)
+                if not block.rows:
+                    deadline = time.monotonic() + limits.max_wait
+                block.add(msg)
+        return block if block.rows else None
+
+    def commit(self, block: Block) -> None:
+        """Commit the block's offsets (synchronously). Raises ``KafkaException`` (e.g. the
+        partitions were revoked: the block is read again by their new owner, and the
+        deduplicated insert makes that harmless)."""
+        self.consumer.commit(offsets=block.offsets(), asynchronous=False)
+
+    def lag(self) -> int:
+        """Records behind the high watermark, over the assigned partitions."""
+        total = 0
+        for tp in self.consumer.assignment():
+            _, high = self.consumer.get_watermark_offsets(tp, timeout=5, cached=True)
+            position = self.consumer.position([tp])[0].offset
+            if high >= 0 and position >= 0:
+                total += max(0, high - position)
+        return total
+
+    def close(self) -> None:
+        """Leave the group."""
+        self.consumer.close()
+
+
+def by_partition(block: Block, topic: str) -> Iterator[tuple[int, list[Message]]]:
+    """The records of ``topic`` in ``block`` grouped by partition."""
+    groups: dict[int, list[Message]] = defaultdict(list)
+    for msg in block.records.get(topic, []):
+        groups[msg.partition() or 0].append(msg)
+    yield from sorted(groups.items())
