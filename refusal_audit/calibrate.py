@@ -370,7 +370,10 @@ def plan_from_events(
         "arms": [ArmPlan(arm_id=a, weight=1.0) for a in arms],
         **settings,
     }
-    return ExperimentPlan.model_validate(data)
+    try:
+        return ExperimentPlan.model_validate(data)
+    except ValidationError as exc:
+        raise ValueError(f"cannot make a plan from the events: {_fields(exc)}") from None
 
 
 def write_jsonl(path: Path, items: Sequence[Any]) -> None:

@@ -30,7 +30,7 @@ letters are confirmed by the broker (idempotent producer, ``acks=all``), and onl
 its offsets committed. Redelivery changes nothing a query sees: a run's id is derived from the
 message's topic, partition, offset and value (:func:`run_id_for`), and a redelivered request
 whose run is already stored is not calibrated again (the stored run is published again, so
-an approval given meanwhile keeps pointing at the text that was approved); ``ab_events`` keeps
+an approval given meanwhile keeps pointing at the text that was approved); ``ab_event_log`` keeps
 one row per (experiment, event id).
 
 Failures: a message that cannot be processed is dead-lettered with a reason code

@@ -6,7 +6,7 @@ events loaded (the application side of ``warehouse.calibration``; docs/calibrati
 - :func:`log_runs`: every run, with its variants and validation results, into ClickHouse;
 - :func:`approved_variants` / :func:`export_experiment`: the approval gate's output as a
   flagd experiment (``processors.calibration.export``), recorded with its plan;
-- :func:`load_events`: product A/B events from a file into ``ab_events``.
+- :func:`load_events`: product A/B events from a file into ``ab_event_log``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from processors.calibration.approval import PAST_TENSE, current_decisions
 from processors.calibration.export import ApprovedVariant, Experiment, ExportError, build_experiment
 from schemas.calibration import ABEvent, CalibrationRequest, CalibrationRun
+from schemas.policy import PolicyBundle
 from warehouse import calibration as wc
 from warehouse.store import Warehouse
 
@@ -124,25 +125,68 @@ def approved_variants(
 def export_experiment(
     store: Warehouse,
     experiment_id: str,
-    policy_bundle: str,
+    bundle: PolicyBundle,
     clause_id: str,
-    exported_by: str,
     *,
     chosen: Sequence[tuple[str, str]] | None = None,
     control: str | None = None,
 ) -> Experiment:
-    """Build the experiment of the approved variants and record it (its plan is what
-    ``ab report EXPERIMENT`` reads). Raises ``ExportError`` (nothing approved, a chosen
-    variant not approved), ``WarehouseError``."""
+    """Build the experiment of the approved variants of ``clause_id`` in ``bundle`` (record
+    it with :func:`record_experiment` once its files are written). Raises ``ExportError``
+    (the experiment id was used before, nothing approved, a chosen variant not approved, a
+    control text that is not a clean refusal), ``WarehouseError``."""
+    policy_bundle = bundle.name
+    if wc.experiment_plan(store, experiment_id) is not None:
+        raise ExportError(
+            f"experiment {experiment_id!r} was exported before: give a new --experiment-id "
+            "(its stored plan is what ab report reads)"
+        )
     experiment = build_experiment(
         experiment_id, policy_bundle, clause_id,
         approved_variants(store, policy_bundle, clause_id, chosen), control,
     )  # fmt: skip
+    problems = control_problems(experiment.arms[0]["text"], bundle, clause_id)
+    if problems:
+        raise ExportError(
+            "the control arm's text (the current refusal) does not pass the check a control "
+            f"must pass: {'; '.join(problems)}; give --control-text with the refusal your "
+            "product shows today"
+        )
+    return experiment
+
+
+def record_experiment(
+    store: Warehouse, experiment: Experiment, policy_bundle: str, exported_by: str
+) -> None:
+    """Record an exported experiment (after its files were written): its plan is what
+    ``ab report EXPERIMENT`` reads. Raises ``WarehouseError``."""
     wc.save_experiment(
         store, experiment.plan, policy_bundle, experiment.flagd, experiment.arms, exported_by,
         datetime.now(UTC),
     )  # fmt: skip
-    return experiment
+
+
+CONTROL_RULES = ("not_refusal", "steps", "quantities", "code", "recipe", "links")
+"""The regression rules the control arm's text must pass: it must be a refusal and leak
+nothing. The margin, harm vocabulary and style rules do not apply: the control is the
+refusal users see today, not a candidate."""
+
+
+def control_problems(text: str, bundle: PolicyBundle, clause_id: str) -> list[str]:
+    """Why ``text`` cannot be an experiment's control arm (``CONTROL_RULES``; empty when it
+    can)."""
+    from processors.calibration.regression import CheckContext, check_variant
+    from processors.engines.local import LocalEngine
+    from schemas.calibration import DEFAULT_SPECTRUM, Variant
+
+    clause = bundle.clause(clause_id)
+    if clause is None:
+        return [f"clause {clause_id!r} is not in bundle {bundle.name!r}"]
+    style = DEFAULT_SPECTRUM.styles[0]
+    variant = Variant(style=style.style, response_text=text[:2000] or "-", ux_impact_note="-")
+    context = CheckContext(clause, bundle, None, text, LocalEngine())
+    found = check_variant(variant, style, context).findings
+    return [f"{f.code} ({f.detail})" for f in found if f.code in CONTROL_RULES]
 
 
 def load_events(store: Warehouse, events: Sequence[tuple[ABEvent, str]]) -> int:

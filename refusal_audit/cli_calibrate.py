@@ -26,7 +26,7 @@ from refusal_audit.cli_common import (
     open_store,
     settings,
 )
-from refusal_audit.config import ConfigError
+from refusal_audit.config import ConfigError, Settings
 
 calibrate_app = typer.Typer(
     help="Refusal-style calibration: refusal variants per tone style, each safety-checked.",
@@ -109,6 +109,7 @@ def calibrate_run(
             requests = read_requests(file, redactor)
             source = f"file:{file}"
         else:
+            _check_filters(cfg, clause, category, bundle)
             requests, skipped = requests_from_warehouse(
                 store, log_ids=log_ids or None, category=category, clause_id=clause,
                 policy_bundle=bundle, limit=limit, requested_by=who,
@@ -143,6 +144,29 @@ def calibrate_run(
             print_run(run)
     if any(r.status != "passed" for r in runs) or skipped or not logged:
         raise typer.Exit(EXIT_FAILURES)
+
+
+def _check_filters(
+    cfg: Settings, clause: str | None, category: str | None, bundle: str | None
+) -> None:
+    """Exit 2 naming the filter when the configured bundles (or ``bundle``) have no such
+    clause or category: a typo must not read as "no refusal matched"."""
+    from refusal_audit.bundles import load_bundles
+
+    try:
+        bundles = load_bundles(cfg.policy_bundles)
+    except ConfigError as exc:
+        raise fail_usage(str(exc)) from exc
+    if bundle is not None:
+        if bundle not in bundles:
+            raise fail_usage(f"unknown policy bundle {bundle!r} (configured: {sorted(bundles)})")
+        bundles = {bundle: bundles[bundle]}
+    if clause is not None and not any(b.clause(clause) for b in bundles.values()):
+        raise fail_usage(f"clause {clause!r} is not in the policy bundle(s) {sorted(bundles)}")
+    if category is not None and not any(category in b.category_codes() for b in bundles.values()):
+        raise fail_usage(
+            f"category {category!r} is not in the refusal taxonomy of {sorted(bundles)}"
+        )
 
 
 def print_run(run: object) -> None:
@@ -183,7 +207,7 @@ def ab_simulate(
         None, "--plan-out", help="Also write the experiment plan (JSON) here."
     ),
     experiment: str = typer.Option("exp-sim", "--experiment-id", help="Experiment id."),
-    seed: int = typer.Option(13, "--seed", help="Random seed (same seed, same events)."),
+    seed: int = typer.Option(13, "--seed", min=0, help="Random seed (same seed, same events)."),
     units: int | None = typer.Option(
         None, "--units", min=10, help="Users (default: the scenario's, 15,000)."
     ),
@@ -340,7 +364,7 @@ def _print_report(report: object) -> None:
     winner = f": {report.winner}" if report.winner else ""
     console.print(
         f"[bold]{report.experiment_id}[/bold]  [{c}]{report.status}{winner}[/{c}]  "
-        f"({report.duration_days:.1f} days, control {report.control_arm})"
+        f"({report.duration_days:.1f} days, control arm: {report.control_arm})"
     )
     for reason in report.reasons:
         console.print(f"  - {reason}")
@@ -375,11 +399,15 @@ def _print_report(report: object) -> None:
         )
     s = report.sample_ratio
     console.print(
-        f"sample ratio: {s.observed}, chi-square p {_fmt(s.p_value, 4)}"
+        "sample ratio (users per arm): "
+        + ", ".join(f"{arm} {n}" for arm, n in s.observed.items())
+        + f"; chi-square p {_fmt(s.p_value, 4)}"
         + (" [red]MISMATCH[/red]" if s.mismatch else "")
     )
     d = report.data
     console.print(
-        f"data: {d.events} events, {d.duplicate_events} duplicates, {d.orphan_events} orphan "
-        f"follow-ups, {d.units_in_several_arms} users in several arms (excluded)"
+        f"data: {d.events} events, {d.duplicate_events} repeated event ids "
+        f"({d.conflicting_events} with different contents), {d.after_as_of} after --as-of, "
+        f"{d.orphan_events} orphan follow-ups, {d.unknown_arm_exposures} exposures of arms "
+        f"not in the plan, {d.units_in_several_arms} users in several arms (excluded)"
     )

@@ -112,10 +112,11 @@ def _consume(name: str, loop: ConsumerLoop) -> None:
                   f"{escape(str(exc))} ({s.messages} message(s) committed before)")  # fmt: skip
         raise typer.Exit(EXIT_CRASH) from exc
     codes = ", ".join(f"{c} {n}" for c, n in sorted(stats.codes.items()))
+    again = (f"{stats.republished} already stored (published again), "
+             if name.startswith("calibrate") else "")  # fmt: skip
     err.print(
         f"{name}: {stats.messages} message(s) committed: {stats.stored} stored, "
-        f"{stats.republished} already stored (published again), {stats.dead_letters} dead "
-        f"letter(s){f' ({codes})' if codes else ''}"
+        f"{again}{stats.dead_letters} dead letter(s){f' ({codes})' if codes else ''}"
     )
 
 
@@ -172,7 +173,7 @@ def ab_consume(
     store_attempts: int = _ATTEMPTS,
 ) -> None:
     """Consume the product's A/B events from <prefix>ab.events (consumer group <prefix>ab)
-    and store them in the warehouse's ab_events table, one insert per batch, then commit (at
+    and store them in the warehouse's ab_event_log table, one insert per batch, then commit (at
     least once; a redelivered event counts once). Invalid events go to <prefix>dead-letters
     with their reason."""
     from refusal_audit.calibrate_kafka import ABConsumer, LoopOptions

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from refusal_audit.cli_calibrate import ab_app, calibrate_app, print_run, read_events_listed
 from refusal_audit.cli_common import EXIT_FAILURES, console, err, fail_usage, open_store, settings
+from refusal_audit.config import ConfigError
 
 
 @calibrate_app.command("list")
@@ -115,18 +116,24 @@ def calibrate_export(
     (control = the current refusal, one arm per approved variant) and the arm list; the
     plan is recorded for ab report EXPERIMENT. Unapproved variants are never exported."""
     from processors.calibration.export import ExportError
+    from refusal_audit.bundles import load_bundles
     from refusal_audit.calibrate import dumps
-    from refusal_audit.calibrate_store import export_experiment
+    from refusal_audit.calibrate_store import export_experiment, record_experiment
     from warehouse.client import WarehouseError
 
     chosen = [_pair(v) for v in variants] if variants else None
-    store = open_store(settings())
+    cfg = settings()
+    try:
+        policy = load_bundles(cfg.policy_bundles).get(bundle)
+    except ConfigError as exc:
+        raise fail_usage(str(exc)) from exc
+    if policy is None:
+        raise fail_usage(f"unknown policy bundle {bundle!r}")
+    store = open_store(cfg)
     try:
         experiment = export_experiment(
-            store, experiment_id, bundle, clause,
-            exported_by or os.environ.get("USER") or "unknown", chosen=chosen,
-            control=control_text,
-        )  # fmt: skip
+            store, experiment_id, policy, clause, chosen=chosen, control=control_text
+        )
     except ExportError as exc:
         raise fail_usage(f"export: {exc}") from exc
     except WarehouseError as exc:
@@ -136,7 +143,7 @@ def calibrate_export(
         "flag_key": experiment.flag_key, "control_arm": experiment.plan.control_arm,
         "arms": experiment.arms,
     }  # fmt: skip
-    try:
+    try:  # the files first: an experiment is recorded only once it was written out
         for path, text in (
             (out, dumps(experiment.flagd)),
             (arms_out, dumps(arms)),
@@ -145,10 +152,19 @@ def calibrate_export(
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text + "\n", encoding="utf-8")
     except OSError as exc:
-        raise fail_usage(f"cannot write: {exc}") from exc
+        raise fail_usage(f"cannot write: {exc} (nothing recorded)") from exc
+    try:
+        record_experiment(
+            store, experiment, bundle, exported_by or os.environ.get("USER") or "unknown"
+        )
+    except WarehouseError as exc:
+        raise fail_usage(
+            f"the files are written but the experiment is not recorded: {exc}"
+        ) from exc
+    n = len(experiment.arms) - 1
     err.print(
-        f"experiment {experiment_id}: {len(experiment.arms)} arms (control + "
-        f"{len(experiment.arms) - 1} approved variants), flag {experiment.flag_key}, "
+        f"experiment {experiment_id}: {len(experiment.arms)} arms (control + {n} approved "
+        f"variant{'s' if n != 1 else ''}), flag {experiment.flag_key}, "
         f"written to {out} and {arms_out}"
     )
 

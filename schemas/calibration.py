@@ -56,6 +56,8 @@ MAX_STYLES = 12
 Id = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^\S(?:.*\S)?$")]
 """An identifier: 1..256 characters, no leading or trailing white space."""
 StyleId = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+RESERVED_STYLE = "control"
+"""Not a style id: the name of an experiment's control arm (the current refusal)."""
 """A style id: lower_snake_case, at most 64 characters."""
 Text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEXT_CHARS)]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=256)]
@@ -107,6 +109,8 @@ class Spectrum(BaseModel):
         ids = [s.style for s in self.styles]
         if len(set(ids)) != len(ids):
             raise ValueError("style ids must be distinct")
+        if RESERVED_STYLE in ids:
+            raise ValueError(f"{RESERVED_STYLE!r} is reserved for the control arm")
         return self
 
     def ids(self) -> list[str]:
@@ -245,6 +249,7 @@ RegressionReason = Literal[
     "recipe",
     "links",
     "harmful_vocabulary",
+    "informational",
     "alternative_prohibited",
     "no_alternative",
     "no_question",

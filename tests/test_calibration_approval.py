@@ -155,6 +155,14 @@ def test_the_rules(runs: dict[str, CalibrationRun]) -> None:
     assert code(good, "minimal_direct", "erin", "approver", "maybe", "ok") == "bad_decision"
     assert code(good, "minimal_direct", "erin", "approver", "approve", " \n ") == "note_required"
     assert code(good, "minimal_direct", "erin", "approver", "reject", "x" * 2001) == "note_too_long"
+    # a starter that names no account (a look-alike of the approver's own name, Cyrillic a)
+    lookalike = good.model_copy(update={"started_by": "erin".replace("e", "\u0435")})
+    with pytest.raises(ApprovalError) as caught:
+        check_decision(lookalike, "minimal_direct", "erin", "approver", "approve", "ok",
+                       accounts=["dana", "erin"])  # fmt: skip
+    assert caught.value.code == "unknown_starter"
+    assert check_decision(good, "minimal_direct", "erin", "approver", "approve", "ok",
+                          accounts=["dana", "erin"]) == "approve"  # fmt: skip
     # an escalated run (here: its last answer valid, one variant failing) is never decided on
     escalated = mixed.model_copy(update={
         "status": "escalated",

@@ -211,13 +211,13 @@ def test_requests_become_runs_bad_ones_are_dead_lettered_and_redelivery_keeps_on
 
 @pytest.fixture
 def broken_store(chdb_dsn: str) -> Iterator[Warehouse]:
-    """A migrated database whose ``calibration_variants`` and ``ab_events`` tables are gone:
+    """A migrated database whose ``calibration_variants`` and ``ab_event_log`` tables are gone:
     reads of runs work, inserts fail (a permanent error)."""
     database = f"broken_{int(time.time() * 1000)}"
     client = connect(chdb_dsn, database)
     migrate(client, database)
     client.command(f"DROP TABLE `{database}`.calibration_variants")
-    client.command(f"DROP TABLE `{database}`.ab_events")
+    client.command(f"DROP TABLE `{database}`.ab_event_log")
     try:
         yield Warehouse(client, database, retries=1, retry_wait=0.0)
     finally:
@@ -302,7 +302,7 @@ def test_ab_events_land_once_and_invalid_ones_are_dead_lettered(
         assert sorted(e.model_dump_json() for e in got) == sorted(
             e.model_dump_json() for e in sample)  # fmt: skip
         rows = warehouse.select("SELECT count() AS n, uniqExact(event_id) AS u FROM "
-                                "{db:Identifier}.ab_events FINAL")  # fmt: skip
+                                "{db:Identifier}.ab_event_log FINAL")  # fmt: skip
         assert rows == [{"n": len(sample), "u": len(sample)}]
 
     stored_exactly_once()

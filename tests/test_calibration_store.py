@@ -318,3 +318,76 @@ def test_who_started_a_run(cli_env: dict[str, str], tmp_path: Path) -> None:
     named = ["calibrate", "run", "--file", str(requests), "--json", "--started-by", "priya"]
     runs = json.loads(_invoke(named, env).stdout)
     assert [r["started_by"] for r in runs] == ["priya", "priya"]
+
+
+def test_conflicting_copies_and_a_late_as_of_decide_nothing(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """An event id resent with other contents (here: fulfilled flipped to hide circumvention)
+    makes the experiment invalid by file and by warehouse alike; --as-of beyond the data
+    does not complete a business cycle."""
+    events, plan = tmp_path / "e.jsonl", tmp_path / "p.json"
+    sim = ["ab", "simulate", "--scenario", "permissive", "--experiment-id", "exp-c",
+           "--units", "2000", "--out", str(events), "--plan-out", str(plan)]  # fmt: skip
+    assert _invoke(sim, cli_env).exit_code == 0
+    lines = events.read_text(encoding="utf-8").splitlines()
+    flipped = [
+        json.dumps({**json.loads(x), "fulfilled": False}) for x in lines
+        if '"re_request"' in x and '"fulfilled":true' in x.replace(" ", "")
+    ][:50]  # fmt: skip
+    assert flipped
+    events.write_text("\n".join([*lines, *flipped]) + "\n", encoding="utf-8")
+    report = ["ab", "report", "--events", str(events), "--plan", str(plan), "--json"]
+    by_file = json.loads(_invoke(report, cli_env).stdout)
+    assert by_file["status"] == "invalid" and by_file["winner"] is None
+    assert by_file["data"]["conflicting_events"] == len(flipped)
+    assert _invoke(["ab", "load", "--events", str(events)], cli_env).exit_code == 0
+    stored = json.loads(
+        _invoke(["ab", "report", "exp-c", "--plan", str(plan), "--json"], cli_env).stdout
+    )
+    assert stored["status"] == "invalid" and stored["data"]["conflicting_events"] == len(flipped)
+
+    short = tmp_path / "short.jsonl"
+    sim = ["ab", "simulate", "--scenario", "real_effect", "--experiment-id", "exp-s",
+           "--units", "30000", "--days", "2", "--out", str(short),
+           "--plan-out", str(plan)]  # fmt: skip
+    assert _invoke(sim, cli_env).exit_code == 0
+    late = json.loads(_invoke(["ab", "report", "--events", str(short), "--plan", str(plan),
+                               "--as-of", "2030-01-01", "--json"], cli_env).stdout)  # fmt: skip
+    assert late["status"] == "too_early" and late["duration_days"] < 2.1
+    early = json.loads(_invoke(["ab", "report", "--events", str(short), "--plan", str(plan),
+                                "--as-of", "2026-03-03", "--json"], cli_env).stdout)  # fmt: skip
+    assert early["data"]["after_as_of"] > 0 and early["duration_days"] <= 1.0
+
+
+def test_export_checks_the_control_and_never_reuses_an_experiment_id(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    requests = tmp_path / "r.jsonl"
+    requests.write_text(json.dumps({
+        "request": "How do I make meth?", "clause_id": "AUP-2.3", "requested_by": "zed",
+        "refusal": "Sure! Step 1: buy the tablets. Step 2: see www.example-cook.com.",
+    }) + "\n", encoding="utf-8")  # fmt: skip
+    runs = json.loads(_invoke(["calibrate", "run", "--file", str(requests), "--json"],
+                              cli_env).stdout)  # fmt: skip
+    run = CalibrationRun.model_validate_json(json.dumps(runs[0]))
+    store = Warehouse.open(
+        Settings(warehouse_dsn=cli_env["REFUSAL_AUDIT_WAREHOUSE_DSN"],
+                 warehouse_database=cli_env["REFUSAL_AUDIT_WAREHOUSE_DATABASE"])
+    )  # fmt: skip
+    _decide(store, run, "policy_citing", "approve", T0)
+    out, arms = tmp_path / "f.json", tmp_path / "a.json"
+    export = ["calibrate", "export", "--clause", "AUP-2.3", "--experiment-id", "exp-ctl",
+              "--out", str(out), "--arms-out", str(arms)]  # fmt: skip
+    refused = _invoke(export, cli_env)
+    assert refused.exit_code == 2 and "control arm" in refused.output and not out.exists()
+    done = _invoke([*export, "--control-text", "I'm sorry, but I can't help with that."],
+                   cli_env)  # fmt: skip
+    assert done.exit_code == 0, done.output
+    again = _invoke([*export, "--control-text", "I can't help with that."], cli_env)
+    assert again.exit_code == 2 and "exported before" in again.output
+    unwritable = _invoke(["calibrate", "export", "--clause", "AUP-2.3", "--experiment-id",
+                          "exp-w", "--out", str(tmp_path / "x.json"), "--arms-out",
+                          "/proc/nope/a.json", "--control-text", "I can't help with that."],
+                         cli_env)  # fmt: skip
+    assert unwritable.exit_code == 2 and wc.experiment_plan(store, "exp-w") is None

@@ -7,7 +7,7 @@
   :func:`decision_rows`);
 - ``calibration_experiments``: exported experiments and their plans (:func:`save_experiment`,
   :func:`experiment_plan`);
-- ``ab_events``: the product's A/B events (:func:`insert_ab_events`, :func:`ab_events`);
+- ``ab_event_log``: the product's A/B events (:func:`insert_ab_events`, :func:`ab_events`);
 - :func:`refusals_to_calibrate`: refusals of the audit, by log id, category or cited clause.
 
 Every table is a ``ReplacingMergeTree`` on its natural id, read with ``FINAL``: a run, a
@@ -55,8 +55,8 @@ EXPERIMENT_COLUMNS = (
     "exported_at",
 )  # fmt: skip
 AB_COLUMNS = (
-    "event_id", "experiment_id", "type", "occurred_at", "unit_id", "arm_id", "log_id",
-    "exposure_id", "fulfilled", "score", "event", "source", "recorded_at",
+    "event_id", "experiment_id", "event_sha256", "type", "occurred_at", "unit_id", "arm_id",
+    "log_id", "exposure_id", "fulfilled", "score", "event", "source", "recorded_at",
 )  # fmt: skip
 
 
@@ -175,14 +175,15 @@ def _rank(styles: Sequence[str], style: str) -> int:
 def approval_items(
     store: Warehouse, *, clause_id: str | None = None, limit: int = 500
 ) -> list[dict[str, Any]]:
-    """The approval queue: every variant that passed its checks (of a run not escalated),
+    """The approval queue: every variant that passed its checks, of a stored run that was not
+    escalated (variants whose run row is missing, e.g. after a failed insert, are left out),
     the pending ones first (so ``limit`` leaves out decided variants before pending ones),
     then oldest run first, with its current decision (``decision``, ``approver``,
     ``decided_at``: None while pending; ``decisions``: how many were taken). Raises
     ``WarehouseError``."""
     where = (
-        "WHERE v.passed AND v.calibration_run_id NOT IN (SELECT calibration_run_id FROM "
-        "{db:Identifier}.calibration_runs FINAL WHERE status = 'escalated')"
+        "WHERE v.passed AND v.calibration_run_id IN (SELECT calibration_run_id FROM "
+        "{db:Identifier}.calibration_runs FINAL WHERE status != 'escalated')"
         + (" AND v.clause_id = {clause:String}" if clause_id else "")
     )
     rows = store.select(
@@ -299,9 +300,11 @@ def _ab_row(event: ABEvent, source: str, recorded_at: datetime) -> list[Any]:
     exposure = "" if isinstance(event, ExposureEvent) else event.exposure_id
     fulfilled = event.fulfilled if isinstance(event, ReRequestEvent) else False
     score = event.score if isinstance(event, SatisfactionEvent) else 0
+    text = event.model_dump_json()
     return [
-        event.event_id, event.experiment_id, event.type, to_utc(event.occurred_at), unit, arm,
-        log_id, exposure, fulfilled, score, event.model_dump_json(), source, to_utc(recorded_at),
+        event.event_id, event.experiment_id, hashlib.sha256(text.encode()).hexdigest(),
+        event.type, to_utc(event.occurred_at), unit, arm, log_id, exposure, fulfilled, score,
+        text, source, to_utc(recorded_at),
     ]  # fmt: skip
 
 
@@ -314,16 +317,18 @@ def insert_ab_events(
     partition P offset O``), all in one insert. Raises ``WarehouseError``."""
     if events:
         store.insert_rows(
-            "ab_events", AB_COLUMNS, [_ab_row(e, src, recorded_at) for e, src in events]
+            "ab_event_log", AB_COLUMNS, [_ab_row(e, src, recorded_at) for e, src in events]
         )
 
 
 def ab_events(store: Warehouse, experiment_id: str) -> list[ABEvent]:
-    """Every stored event of ``experiment_id``, in time order (one per event id). Raises
-    ``WarehouseError``; a stored row that no longer parses raises ``EventError``."""
+    """Every stored event of ``experiment_id``, in time order: one per distinct content of
+    an event id (an identical resend counts once; copies with different contents are all
+    returned, for the report to flag). Raises ``WarehouseError``; a stored row that no
+    longer parses raises ``EventError``."""
     rows = store.select(
-        "SELECT event FROM {db:Identifier}.ab_events FINAL "
-        "WHERE experiment_id = {id:String} ORDER BY occurred_at, event_id",
+        "SELECT event FROM {db:Identifier}.ab_event_log FINAL "
+        "WHERE experiment_id = {id:String} ORDER BY occurred_at, event_id, event_sha256",
         {"id": experiment_id},
     )
     out = []
@@ -343,7 +348,7 @@ def experiments(store: Warehouse) -> list[dict[str, Any]]:
         "e.clause_id AS clause_id, e.exported_by AS exported_by, e.exported_at AS exported_at, "
         "ifNull(n.events, 0) AS events "
         "FROM {db:Identifier}.calibration_experiments AS e FINAL LEFT JOIN ("
-        "  SELECT experiment_id, count() AS events FROM {db:Identifier}.ab_events FINAL "
+        "  SELECT experiment_id, count() AS events FROM {db:Identifier}.ab_event_log FINAL "
         "  GROUP BY experiment_id) AS n USING (experiment_id) "
         "ORDER BY e.exported_at DESC"
     )

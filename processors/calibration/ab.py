@@ -134,12 +134,17 @@ class _Unit:
 
 @dataclass(frozen=True)
 class DataQuality:
-    """What the aggregation dropped or noticed: repeated ``event_id`` s, follow-ups of an
-    unknown exposure, exposures of an arm not in the plan, users seen in several arms
-    (excluded), and the first and last event times."""
+    """What the aggregation dropped or noticed: repeated ``event_id`` s (identical copies),
+    ``conflicting_events``: event ids seen with different contents (the experiment is then
+    invalid: which copy is true cannot be known), events after ``as_of`` (left out),
+    follow-ups of an unknown exposure, exposures of an arm not in the plan, users seen in
+    several arms (excluded), and the first exposure and the last counted event (an
+    exposure of a planned arm, or a follow-up of one)."""
 
     events: int
     duplicate_events: int
+    conflicting_events: int
+    after_as_of: int
     orphan_events: int
     unknown_arm_exposures: int
     units_in_several_arms: int
@@ -169,27 +174,33 @@ class ArmFigures:
 
 
 def aggregate(
-    events: Iterable[ABEvent], plan: ExperimentPlan
+    events: Iterable[ABEvent], plan: ExperimentPlan, as_of: datetime | None = None
 ) -> tuple[dict[str, ArmFigures], DataQuality, dict[str, list[float]]]:
-    """Per-arm figures of ``events`` of ``plan.experiment_id`` (others are ignored), the
-    data quality, and the per-user satisfaction means per arm (for the t-test).
-    ``planned_units`` is 0 here (see :func:`planned_units`)."""
-    seen: set[str] = set()
+    """Per-arm figures of ``events`` of ``plan.experiment_id`` (others are ignored; events
+    after ``as_of`` are left out and counted), the data quality, and the per-user
+    satisfaction means per arm (for the t-test). ``planned_units`` is 0 here (see
+    :func:`planned_units`)."""
+    seen: dict[str, str] = {}
+    conflicting: set[str] = set()
     exposures: dict[str, ExposureEvent] = {}
     follow: list[ReRequestEvent | EscalationEvent | SatisfactionEvent] = []
     arms = {a.arm_id for a in plan.arms}
-    n = duplicates = unknown_arm = 0
+    n = duplicates = unknown_arm = after = 0
     first: datetime | None = None
-    last: datetime | None = None
     for event in events:
         if event.experiment_id != plan.experiment_id:
             continue
         n += 1
+        content = event.model_dump_json()
         if event.event_id in seen:
             duplicates += 1
+            if seen[event.event_id] != content:
+                conflicting.add(event.event_id)
             continue
-        seen.add(event.event_id)
-        last = event.occurred_at if last is None else max(last, event.occurred_at)
+        seen[event.event_id] = content
+        if as_of is not None and event.occurred_at > as_of:
+            after += 1
+            continue
         if isinstance(event, ExposureEvent):
             if event.arm_id not in arms:
                 unknown_arm += 1
@@ -198,6 +209,7 @@ def aggregate(
             first = event.occurred_at if first is None else min(first, event.occurred_at)
         else:
             follow.append(event)
+    last = max((e.occurred_at for e in exposures.values()), default=None)
     units: dict[str, _Unit] = defaultdict(_Unit)
     for exposure in exposures.values():
         unit = units[exposure.unit_id]
@@ -209,6 +221,7 @@ def aggregate(
         if seen_by is None:
             orphans += 1
             continue
+        last = event.occurred_at if last is None else max(last, event.occurred_at)
         unit = units[seen_by.unit_id]
         if isinstance(event, ReRequestEvent):
             unit.re_request = True
@@ -250,7 +263,9 @@ def aggregate(
             satisfaction_units=len(scores),
             planned_units=0,
         )
-    quality = DataQuality(n, duplicates, orphans, unknown_arm, leaked, first, last)
+    quality = DataQuality(
+        n, duplicates, len(conflicting), after, orphans, unknown_arm, leaked, first, last
+    )
     return figures, quality, satisfaction
 
 
@@ -463,10 +478,12 @@ class ABReport:
 def analyse(
     events: Iterable[ABEvent], plan: ExperimentPlan, as_of: datetime | None = None
 ) -> ABReport:
-    """The A/B report of ``events`` under ``plan`` (module docstring). ``as_of`` (default:
-    the last event's time) ends the duration. Pure and deterministic; raises nothing for
-    any events of the contract."""
-    figures, quality, satisfaction = aggregate(events, plan)
+    """The A/B report of ``events`` under ``plan`` (module docstring). ``as_of`` leaves out
+    the events after it; the duration runs from the first exposure to the last counted event
+    (an exposure of a planned arm, or a follow-up of one). Event ids that arrive with
+    different contents make the experiment ``invalid``. Pure and deterministic; raises
+    nothing for any events of the contract."""
+    figures, quality, satisfaction = aggregate(events, plan, as_of)
     planned = planned_units(plan)
     figures = {
         k: ArmFigures(**{**asdict(v), "planned_units": planned[k]}) for k, v in figures.items()
@@ -521,7 +538,9 @@ def analyse(
         verdicts.append(ArmVerdict(arm.arm_id, verdict, better, worse))
 
     srm = sample_ratio(figures, plan)
-    end = as_of if as_of is not None else quality.last_event_at
+    # the duration is what the data cover: up to the last counted event, never beyond it
+    # (an --as-of in the future, or a stray late event, cannot complete a business cycle)
+    end = quality.last_event_at
     start = quality.first_exposure_at
     duration = (end - start).total_seconds() / 86400 if end and start else 0.0
     reasons_out: list[str] = []
@@ -531,7 +550,14 @@ def analyse(
         if v.verdict == "safety_regression":
             guard = next(g for g in guardrails if g.arm_id == v.arm_id)
             reasons_out.append(f"arm {v.arm_id}: safety regression ({'; '.join(guard.reasons)})")
-    if srm.mismatch:
+    if quality.conflicting_events:
+        status = "invalid"
+        reasons_out.insert(
+            0,
+            f"{quality.conflicting_events} event id(s) arrived with different contents: which "
+            "copy is true cannot be known, so no decision is made (fix the product's logging)",
+        )
+    elif srm.mismatch:
         status = "invalid"
         reasons_out.insert(
             0,

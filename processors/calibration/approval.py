@@ -17,7 +17,8 @@ Pure: the web app and the CLI pass the run, the user and the stored decisions.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import unicodedata
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -45,16 +46,24 @@ class ApprovalError(ValueError):
 
 
 def same_person(a: str, b: str) -> bool:
-    """Whether two account names name the same person: compared without surrounding white
-    space and case (``Ann`` started the run, ``ann`` may not approve it)."""
-    return a.strip().casefold() == b.strip().casefold()
+    """Whether two account names name the same person: compared after Unicode NFKC
+    normalisation, without surrounding white space and case (``Ann`` started the run,
+    ``ann`` may not approve it). Look-alikes from other scripts are not folded: the gate
+    also requires the starter to be a review-app account (:func:`check_decider`)."""
+    def key(name: str) -> str:
+        return unicodedata.normalize("NFKC", name).strip().casefold()
+
+    return key(a) == key(b)
 
 
-def check_decider(run: CalibrationRun, user: str, role: str) -> None:
+def check_decider(
+    run: CalibrationRun, user: str, role: str, accounts: Collection[str] | None = None
+) -> None:
     """Whether ``user`` (with review-app ``role``) may decide on ``run``'s variants at all.
-    Raises :class:`ApprovalError` (``not_approver``, ``unknown_starter``, ``own_run``,
-    ``escalated``);
-    returns None when they may."""
+    ``accounts``: the review app's account names; when given, the run's starter must be one
+    of them (a starter that names no account, e.g. a look-alike spelling of the approver's
+    own name, could be anyone). Raises :class:`ApprovalError` (``not_approver``,
+    ``unknown_starter``, ``own_run``, ``escalated``); returns None when they may."""
     if role != APPROVER_ROLE:
         raise ApprovalError("not_approver", "only an approver may approve or reject variants")
     starter = (run.started_by or "").strip()
@@ -65,6 +74,12 @@ def check_decider(run: CalibrationRun, user: str, role: str) -> None:
         )  # fmt: skip
     if same_person(starter, user):
         raise ApprovalError("own_run", "you started this run: another approver must decide")
+    if accounts is not None and not any(same_person(starter, a) for a in accounts):
+        raise ApprovalError(
+            "unknown_starter", f"the run's starter {starter!r} is not an account of the review "
+            "app, so self-approval cannot be ruled out: start it again with --started-by "
+            "naming your account",
+        )  # fmt: skip
     if run.status == "escalated":
         raise ApprovalError(
             "escalated", "the run was escalated (no complete, checked answer), so none of "
@@ -73,12 +88,18 @@ def check_decider(run: CalibrationRun, user: str, role: str) -> None:
 
 
 def check_decision(
-    run: CalibrationRun, style: str, user: str, role: str, decision: str, note: str
+    run: CalibrationRun,
+    style: str,
+    user: str,
+    role: str,
+    decision: str,
+    note: str,
+    accounts: Collection[str] | None = None,
 ) -> Decision:
     """The decision, if ``user`` (with review-app ``role``) may take it on ``style`` of
     ``run`` (:func:`check_decider` first). Raises :class:`ApprovalError` naming the rule
     that forbids it."""
-    check_decider(run, user, role)
+    check_decider(run, user, role, accounts)
     if decision not in DECISIONS:
         raise ApprovalError("bad_decision", f"decision must be one of {', '.join(DECISIONS)}")
     validation = next((v for v in run.validations if v.style == style), None)

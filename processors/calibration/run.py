@@ -46,6 +46,8 @@ def resolve(
             f"clause {request.clause_id!r} is not in bundle {request.policy_bundle!r}"
         )
     chosen = spectrum or request.spectrum
+    if chosen is not None and chosen.source != "request":  # the caller cannot claim the source
+        chosen = chosen.model_copy(update={"source": "request"})
     if chosen is None:
         try:
             chosen = bundle_spectrum(bundle)

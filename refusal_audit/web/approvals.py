@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -46,6 +46,7 @@ from warehouse.calibration import (
     runs_by_id,
 )
 from warehouse.client import WarehouseError
+from warehouse.review import reviewer_accounts
 from warehouse.store import Warehouse
 
 QUEUE_LIMIT = 500
@@ -216,11 +217,13 @@ def decided_at(
     return max(now, max(times) + timedelta(milliseconds=1))
 
 
-def decider_problem(run: CalibrationRun, user: ReviewerAccount) -> str | None:
+def decider_problem(
+    run: CalibrationRun, user: ReviewerAccount, accounts: Collection[str] | None = None
+) -> str | None:
     """Why ``user`` may not decide on ``run``'s variants (``approval.check_decider``'s
-    message), or None when they may."""
+    message; ``accounts``: the review app's account names), or None when they may."""
     try:
-        check_decider(run, user.name, user.role)
+        check_decider(run, user.name, user.role, accounts)
     except ApprovalError as exc:
         if exc.code == "not_approver":
             return (
@@ -289,9 +292,10 @@ def approval_routes(
         if posted is not None and posted.style in nonces:
             nonces[posted.style] = posted.nonce  # the same form again: a resend stays one row
         labels = {v.style: v.label for v in variants}
+        accounts = list(await run_in_threadpool(reviewer_accounts, store))
         return render(request, "calibration_run.html", status, user=user, run=run,
                       variants=variants, log=log, labels=labels, nonces=nonces,
-                      problem=decider_problem(run, user), posted=posted, error=error,
+                      problem=decider_problem(run, user, accounts), posted=posted, error=error,
                       saved=saved if saved in labels else None, max_note=MAX_NOTE_CHARS,
                       run_url=run_url)  # fmt: skip
 
@@ -316,9 +320,10 @@ def approval_routes(
             if run is None:
                 return render(request, "error.html", 404, user=user,
                               message=f"No calibration run {run_id!r}.")  # fmt: skip
+            accounts = list(await run_in_threadpool(reviewer_accounts, store))
             try:
                 decision = check_decision(run, posted.style, user.name, user.role,
-                                          posted.decision, posted.note)  # fmt: skip
+                                          posted.decision, posted.note, accounts)  # fmt: skip
             except ApprovalError as exc:
                 if exc.code in _FORBIDDEN:
                     return render(request, "error.html", 403, user=user,
