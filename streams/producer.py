@@ -58,7 +58,7 @@ def make_producer(bootstrap_servers: str, **extra: Any) -> Producer:
         "acks": "all",
         "linger.ms": 5,
         "compression.type": "lz4",
-        "message.timeout.ms": 30_000,
+        "message.timeout.ms": 120_000,  # rides out a broker restart of about a minute
         "logger": KAFKA_LOGGER,
     }
     config.update(extra)
@@ -123,7 +123,7 @@ class TopicWriter:
                 self.producer.poll(0.1)
         self.producer.poll(0)
 
-    def confirm(self, timeout: float = 60.0) -> int:
+    def confirm(self, timeout: float = 150.0) -> int:
         """Wait for every queued message; return how many were delivered since the last call.
 
         Raises ``DeliveryError`` on any failure or timeout; it carries the delivered, failed
