@@ -48,11 +48,12 @@ def requests_from_warehouse(
     refusals_to_calibrate``): the stored (already redacted) request and refusal, the audit's
     cited clause as the triggered clause, or ``clause_id`` when the audit cited none.
     Refusals without a clause, and texts the contract refuses, are returned as
-    :class:`Skipped` (never dropped silently); unknown ``log_ids`` too. Raises
-    ``WarehouseError``."""
+    :class:`Skipped` (never dropped silently; they do not count toward ``limit`` valid
+    requests); unknown ``log_ids`` too. Raises ``WarehouseError``."""
+    # read more than needed: refusals that cannot be calibrated must not use up the limit
     rows = wc.refusals_to_calibrate(
         store, log_ids=log_ids, category=category, clause_id=clause_id,
-        policy_bundle=policy_bundle, limit=limit,
+        policy_bundle=policy_bundle, limit=min(4 * limit + 10, 10_000),
     )  # fmt: skip
     requests: list[CalibrationRequest] = []
     skipped: list[Skipped] = []
@@ -62,6 +63,8 @@ def requests_from_warehouse(
             Skipped(i, "no current refusal with this log id") for i in log_ids if i not in found
         ]
     for row in rows:
+        if len(requests) >= limit:
+            break
         clause = row["policy_clause_cited"] or clause_id
         if not clause:
             skipped.append(Skipped(row["log_id"], "the audit cited no clause: give --clause"))
