@@ -14,7 +14,10 @@ import logging
 import logging.config
 import signal
 import threading
+from collections.abc import Callable
+from datetime import datetime
 from types import FrameType
+from typing import Any
 
 import typer
 from confluent_kafka import KafkaException
@@ -75,6 +78,29 @@ def run_topics_worker(cfg: Settings, loglevel: str) -> None:
               f"{stats.aborted} aborted and redone")  # fmt: skip
 
 
+def detector_pass(cfg: Settings, store: Any) -> Callable[[datetime], object]:
+    """A function running one detector pass (``refusal_audit.alerting.run_detectors``) that
+    publishes new drift and policy-gap alerts to their topics and stores them; alerts that
+    reached the topics but not the table are stored first (at start-up). Raises
+    ``KafkaException`` when the alert topics cannot be read."""
+    from refusal_audit.alerting import AlertPublisher, run_detectors
+    from streams.alert_log import read_alerts
+    from streams.producer import TopicWriter, make_producer
+    from streams.topics import Topics
+
+    topics = Topics.from_prefix(cfg.kafka_topic_prefix)
+    publisher = AlertPublisher(
+        store, TopicWriter(make_producer(cfg.kafka_bootstrap_servers)), topics,
+        lambda: read_alerts(cfg.kafka_bootstrap_servers, topics.alert_topics()),
+    )  # fmt: skip
+    publisher.recover()
+
+    def one_pass(now: datetime) -> object:
+        return run_detectors(cfg, publisher, now=now)
+
+    return one_pass
+
+
 def sink(
     max_rows: int = typer.Option(
         50_000, "--max-rows", min=1, help="Largest block (records over all result topics)."
@@ -113,7 +139,9 @@ def sink(
             owner = OwnerServer.start(cfg, store, owner_port)
             loader = WarehouseSink.start(cfg, store, BlockLimits(max_rows=max_rows,
                                                                  max_wait=max_wait))  # fmt: skip
-        except (TopicError, WarehouseError, OSError) as exc:
+            loader.detectors = detector_pass(cfg, store)
+            loader.detector_interval = cfg.alerts_interval_seconds
+        except (TopicError, WarehouseError, OSError, KafkaException) as exc:
             raise fail_usage(f"sink not started: {exc}") from exc
         stop = _stop_on_signals("sink")
         try:

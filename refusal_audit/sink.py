@@ -11,6 +11,9 @@ make a redelivered block change no query result.
 
 One sink owns an embedded chDB store (it serves it to the other commands over the owner
 channel, like the worker); against a ClickHouse server several sinks may run in the group.
+The drift and policy-gap detectors run in the sink, between blocks, every
+``alerts_interval_seconds`` (:meth:`WarehouseSink.maybe_detect`): next to the warehouse they
+read, not in the workers.
 
 A message the sink cannot decode (it was not written by a worker of this version) is not
 dropped: it becomes a dead letter (stage ``store``, reason ``sink_decode``) in the
@@ -45,11 +48,14 @@ log = logging.getLogger("refusal_audit.sink")
 
 @dataclass
 class SinkStats:
-    """Blocks and rows stored, per table, and the undecodable messages kept."""
+    """Blocks and rows stored, per table, the undecodable messages kept, and detector
+    passes run (ok / failed)."""
 
     blocks: int = 0
     rows: dict[str, int] = field(default_factory=dict)
     undecodable: int = 0
+    detector_passes: int = 0
+    detector_failures: int = 0
 
     def add(self, table: str, n: int) -> None:
         """Count ``n`` rows of ``table``."""
@@ -77,11 +83,37 @@ def _fields(exc: ValidationError) -> str:
 class WarehouseSink:
     """Blocks of result topics into the warehouse (module docstring)."""
 
-    def __init__(self, store: Warehouse, reader: BlockReader, topics: Topics) -> None:
+    def __init__(
+        self,
+        store: Warehouse,
+        reader: BlockReader,
+        topics: Topics,
+        detectors: Callable[[datetime], object] | None = None,
+        detector_interval: float = 60.0,
+    ) -> None:
         self.store = store
         self.reader = reader
         self.topics = topics
+        self.detectors = detectors
+        self.detector_interval = detector_interval
+        self._last_pass = float("-inf")
         self.stats = SinkStats()
+
+    def maybe_detect(self, clock: Callable[[], float] = time.monotonic) -> None:
+        """Run a detector pass (drift and policy-gap alerts, ``refusal_audit.alerting``) when
+        ``detector_interval`` seconds have passed since the last one, between blocks: the
+        detectors read what the sink stored. A failed pass is logged and counted, never
+        fatal (the next pass recomputes everything; no offset depends on it)."""
+        if self.detectors is None or clock() - self._last_pass < self.detector_interval:
+            return
+        self._last_pass = clock()
+        try:
+            self.detectors(datetime.now(UTC))
+        except Exception as exc:  # the next pass recomputes everything
+            self.stats.detector_failures += 1
+            log.error("detector pass failed: %s", exc, exc_info=exc)
+            return
+        self.stats.detector_passes += 1
 
     @classmethod
     def start(cls, cfg: Settings, store: Warehouse, limits: BlockLimits) -> WarehouseSink:
@@ -149,6 +181,7 @@ class WarehouseSink:
                 break
             block = self.reader.next_block(stop)
             if block is None:
+                self.maybe_detect()
                 continue
             started = time.monotonic()
             self.store_block(block)
@@ -156,6 +189,7 @@ class WarehouseSink:
                 after_store(block)
             self.reader.commit(block)
             self.stats.blocks += 1
+            self.maybe_detect()
             took = round(time.monotonic() - started, 3)
             log.info("block stored", extra={"rows": block.rows, "seconds": took})
         return self.stats

@@ -291,6 +291,11 @@ def test_workers_and_sink_killed_mid_drain_lose_and_duplicate_nothing(
         assert count("SELECT count() FROM current_assessments") == refusals
         assert count("SELECT max(n) FROM (SELECT count() AS n FROM assessments FINAL "
                      "GROUP BY policy_bundle, log_id)") == 1  # fmt: skip
+        # the detectors run in the sink: alerts were published, each id once
+        alerts = count("SELECT count() FROM alerts")
+        assert alerts >= 1 and count("SELECT uniqExact(alert_id) FROM alerts") == count(
+            "SELECT count() FROM alerts FINAL"
+        )
     finally:
         for p in (*workers.values(), sink):
             p.terminate()
