@@ -153,12 +153,13 @@ def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) ->
     engine = make_engine(cfg, engine_name)
     if refusal_model is not None:
         tag_prefilter(engine, refusal_model.version)
-    budget = cfg.batch_token_budget
+    budget, in_flight = cfg.batch_token_budget, 1
     context_cap = getattr(engine, "event_token_budget", None)
     if context_cap is not None:  # an LLM engine: the batch must also fit its context window
         budget = min([budget, *(context_cap(b, cfg.batch_max_events) for b in bundles.values())])
         if budget < 1:
             raise ConfigError("the policy bundle's prompt alone exceeds the model's context window")
+        in_flight = cfg.openai_max_concurrency  # the engine's calls in flight, across batches
     return AuditPipeline(
         bundles=bundles,
         engine=engine,
@@ -169,6 +170,7 @@ def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) ->
         review_rate=cfg.review_sample_rate,
         review_seed=cfg.review_seed,
         review_band=cfg.review_uncertainty_band,
+        max_in_flight=in_flight,
     )
 
 

@@ -2,10 +2,11 @@
 transactional worker: results to topics, exactly once per window) and ``refusal-audit
 sink`` (the result topics into the warehouse). docs/streaming.md, "Scale-out".
 
-Exit codes: 0 stopped by SIGTERM/SIGINT (the window or block in hand is finished or left
-uncommitted: it is consumed again); 2 usage or configuration error, a topic missing; 70 the
-producer was fenced or failed fatally, or the warehouse failed after its retries (nothing
-of the window or block in hand was committed).
+Exit codes: 0 stopped by SIGTERM/SIGINT (the windows or block in hand are finished or left
+uncommitted: they are consumed again); 2 usage or configuration error, a topic missing, the
+worker's web port taken; 70 the producer was fenced or failed fatally, an unexpected error
+in the pipeline, or the warehouse failed after its retries (nothing of the windows or block
+in hand was committed).
 """
 
 from __future__ import annotations
@@ -53,10 +54,12 @@ def _logging(loglevel: str) -> None:
 
 
 def run_topics_worker(cfg: Settings, loglevel: str) -> None:
-    """Run a transactional worker until a signal; exit 70 when it cannot go on."""
+    """Run a transactional worker until a signal; exit 70 when it cannot go on (a fenced or
+    failed producer, or an unexpected error in the pipeline: nothing of the windows in hand
+    is committed, they are consumed again)."""
     from refusal_audit.worker.transactional import TransactionalWorker
+    from refusal_audit.worker.web import WorkerWeb
     from streams.topics import TopicError
-    from streams.transactional import TransactionFatal
 
     _logging(loglevel)
     try:
@@ -65,14 +68,28 @@ def run_topics_worker(cfg: Settings, loglevel: str) -> None:
         raise fail_usage(f"worker not started: {exc}") from exc
     except KafkaException as exc:
         raise fail_usage(f"worker not started: the broker refused its producer: {exc}") from exc
+    try:
+        web = WorkerWeb(cfg.worker_web_host, cfg.worker_web_port, worker.metrics, worker.health)
+    except OSError as exc:
+        worker.close()
+        raise fail_usage(
+            f"worker not started: cannot serve /metrics on {cfg.worker_web_host}:"
+            f"{cfg.worker_web_port} ({exc}); give each worker on a host its own "
+            "REFUSAL_AUDIT_WORKER_WEB_PORT (0: any free port)"
+        ) from exc
+    logging.getLogger("refusal_audit.worker").info(
+        "metrics and health on http://%s:%d/metrics", cfg.worker_web_host, web.port
+    )
     stop = _stop_on_signals("worker")
     try:
         stats = worker.run(stop)
-    except TransactionFatal as exc:
-        err.print(f"[red]worker: stopping, nothing of the window in hand committed:[/red] "
-                  f"{escape(str(exc))}")  # fmt: skip
+    except Exception as exc:  # TransactionFatal, or a bug: nothing in hand was committed
+        logging.getLogger("refusal_audit.worker").exception("worker stopping")
+        err.print(f"[red]worker: stopping, nothing of the windows in hand committed:[/red] "
+                  f"{escape(str(exc) or type(exc).__name__)}")  # fmt: skip
         raise typer.Exit(EXIT_CRASH) from exc
     finally:
+        web.close()
         worker.close()
     err.print(f"worker: {stats.windows} window(s), {stats.records} record(s) committed, "
               f"{stats.aborted} aborted and redone")  # fmt: skip

@@ -143,6 +143,13 @@ class Settings(BaseSettings):
         description="Tumbling time bound of a window: a partly filled "
         "window is audited after this many seconds.",
     )
+    worker_windows_in_flight: int = Field(
+        default=2,
+        ge=1,
+        le=16,
+        description="Windows a transactional worker (--outputs topics) has in hand at once: "
+        "it reads and audits the next ones while the oldest is committed (in order).",
+    )
     worker_web_host: str = Field(
         default="127.0.0.1", description="Bind address of the worker's /metrics and /health."
     )

@@ -11,8 +11,10 @@ a worker thread (``asyncio.to_thread``) so they never block the loop ``run`` is 
 Intake and the engine's audit run on that loop itself: batch mode runs it with
 ``asyncio.run``; the streaming worker runs it on a dedicated loop in its own thread
 (``refusal_audit.worker.loop.PipelineLoop``), never on faust's loop, because that CPU
-work would stall the worker's web views, timers and consumer heartbeats. One ``run`` at a
-time per pipeline.
+work would stall the worker's web views, timers and consumer heartbeats. Runs of one
+pipeline may overlap on its loop (the transactional worker audits its next window while the
+current one is committed): each run keeps its own state, and ``max_in_flight`` bounds the
+audit batches in flight over all of them.
 
 Duplicate log ids: a log id names one event and the first stored copy wins, whatever the
 windows, runs or redeliveries. Records are prepared in chunks of ``lookup_chunk`` and the
@@ -153,6 +155,25 @@ class InputSource:
     reaudit: bool = False
 
 
+@dataclass
+class _Run:
+    """The state of one ``run``: its sink, report, batcher, the rows waiting to be written
+    and the audits in flight. Concurrent runs of one pipeline (a worker's windows) each
+    have their own."""
+
+    sink: Sink
+    batcher: Batcher
+    report: RunReport = field(default_factory=RunReport)
+    events: list[StoredEvent] = field(default_factory=list)
+    dead: list[DeadLetter] = field(default_factory=list)
+    assessments: list[StoredAssessment] = field(default_factory=list)
+    batches: list[BatchRecord] = field(default_factory=list)
+    audits: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def pending(self) -> int:
+        return len(self.events) + len(self.dead) + len(self.assessments)
+
+
 class AuditPipeline:
     """Runs sources through intake, batching, audit and storage; see the module docstring.
 
@@ -162,6 +183,12 @@ class AuditPipeline:
     sampling of ``processors.auditing.audit_batch``. ``baselines`` maps bundle
     names to the drift baseline counts the batch summaries' trend lines compare with
     (replaced as a whole by the caller, e.g. after each detector run; empty = no baseline).
+
+    ``max_in_flight`` (>= 1) audit batches run concurrently, over all runs of the pipeline
+    on one event loop: an LLM engine keeps that many calls in flight (set it to the
+    engine's ``max_concurrency``), across a worker's windows when their runs overlap. The
+    local engine's audit is CPU work on the loop, where 1 is as fast. Raises
+    ``ValueError`` for ``max_in_flight`` < 1.
     """
 
     def __init__(
@@ -179,7 +206,10 @@ class AuditPipeline:
         clock: Callable[[], datetime] = utc_now,
         flush_every: int = 500,
         lookup_chunk: int = 1000,
+        max_in_flight: int = 1,
     ) -> None:
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be >= 1")
         self.bundles = dict(bundles)
         self.engine = engine
         self.sink = sink
@@ -190,46 +220,66 @@ class AuditPipeline:
         self.clock = clock
         self.flush_every = flush_every
         self.lookup_chunk = lookup_chunk
+        self.max_in_flight = max_in_flight
         self.baselines: Mapping[str, WindowCounts] = {}
-        self._batcher = Batcher(max_events, token_budget)
-        self._pending_events: list[StoredEvent] = []
-        self._pending_dead: list[DeadLetter] = []
-        self._pending_assessments: list[StoredAssessment] = []
-        self._pending_batches: list[BatchRecord] = []
+        self._batcher = Batcher(max_events, token_budget)  # the limits every run's batcher has
+        self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
+
+    def _in_flight_slots(self) -> asyncio.Semaphore:
+        """The semaphore bounding audits in flight on the running loop (one per loop)."""
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots[0] is not loop:
+            self._slots = (loop, asyncio.Semaphore(self.max_in_flight))
+        return self._slots[1]
 
     async def run(
-        self, sources: Iterable[InputSource], on_record: Callable[[], None] | None = None
+        self,
+        sources: Iterable[InputSource],
+        on_record: Callable[[], None] | None = None,
+        sink: Sink | None = None,
     ) -> RunReport:
         """Audit every record of ``sources``; return the run's report.
 
-        Bad records and failed batches become dead letters; sink errors propagate (nothing
-        is acknowledged past them).
+        ``sink`` overrides the pipeline's sink for this run (a worker's window collects its
+        outputs apart from the windows audited beside it). Bad records and failed batches
+        become dead letters; sink errors and unexpected audit errors propagate (nothing is
+        acknowledged past them; the audits still in flight are cancelled).
         """
-        report = RunReport()
+        run = _Run(sink or self.sink, Batcher(self._batcher.max_events, self._batcher.token_budget))
         taken: dict[str, str] = {}  # log id -> fingerprint of the copy this run took
-        for source in sources:
-            intake = replace(self.intake, decode=source.options)
-            for chunk in chunks(source.records, self.lookup_chunk):
-                records = list(chunk)
-                nows = [self.clock() for _ in records]
-                prepared = list(
-                    zip(records, prepare_many(records, source.fmt, intake, nows), strict=True)
-                )
-                stored = await self._stored(prepared, taken)
-                for record, outcome in prepared:
-                    report.records += 1
-                    closed = self._take(record, outcome, intake, taken, stored, source, report)
-                    for batch in closed:
-                        await self._audit(batch, report)
-                    if self._pending() >= self.flush_every:
-                        await self._flush()
-                    if on_record is not None:
-                        on_record()
-        for batch in self._batcher.flush():
-            await self._audit(batch, report)
-        await self._flush()
-        report.trends = self._run_trends(report.assessments)
-        return report
+        try:
+            for source in sources:
+                intake = replace(self.intake, decode=source.options)
+                for chunk in chunks(source.records, self.lookup_chunk):
+                    records = list(chunk)
+                    nows = [self.clock() for _ in records]
+                    prepared = list(
+                        zip(records, prepare_many(records, source.fmt, intake, nows), strict=True)
+                    )
+                    stored = await self._stored(run.sink, prepared, taken)
+                    for record, outcome in prepared:
+                        run.report.records += 1
+                        closed = self._take(record, outcome, intake, taken, stored, source, run)
+                        for batch in closed:
+                            await self._start_audit(batch, run)
+                        if run.pending() >= self.flush_every:
+                            await self._flush(run)
+                        if on_record is not None:
+                            on_record()
+            for batch in run.batcher.flush():
+                await self._start_audit(batch, run)
+            while run.audits:
+                ending = list(run.audits)
+                await asyncio.gather(*ending)
+                run.audits.difference_update(ending)
+            await self._flush(run)
+        finally:
+            if run.audits:  # an error or a cancellation: stop the audits still in flight
+                for task in run.audits:
+                    task.cancel()
+                await asyncio.gather(*run.audits, return_exceptions=True)
+        run.report.trends = self._run_trends(run.report.assessments)
+        return run.report
 
     def _run_trends(self, assessments: Sequence[StoredAssessment]) -> list[str]:
         """Trend lines of the whole run against each bundle's baseline (bundle-prefixed when
@@ -245,6 +295,7 @@ class AuditPipeline:
 
     async def _stored(
         self,
+        sink: Sink,
         prepared: Sequence[tuple[SourceRecord, StoredEvent | DeadLetter]],
         taken: Mapping[str, str],
     ) -> Mapping[str, StoredIdentity]:
@@ -256,7 +307,7 @@ class AuditPipeline:
         ]
         if not keys:
             return {}
-        return await asyncio.to_thread(self.sink.stored_identities, keys)
+        return await asyncio.to_thread(sink.stored_identities, keys)
 
     def _audited_already(self, outcome: StoredEvent, known: StoredIdentity) -> bool:
         """Whether a stored event needs nothing more: this copy is identical to it, the
@@ -283,13 +334,14 @@ class AuditPipeline:
         taken: dict[str, str],
         stored: Mapping[str, StoredIdentity],
         source: InputSource,
-        report: RunReport,
+        run: _Run,
     ) -> list[AuditBatch]:
         """Apply the duplicate-log-id rule to one prepared record; return the audit batches
         it closes. ``taken`` maps the log ids this run took to the fingerprint taken."""
+        report = run.report
         if isinstance(outcome, DeadLetter):
             report.rejected += 1
-            self._dead(outcome, report)
+            self._dead(outcome, run)
             return []
         log_id, fingerprint = outcome.event.log_id, outcome.content_fingerprint
         first, where = taken.get(log_id), "seen earlier in this input"
@@ -321,46 +373,63 @@ class AuditPipeline:
                     record, "validate", "duplicate_log_id", reason, self.clock(), log_id,
                     intake.redactor, intake.dead_letter_max_raw_bytes,
                 ),
-                report,
+                run,
             )  # fmt: skip
             return []
         taken[log_id] = fingerprint
         report.events += 1
-        self._pending_events.append(outcome)
+        run.events.append(outcome)
         if not outcome.is_refusal:
             report.non_refusals += 1
             return []
         report.refusals += 1
-        return self._batcher.add(outcome.event)
+        return run.batcher.add(outcome.event)
 
-    def _dead(self, letter: DeadLetter, report: RunReport) -> None:
-        self._pending_dead.append(letter)
-        report.failures.append(
+    def _dead(self, letter: DeadLetter, run: _Run) -> None:
+        run.dead.append(letter)
+        run.report.failures.append(
             Failure(letter.source, letter.location, letter.reason_code, letter.reason)
         )
 
-    def _pending(self) -> int:
-        return len(self._pending_events) + len(self._pending_dead) + len(self._pending_assessments)
-
-    async def _flush(self) -> None:
+    async def _flush(self, run: _Run) -> None:
         """Write what is pending, one insert per table, in an order that keeps
         at-least-once: events, dead letters, batch rows, then the assessments last. An
         assessment is what marks an event audited (a redelivered copy of it is then
-        skipped), so it is written only when everything else of its audit is stored."""
-        events, dead = self._pending_events, self._pending_dead
-        assessments, batches = self._pending_assessments, self._pending_batches
-        self._pending_events, self._pending_dead = [], []
-        self._pending_assessments, self._pending_batches = [], []
+        skipped), so it is written only when everything else of its audit is stored: an
+        audit still in flight adds its rows to the next flush, after its events (taken
+        before the audit started) were written by this one."""
+        events, dead, assessments, batches = run.events, run.dead, run.assessments, run.batches
+        run.events, run.dead, run.assessments, run.batches = [], [], [], []
+        sink = run.sink
         if events:
-            await asyncio.to_thread(self.sink.insert_events, events)
+            await asyncio.to_thread(sink.insert_events, events)
         if dead:
-            await asyncio.to_thread(self.sink.insert_dead_letters, dead)
+            await asyncio.to_thread(sink.insert_dead_letters, dead)
         if batches:
-            await asyncio.to_thread(self.sink.insert_batches, batches)
+            await asyncio.to_thread(sink.insert_batches, batches)
         if assessments:
-            await asyncio.to_thread(self.sink.insert_assessments, assessments)
+            await asyncio.to_thread(sink.insert_assessments, assessments)
 
-    async def _audit(self, batch: AuditBatch, report: RunReport) -> None:
+    async def _start_audit(self, batch: AuditBatch, run: _Run) -> None:
+        """Start auditing ``batch`` once one of the ``max_in_flight`` slots is free (waiting
+        for it bounds the memory a run holds); re-raise the first unexpected error of an
+        audit that already ended."""
+        for task in [t for t in run.audits if t.done()]:
+            run.audits.discard(task)
+            task.result()  # raises what the audit raised
+        slots = self._in_flight_slots()
+        await slots.acquire()
+        try:
+            task = asyncio.create_task(self._audit(batch, run))
+        except BaseException:
+            slots.release()
+            raise
+        task.add_done_callback(lambda _t: slots.release())
+        run.audits.add(task)
+        task.add_done_callback(run.audits.discard)
+
+    async def _audit(self, batch: AuditBatch, run: _Run) -> None:
+        report = run.report
         report.batches += 1
         bundle = self.bundles[batch.policy_bundle]
         now = self.clock()
@@ -378,18 +447,18 @@ class AuditPipeline:
         except (EngineError, AuditValidationError, ValidationError) as exc:
             code = "invalid_result" if not isinstance(exc, EngineError) else "engine_error"
             letter = failed_batch_dead_letter(batch, "batch", code, str(exc), now)
-            self._pending_dead.append(letter)
+            run.dead.append(letter)
             report.failed_batches += 1
             report.failed_events += len(batch.events)
             report.failures.append(Failure(letter.source, letter.location, code, str(exc)))
             return
         for letter in unresolved_dead_letters(batch, audited, self.engine, "batch", now):
-            self._pending_dead.append(letter)
+            run.dead.append(letter)
             report.failed_events += 1
             report.failures.append(
                 Failure(letter.source, letter.location, letter.reason_code, letter.reason)
             )
-        self._pending_assessments.extend(audited.assessments)
-        self._pending_batches.append(audited.record)
+        run.assessments.extend(audited.assessments)
+        run.batches.append(audited.record)
         report.assessments.extend(audited.assessments)
         report.batch_records.append(audited.record)

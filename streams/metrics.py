@@ -45,6 +45,17 @@ class WorkerMetrics:
             "Time to process one consumed window (audit, store, confirm outputs).",
             registry=r,
         )
+        self.transactions = Counter(
+            "refusal_audit_window_transactions_total",
+            "Windows of a transactional worker by outcome (committed, aborted: redone).",
+            ["outcome"],
+            registry=r,
+        )
+        self.windows_in_flight = Gauge(
+            "refusal_audit_windows_in_flight",
+            "Windows a transactional worker holds: read, being audited or waiting to commit.",
+            registry=r,
+        )
         self.warehouse_write_seconds = Histogram(
             "refusal_audit_warehouse_write_seconds",
             "ClickHouse insert latency.",

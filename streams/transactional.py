@@ -173,16 +173,22 @@ class TransactionalStream:
         log.info("revoked %d partitions (generation %d)", len(partitions), self.generation)
 
     # -- windows -------------------------------------------------------------------------------
-    def next_window(self, stop: threading.Event | None = None) -> Window | None:
+    def next_window(
+        self, stop: threading.Event | None = None, until: Callable[[], bool] | None = None
+    ) -> Window | None:
         """Read up to ``take_max`` records, waiting at most ``take_within`` seconds after the
         first one (and returning None when none came within ``take_within``, or ``stop`` is
-        set). Raises ``KafkaException`` for a consumer error other than a partition EOF."""
+        set). ``until()`` true ends the window early with what it holds (checked between
+        polls, every 0.25 s at most: a pipelined caller whose previous window is ready to
+        commit). Raises ``KafkaException`` for a consumer error other than a partition EOF."""
         records: list[Message] = []
         deadline = time.monotonic() + self.cfg.take_within
         generation = self.generation
         while len(records) < self.cfg.take_max:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or (stop is not None and stop.is_set()):
+                break
+            if until is not None and until():
                 break
             batch = self.consumer.consume(
                 num_messages=self.cfg.take_max - len(records), timeout=min(remaining, 0.25)
@@ -202,6 +208,24 @@ class TransactionalStream:
             key = (msg.topic() or "", msg.partition() or 0)
             offsets[key] = max(offsets.get(key, 0), (msg.offset() or 0) + 1)
         return Window(records, offsets, generation)
+
+    def lag(self, timeout: float = 2.0) -> dict[tuple[str, int], int]:
+        """Per assigned (topic, partition): the high watermark minus the committed offset
+        (the records not yet committed by this group; 0 or more). Partitions whose offsets
+        cannot be read within ``timeout`` seconds are left out."""
+        assigned = [TopicPartition(t, p) for t, p in sorted(self.assigned)]
+        if not assigned:
+            return {}
+        out: dict[tuple[str, int], int] = {}
+        try:
+            committed = self.consumer.committed(assigned, timeout=timeout)
+            for tp in committed:
+                low, high = self.consumer.get_watermark_offsets(tp, timeout=timeout)
+                position = tp.offset if tp.offset >= 0 else low
+                out[(tp.topic, tp.partition)] = max(0, high - position)
+        except KafkaException as exc:
+            log.info("consumer lag not read: %s", exc)
+        return out
 
     def still_owned(self, window: Window) -> bool:
         """True when every partition of ``window`` is still assigned to this consumer and no

@@ -248,3 +248,20 @@ def test_an_echoed_api_key_is_never_stored(
     ).result_rows[0][0]
     assert leaked == 0
     assert any("Bearer ***" in a.assessment_rationale for a in report.assessments)
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_batches_are_audited_concurrently_up_to_max_concurrency(
+    fake_openai: FakeOpenAIServer, warehouse: Warehouse, concurrency: int
+) -> None:
+    from fake_openai_server import slow
+
+    fake_openai.fallback = slow(0.3)
+    cfg = settings(fake_openai, batch_max_events=5, openai_max_concurrency=concurrency)
+    report = audit(cfg, warehouse)
+    assert report.failed == 0 and report.batches >= 2 * concurrency
+    # the pipeline keeps max_concurrency batches in flight, never more
+    assert fake_openai.max_in_flight == concurrency
+    assert len(fake_openai.requests) == report.batches
+    stored = {r["log_id"] for r in warehouse.current_assessments()}
+    assert stored == {a.log_id for a in report.assessments} and len(stored) == report.refusals

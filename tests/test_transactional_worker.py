@@ -245,7 +245,8 @@ def _spawn(dep: Any, name: str, *args: str) -> Any:
     import sys
 
     env = {**dep.env(), "REFUSAL_AUDIT_KAFKA_GROUP_INSTANCE_ID": name,
-           "REFUSAL_AUDIT_WORKER_TAKE_MAX": "200"}  # fmt: skip
+           "REFUSAL_AUDIT_WORKER_TAKE_MAX": "200",
+           "REFUSAL_AUDIT_WORKER_WEB_PORT": "0"}  # several workers: any free port each  # fmt: skip
     log = (dep.data_dir / f"{name}.log").open("wb")
     return subprocess.Popen([sys.executable, "-m", "refusal_audit.cli", *args],
                             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip

@@ -9,6 +9,7 @@ loop it first runs on, so the loop lives as long as the worker.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
@@ -52,6 +53,15 @@ class PipelineLoop:
             coro.close()
             raise RuntimeError("the pipeline loop is closed")
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def submit(self, coro: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
+        """Start ``coro`` on this loop and return its future at once (from any thread):
+        ``result()`` waits for it, ``cancel()`` cancels it. Raises ``RuntimeError`` when the
+        loop is closed."""
+        if not self._thread.is_alive() or self.loop.is_closed():
+            coro.close()
+            raise RuntimeError("the pipeline loop is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     async def run(self, coro: Coroutine[Any, Any, _T]) -> _T:
         """Run ``coro`` on this loop and await its outcome from the calling loop.

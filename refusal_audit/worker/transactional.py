@@ -6,22 +6,32 @@ then commit the window's outputs and its input offsets in one Kafka transaction.
 warehouse: ``refusal-audit sink`` loads the result topics into ClickHouse. Any number of
 workers, on one host or many, share the input topic's partitions in one consumer group.
 
-The pipeline runs on a ``PipelineLoop`` (an event loop in its own thread, as in the faust
-worker) so the openai engine's client keeps one loop; this module's thread polls, decodes
-nothing itself, and commits. Aborted windows (a failed transaction, a rebalance before the
-commit, ``before_commit`` raising in tests) leave nothing visible and are consumed again.
-A fenced or fatal producer stops the worker (exit status 70 from the CLI).
+Pipelining: the pipeline runs on a ``PipelineLoop`` (an event loop in its own thread, as in
+the faust worker; the openai engine's client keeps that one loop). This module's thread
+polls and commits; up to ``worker_windows_in_flight`` windows are in hand at once: while the
+oldest is audited (or waits to commit), the next ones are consumed, decoded and audited on
+the loop, each into its own :class:`TopicOutputs`, and the pipeline keeps up to
+``openai_max_concurrency`` LLM batches in flight over all of them. Windows commit strictly
+in order, each in its own transaction, so offsets only advance past events whose results
+are committed. Aborted windows (a failed transaction, a rebalance before the commit,
+``before_commit`` raising in tests) leave nothing visible; the consumer is rewound to the
+committed offsets and the windows in hand behind the aborted one are dropped: all are
+consumed again. A fenced or fatal producer stops the worker (exit status 70 from the CLI).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import logging
 import os
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from processors.adapters import DecodeOptions, SourceRecord
 from refusal_audit.batch import build_pipeline
@@ -30,7 +40,9 @@ from refusal_audit.engines import close_engine
 from refusal_audit.pipeline import AuditPipeline, InputSource, RunReport
 from refusal_audit.worker.loop import PipelineLoop
 from refusal_audit.worker.outputs import TopicOutputs
+from refusal_audit.worker.web import record_metrics
 from streams.membership import group_instance_id
+from streams.metrics import WorkerMetrics
 from streams.sink import kafka_location, original_record
 from streams.topics import Topics, admin_client, require_topic
 from streams.transactional import (
@@ -63,6 +75,15 @@ class WorkerStats:
     reports: list[RunReport] = field(default_factory=list, repr=False)
 
 
+@dataclass
+class _InHand:
+    """A window read and submitted to the pipeline loop: its outputs collect apart."""
+
+    window: Window
+    outputs: TopicOutputs
+    report: concurrent.futures.Future[RunReport]
+
+
 class TransactionalWorker:
     """One worker (module docstring). Build with :meth:`start`; :meth:`run` until ``stop``;
     :meth:`close`. Raises ``TopicError`` (a topic missing), ``ConfigError`` and
@@ -72,17 +93,22 @@ class TransactionalWorker:
         self,
         cfg: Settings,
         pipeline: AuditPipeline,
-        outputs: TopicOutputs,
+        topics: Topics,
         stream: TransactionalStream,
         decode: DecodeOptions,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self.cfg = cfg
         self.pipeline = pipeline
-        self.outputs = outputs
+        self.topics = topics
         self.stream = stream
         self.decode = decode
+        self.depth = cfg.worker_windows_in_flight
+        self.metrics = metrics or WorkerMetrics()
         self.loop = PipelineLoop("refusal-audit-tx-pipeline")
         self.stats = WorkerStats()
+        self.last_commit = time.monotonic()
+        self._lag_read = 0.0
 
     @classmethod
     def start(cls, cfg: Settings, instance: str | None = None) -> TransactionalWorker:
@@ -92,8 +118,7 @@ class TransactionalWorker:
         for name in (topics.input, topics.stored_events, topics.assessments,
                      topics.audit_batches, topics.review_queue, topics.dead_letters):  # fmt: skip
             require_topic(admin, name)
-        outputs = TopicOutputs(topics)
-        pipeline = build_pipeline(cfg, outputs)
+        pipeline = build_pipeline(cfg, TopicOutputs(topics))  # each window brings its own
         # one flush per window: the window bounds the memory held
         pipeline.flush_every = max(pipeline.flush_every, 2 * cfg.worker_take_max + 1)
         name = instance or worker_identity(cfg)
@@ -110,10 +135,10 @@ class TransactionalWorker:
         decode = DecodeOptions(max_record_bytes=cfg.max_record_bytes,
                                max_text_chars=cfg.max_text_chars)  # fmt: skip
         log.info("transactional worker %s joined group %s", name, cfg.kafka_consumer_group)
-        return cls(cfg, pipeline, outputs, stream, decode)
+        return cls(cfg, pipeline, topics, stream, decode)
 
-    def process(self, window: Window) -> RunReport:
-        """Audit one window into collected output messages (not yet committed)."""
+    def submit(self, window: Window) -> _InHand:
+        """Start auditing ``window`` on the pipeline loop, into outputs of its own."""
         records, originals = [], {}
         for msg in window.records:
             topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
@@ -122,8 +147,10 @@ class TransactionalWorker:
             records.append(SourceRecord(topic, location, value if value is not None else b"",
                                         tombstone=value is None))  # fmt: skip
             originals[(topic, location)] = original_record(msg.key(), msg.headers(), value)
-        self.outputs.use_originals(originals)
-        return self.loop.run_sync(self.pipeline.run([InputSource(records, "jsonl", self.decode)]))
+        outputs = TopicOutputs(self.topics)
+        outputs.use_originals(originals)
+        source = InputSource(records, "jsonl", self.decode)
+        return _InHand(window, outputs, self.loop.submit(self.pipeline.run([source], sink=outputs)))
 
     def run(
         self,
@@ -131,35 +158,94 @@ class TransactionalWorker:
         before_commit: Callable[[Window], None] | None = None,
         max_windows: int | None = None,
     ) -> WorkerStats:
-        """Process windows until ``stop`` is set (or ``max_windows`` were committed). Raises
-        ``TransactionFatal`` (the caller exits) and whatever the pipeline raises (a bug:
-        the open window stays uncommitted and is consumed again after a restart)."""
-        while not stop.is_set():
-            if max_windows is not None and self.stats.windows >= max_windows:
-                break
-            window = self.stream.next_window(stop)
-            if window is None:
-                continue
-            started = time.monotonic()
-            try:
-                report = self.process(window)
-                messages = self.outputs.take()
-                self.stream.commit(window, messages, before_commit)
-            except WindowAborted as exc:
-                self.outputs.discard()
-                self.stats.aborted += 1
-                log.warning("window of %d records aborted: %s", len(window), exc)
-                continue
-            self.stats.windows += 1
-            self.stats.records += len(window)
-            self.stats.messages += len(messages)
-            log.info(
-                "window committed",
-                extra={"records": len(window), "messages": len(messages),
-                       "refusals": report.refusals, "dead_letters": len(report.failures),
-                       "seconds": round(time.monotonic() - started, 3)},
-            )  # fmt: skip
+        """Process windows until ``stop`` is set (or ``max_windows`` were committed), then
+        finish and commit the windows in hand. Raises ``TransactionFatal`` (the caller
+        exits) and whatever the pipeline raises (a bug: the windows in hand stay
+        uncommitted and are consumed again after a restart)."""
+        in_hand: deque[_InHand] = deque()
+        try:
+            while True:
+                done = max_windows is not None and self.stats.windows >= max_windows
+                if (stop.is_set() or done) and not in_hand:
+                    break
+                if in_hand and (in_hand[0].report.done() or stop.is_set() or done
+                                or len(in_hand) >= self.depth):  # fmt: skip
+                    self._commit_oldest(in_hand, before_commit)
+                    continue
+                window = self.stream.next_window(
+                    stop, until=(lambda: in_hand[0].report.done()) if in_hand else None
+                )
+                if window is not None:
+                    in_hand.append(self.submit(window))
+                self.metrics.windows_in_flight.set(len(in_hand))
+        finally:
+            self._drop(in_hand)
         return self.stats
+
+    def _commit_oldest(
+        self, in_hand: deque[_InHand], before_commit: Callable[[Window], None] | None
+    ) -> None:
+        """Wait for the oldest window's audit and commit it; on an abort, drop every window
+        in hand (the consumer was rewound: they are all consumed again)."""
+        item = in_hand[0]
+        started = time.monotonic()
+        report = item.report.result()  # raises what the pipeline raised
+        messages = item.outputs.take()
+        try:
+            self.stream.commit(item.window, messages, before_commit)
+        except WindowAborted as exc:
+            self.stats.aborted += 1
+            self.metrics.transactions.labels("aborted").inc()
+            log.warning("window of %d records aborted: %s", len(item.window), exc)
+            self._drop(in_hand)
+            return
+        in_hand.popleft()
+        self.last_commit = time.monotonic()
+        self.stats.windows += 1
+        self.stats.records += len(item.window)
+        self.stats.messages += len(messages)
+        self.metrics.transactions.labels("committed").inc()
+        self.metrics.window_seconds.observe(self.last_commit - item.window.read_at)
+        record_metrics(self.metrics, report)
+        self._update_lag()
+        log.info(
+            "window committed",
+            extra={"records": len(item.window), "messages": len(messages),
+                   "refusals": report.refusals, "dead_letters": len(report.failures),
+                   "in_hand": len(in_hand), "commit_seconds": round(self.last_commit - started, 3),
+                   "seconds": round(self.last_commit - item.window.read_at, 3)},
+        )  # fmt: skip
+
+    def _drop(self, in_hand: deque[_InHand]) -> None:
+        """Cancel and forget the windows in hand (nothing of them was committed)."""
+        for item in in_hand:
+            item.report.cancel()
+        for item in in_hand:
+            # cancelled, failed or still stuck: it is consumed again either way
+            with contextlib.suppress(Exception):
+                item.report.result(timeout=30)
+        in_hand.clear()
+        self.metrics.windows_in_flight.set(0)
+
+    def _update_lag(self, every: float = 5.0) -> None:
+        """Refresh the consumer-lag gauge, at most every ``every`` seconds."""
+        now = time.monotonic()
+        if now - self._lag_read < every:
+            return
+        self._lag_read = now
+        for (_topic, partition), lag in self.stream.lag().items():
+            self.metrics.consumer_lag.labels(str(partition)).set(lag)
+
+    def health(self) -> dict[str, Any]:
+        """Whether the worker's partitions are assigned and it committed recently (within
+        ``10 x worker_take_within_seconds`` + 60 s) or has nothing to do; seconds since its
+        last commit."""
+        since = time.monotonic() - self.last_commit
+        assigned = len(self.stream.assigned)
+        lagging = sum(self.stream.lag(timeout=1.0).values()) > 0 if assigned else False
+        stalled = lagging and since > 10 * self.cfg.worker_take_within_seconds + 60
+        return {"ok": not stalled, "assigned_partitions": assigned,
+                "seconds_since_commit": round(since, 1), "windows": self.stats.windows}  # fmt: skip
 
     def close(self) -> None:
         """Leave the group, close the engine and the pipeline loop."""

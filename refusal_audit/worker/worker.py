@@ -53,6 +53,7 @@ from refusal_audit.owner import MAX_REQUEST_BYTES, UNAUTHORIZED, OwnerSlot
 from refusal_audit.pipeline import AuditPipeline, InputSource, RunReport, Sink
 from refusal_audit.worker.detectors import DetectorRunner
 from refusal_audit.worker.loop import PipelineLoop
+from refusal_audit.worker.web import record_metrics
 from streams.logs import json_logging_config
 from streams.membership import AssignmentWatch, group_instance_id, leave_group
 from streams.metrics import WorkerMetrics
@@ -328,20 +329,6 @@ async def process_window(ctx: WorkerContext, events: Sequence[Any]) -> RunReport
             },
         )
     return report
-
-
-def record_metrics(metrics: WorkerMetrics, report: RunReport) -> None:
-    """Update the counters and histograms from one window's report."""
-    metrics.events_consumed.inc(report.records)
-    metrics.refusals_audited.inc(len(report.assessments))
-    metrics.non_refusals.inc(report.non_refusals)
-    metrics.batches.labels("stored").inc(report.batches - report.failed_batches)
-    metrics.batches.labels("dead_lettered").inc(report.failed_batches)
-    for batch in report.batch_records:
-        metrics.batch_size.observe(len(batch.log_ids))
-        metrics.engine_latency.observe(batch.usage.latency_ms / 1000.0)
-    for code, n in report.failure_counts().items():
-        metrics.dead_letters.labels(code).inc(n)
 
 
 def create_app(ctx: WorkerContext) -> faust.App:

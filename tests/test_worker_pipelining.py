@@ -1,0 +1,169 @@
+"""The transactional worker's pipelining against the real broker (issue 14): windows in hand
+overlap (their LLM batches are in flight together), commit in order and exactly once; an
+unexpected pipeline error ends the worker with exit status 70 and commits nothing; the
+worker serves /metrics and /health."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import fake_openai_server
+import orjson
+import pytest
+import typer
+from fake_openai_server import FakeOpenAIServer, slow
+from test_transactional_worker import _drain, _events, _produce, _read, _settings
+
+from refusal_audit.config import Settings
+from refusal_audit.worker.transactional import TransactionalWorker
+from refusal_audit.worker.web import WorkerWeb
+from streams.topics import Topics, admin_client, create_topics, topic_specs
+
+pytestmark = pytest.mark.kafka
+fake_openai = fake_openai_server.fake_openai
+
+
+@pytest.fixture
+def topics(kafka_bootstrap: str, unique_topic_prefix: str) -> Topics:
+    create_topics(admin_client(kafka_bootstrap), topic_specs(unique_topic_prefix, 3, 1))
+    return Topics.from_prefix(unique_topic_prefix)
+
+
+def _cfg(bootstrap: str, prefix: str, tmp: Path, name: str, **more: Any) -> Settings:
+    """``_settings`` with ``more`` settings, validated."""
+    base = _settings(bootstrap, prefix, tmp, name).model_dump(exclude_unset=True)
+    return Settings(**{**base, **more})
+
+
+def _openai(server: FakeOpenAIServer) -> dict[str, Any]:
+    return {"engine": "openai", "openai_base_url": server.base_url,
+            "openai_api_key": "sk-test-not-a-real-key", "openai_max_retries": 0}  # fmt: skip
+
+
+def test_windows_in_hand_overlap_and_commit_in_order_exactly_once(
+    kafka_bootstrap: str, unique_topic_prefix: str, topics: Topics, tmp_path: Path,
+    fake_openai: FakeOpenAIServer,
+) -> None:  # fmt: skip
+    events = _events(1)[:120]
+    _produce(kafka_bootstrap, topics.input, [orjson.dumps(e) for e in events])
+    fake_openai.fallback = slow(1.0)
+    # windows of 20 events hold one batch each (batch_max_events 20): more than one LLM call
+    # in flight means windows were audited together
+    cfg = _cfg(
+        kafka_bootstrap, unique_topic_prefix, tmp_path, "w1", **_openai(fake_openai),
+        worker_take_max=20, batch_max_events=20, worker_windows_in_flight=3,
+        openai_max_concurrency=3,
+    )  # fmt: skip
+    worker = TransactionalWorker.start(cfg)
+    try:
+        _drain([worker], lambda: worker.stats.records >= len(events))
+    finally:
+        worker.close()
+    assert worker.stats.records == len(events) and worker.stats.aborted == 0
+    assert fake_openai.max_in_flight == 3  # the depth and the concurrency bound, never more
+    stored = _read(kafka_bootstrap, topics.stored_events, "read_committed")
+    assert Counter(m.key() for m in stored) == Counter(e["log_id"].encode() for e in events)
+    refusals = {m.key() for m in stored if orjson.loads(m.value())["is_refusal"]}
+    assessed = Counter(m.key() for m in _read(kafka_bootstrap, topics.assessments,
+                                              "read_committed"))  # fmt: skip
+    assert set(assessed) == refusals and set(assessed.values()) == {1}
+
+
+def test_an_aborted_window_drops_the_windows_behind_it_and_all_are_redone(
+    kafka_bootstrap: str, unique_topic_prefix: str, topics: Topics, tmp_path: Path
+) -> None:
+    events = _events(2)  # 400 events, windows of 100, 3 in hand
+    _produce(kafka_bootstrap, topics.input, [orjson.dumps(e) for e in events])
+    cfg = _cfg(kafka_bootstrap, unique_topic_prefix, tmp_path, "w1", worker_windows_in_flight=3)
+    worker = TransactionalWorker.start(cfg)
+    faults = {"left": 1}
+
+    def fault(window: Any) -> None:  # the 2nd window's commit fails: 3rd and 4th in hand
+        if worker.stats.windows == 1 and faults["left"] > 0:
+            faults["left"] -= 1
+            raise RuntimeError("injected before commit")
+
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop, fault), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while worker.stats.records < len(events) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    stop.set()
+    thread.join(60)
+    worker.close()
+    assert worker.stats.aborted >= 1 and worker.stats.records == len(events)
+    stored = _read(kafka_bootstrap, topics.stored_events, "read_committed")
+    ids = Counter(m.key() for m in stored)
+    assert len(ids) == len(events) and set(ids.values()) == {1}
+
+
+def test_an_unexpected_pipeline_error_exits_70_and_commits_nothing(
+    kafka_bootstrap: str, unique_topic_prefix: str, topics: Topics, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    from refusal_audit import cli_scale
+    from refusal_audit.pipeline import AuditPipeline
+
+    events = _events(1)[:50]
+    _produce(kafka_bootstrap, topics.input, [orjson.dumps(e) for e in events])
+    cfg = _cfg(kafka_bootstrap, unique_topic_prefix, tmp_path, "w1", worker_web_port=0)
+
+    async def broken(self: AuditPipeline, *args: Any, **kwargs: Any) -> Any:
+        raise ZeroDivisionError("a bug in the pipeline")
+
+    monkeypatch.setattr(AuditPipeline, "run", broken)
+    monkeypatch.setattr(cli_scale, "_logging", lambda level: None)
+    with pytest.raises(typer.Exit) as exit_info:
+        cli_scale.run_topics_worker(cfg, "info")
+    assert exit_info.value.exit_code == 70
+    monkeypatch.undo()
+    # nothing was committed: a second worker of the group audits every event
+    worker = TransactionalWorker.start(_cfg(kafka_bootstrap, unique_topic_prefix, tmp_path, "w2"))
+    try:
+        _drain([worker], lambda: worker.stats.records >= len(events))
+    finally:
+        worker.close()
+    assert worker.stats.records == len(events)
+
+
+def test_the_worker_serves_metrics_and_health(
+    kafka_bootstrap: str, unique_topic_prefix: str, topics: Topics, tmp_path: Path
+) -> None:
+    events = _events(1)
+    bad = [b"{not json"]
+    _produce(kafka_bootstrap, topics.input, [orjson.dumps(e) for e in events] + bad)
+    worker = TransactionalWorker.start(_settings(kafka_bootstrap, unique_topic_prefix, tmp_path,
+                                                 "w1"))  # fmt: skip
+    web = WorkerWeb("127.0.0.1", 0, worker.metrics, worker.health)
+    try:
+        _drain([worker], lambda: worker.stats.records >= len(events) + len(bad))
+        worker._lag_read = 0.0
+        worker._update_lag()
+        base = f"http://127.0.0.1:{web.port}"
+        with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        with urllib.request.urlopen(f"{base}/health", timeout=10) as r:
+            health = orjson.loads(r.read())
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(f"{base}/settings", timeout=10)
+    finally:
+        web.close()
+        worker.close()
+    values = {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines() if line and not line.startswith("#")
+    }  # fmt: skip
+    assert values["refusal_audit_events_consumed_total"] == len(events) + len(bad)
+    assert values['refusal_audit_window_transactions_total{outcome="committed"}'] >= 1
+    assert values['refusal_audit_dead_letters_total{reason_code="not_json"}'] == 1
+    lags = [v for k, v in values.items() if k.startswith("refusal_audit_consumer_lag_events")]
+    assert len(lags) == 3 and sum(lags) == 0
+    assert health["ok"] is True and health["assigned_partitions"] == 3
+    assert missing.value.code == 404
