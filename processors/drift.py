@@ -115,6 +115,48 @@ class WindowCounts:
         return value
 
 
+def counts_to_dict(counts: WindowCounts) -> dict[str, object]:
+    """``counts`` as a JSON-ready dict (every field; examples as lists)."""
+    return {
+        "refusals": counts.refusals, "false_positives": counts.false_positives,
+        "review_flags": counts.review_flags, "policy_gaps": counts.policy_gaps,
+        "late": counts.late, "categories": dict(counts.categories),
+        "examples": {k: list(v) for k, v in counts.examples.items()},
+        "reviewed": counts.reviewed, "review_disagreements": counts.review_disagreements,
+    }  # fmt: skip
+
+
+def counts_from_dict(data: Mapping[str, object]) -> WindowCounts:
+    """The inverse of :func:`counts_to_dict`. Raises ``ValueError`` when a field is missing,
+    unknown or of the wrong type."""
+    ints = ("refusals", "false_positives", "review_flags", "policy_gaps", "late", "reviewed",
+            "review_disagreements")  # fmt: skip
+    unknown = set(data) - {*ints, "categories", "examples"}
+    if unknown:
+        raise ValueError(f"unknown window-count fields {sorted(unknown)}")
+    values: dict[str, int] = {}
+    for name in ints:
+        value = data.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"window count {name!r} must be an integer >= 0, got {value!r}")
+        values[name] = value
+    categories, examples = data.get("categories"), data.get("examples")
+    if not isinstance(categories, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, int) for k, v in categories.items()
+    ):
+        raise ValueError("window counts' categories must map names to integers")
+    if not isinstance(examples, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, list) and all(isinstance(i, str) for i in v)
+        for k, v in examples.items()
+    ):
+        raise ValueError("window counts' examples must map keys to lists of log ids")
+    return WindowCounts(
+        **values,
+        categories=dict(categories),
+        examples={k: tuple(v) for k, v in examples.items()},
+    )
+
+
 def pooled(counts: Iterable[WindowCounts]) -> WindowCounts:
     """The sum of several windows' counts (an empty iterable gives zero counts)."""
     total = WindowCounts()

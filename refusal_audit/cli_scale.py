@@ -97,23 +97,32 @@ def run_topics_worker(cfg: Settings, loglevel: str) -> None:
 
 def detector_pass(cfg: Settings, store: Any) -> Callable[[datetime], object]:
     """A function running one detector pass (``refusal_audit.alerting.run_detectors``) that
-    publishes new drift and policy-gap alerts to their topics and stores them; alerts that
-    reached the topics but not the table are stored first (at start-up). Raises
-    ``KafkaException`` when the alert topics cannot be read."""
+    publishes new drift and policy-gap alerts to their topics and stores them, then
+    publishes each policy bundle's trend baseline to ``drift-baselines`` for the workers'
+    batch summaries (``streams.baselines``); alerts that reached the topics but not the
+    table are stored first (at start-up). Raises ``KafkaException`` when the alert topics
+    cannot be read."""
     from refusal_audit.alerting import AlertPublisher, run_detectors
+    from refusal_audit.drift import DriftConfig, bundle_baselines
     from streams.alert_log import read_alerts
+    from streams.baselines import BaselinePublisher
     from streams.producer import TopicWriter, make_producer
     from streams.topics import Topics
 
     topics = Topics.from_prefix(cfg.kafka_topic_prefix)
+    writer = TopicWriter(make_producer(cfg.kafka_bootstrap_servers))
     publisher = AlertPublisher(
-        store, TopicWriter(make_producer(cfg.kafka_bootstrap_servers)), topics,
+        store, writer, topics,
         lambda: read_alerts(cfg.kafka_bootstrap_servers, topics.alert_topics()),
     )  # fmt: skip
     publisher.recover()
+    baselines = BaselinePublisher(writer, topics.drift_baselines)
+    drift = DriftConfig.from_settings(cfg)
 
     def one_pass(now: datetime) -> object:
-        return run_detectors(cfg, publisher, now=now)
+        result = run_detectors(cfg, publisher, now=now)
+        baselines.publish(bundle_baselines(store.client, store.database, drift, now=now), now)
+        return result
 
     return one_pass
 

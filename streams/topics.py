@@ -69,6 +69,12 @@ ROLES: dict[str, tuple[str, dict[str, str]]] = {
         "audit-batches",
         {"cleanup.policy": "delete", "retention.ms": str(7 * DAY_MS)},
     ),
+    # the trend baseline of each policy bundle (key: bundle name), published by the sink's
+    # detector passes for the workers' batch summaries: compacted, the newest per bundle
+    "drift_baselines": (
+        "drift-baselines",
+        {"cleanup.policy": "compact", "min.compaction.lag.ms": str(3600 * 1000)},
+    ),
     # the clarification service (issue 12): requests, answers and outcomes in; questions,
     # clarified requests and escalations out; its conversation states (compacted)
     "clarify_requests": (
@@ -128,6 +134,7 @@ class Topics:
     dead_letters: str
     stored_events: str
     audit_batches: str
+    drift_baselines: str
     clarify_requests: str
     clarify_questions: str
     clarify_answers: str

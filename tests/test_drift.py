@@ -184,3 +184,20 @@ def test_rollups_skip_single_member_groups() -> None:
     assert groups[Scope(policy_bundle="b", model="m1", product=ALL)] == [a, b]
     assert Scope(policy_bundle="b", model="m2", product=ALL) not in groups
     assert groups[Scope(policy_bundle="b", model=ALL, product=ALL)] == [a, b, c]
+
+
+def test_window_counts_survive_their_json_form_and_bad_forms_are_refused() -> None:
+    import orjson
+
+    from processors.drift import WindowCounts, counts_from_dict, counts_to_dict
+
+    counts = WindowCounts(refusals=12, false_positives=3, review_flags=2, policy_gaps=1, late=4,
+                          categories={"a": 7, "b": 5}, examples={"a": ("x", "y")}, reviewed=2,
+                          review_disagreements=1)  # fmt: skip
+    assert counts_from_dict(orjson.loads(orjson.dumps(counts_to_dict(counts)))) == counts
+    good = counts_to_dict(counts)
+    for bad in ({**good, "refusals": -1}, {**good, "refusals": "12"}, {**good, "extra": 1},
+                {k: v for k, v in good.items() if k != "late"}, {**good, "categories": {"a": "7"}},
+                {**good, "examples": {"a": "x"}}, {**good, "reviewed": True}):  # fmt: skip
+        with pytest.raises(ValueError):
+            counts_from_dict(bad)

@@ -26,6 +26,7 @@ from refusal_audit.worker.web import WorkerWeb
 from streams.topics import Topics, admin_client, create_topics, topic_specs
 
 pytestmark = pytest.mark.kafka
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "refusal_log.jsonl"
 fake_openai = fake_openai_server.fake_openai
 
 
@@ -167,3 +168,59 @@ def test_the_worker_serves_metrics_and_health(
     assert len(lags) == 3 and sum(lags) == 0
     assert health["ok"] is True and health["assigned_partitions"] == 3
     assert missing.value.code == 404
+
+
+def test_a_worker_uses_the_baselines_the_sink_publishes(
+    kafka_bootstrap: str, unique_topic_prefix: str, topics: Topics, tmp_path: Path
+) -> None:
+    from datetime import UTC, datetime
+
+    from processors.drift import WindowCounts
+    from streams.baselines import BaselinePublisher
+    from streams.producer import TopicWriter, make_producer
+
+    baseline = WindowCounts(refusals=1000, false_positives=900, review_flags=10,
+                            categories={"harmful_content": 1000})  # fmt: skip
+    publisher = BaselinePublisher(TopicWriter(make_producer(kafka_bootstrap)),
+                                  topics.drift_baselines)  # fmt: skip
+    assert publisher.publish({"default": baseline, "retired": baseline}, datetime.now(UTC)) == 2
+    assert publisher.publish({"default": baseline}, datetime.now(UTC)) == 2  # + a tombstone
+    values = [orjson.dumps(e) for e in _events(1)]
+    _produce(kafka_bootstrap, topics.input, values)
+    worker = TransactionalWorker.start(_cfg(kafka_bootstrap, unique_topic_prefix, tmp_path, "w1"))
+    try:
+        _drain([worker], lambda: worker.stats.records >= len(values))
+    finally:
+        worker.close()
+    assert set(worker.pipeline.baselines) == {"default"}  # the tombstone removed "retired"
+    batches = [orjson.loads(m.value()) for m in _read(kafka_bootstrap, topics.audit_batches,
+                                                      "read_committed")]  # fmt: skip
+    trends = [line for b in batches for line in b["summary"]["trends_identified"]]
+    assert trends and all("no baseline" not in line for line in trends)
+    assert any("vs baseline 0.90 [" in line and "(n=1000)" in line for line in trends)
+
+
+def test_the_sinks_detector_pass_publishes_each_bundles_baseline(
+    kafka_bootstrap: str, unique_topic_prefix: str, topics: Topics, tmp_path: Path,
+    warehouse: Any,
+) -> None:  # fmt: skip
+    from datetime import UTC, datetime, timedelta
+
+    from refusal_audit.batch import BatchOptions, run_batch
+    from refusal_audit.cli_scale import detector_pass
+    from streams.baselines import BaselineReader
+
+    cfg = _cfg(kafka_bootstrap, unique_topic_prefix, tmp_path, "sink", alerts_window_seconds=3600)
+    report = run_batch(cfg, [EXAMPLE], BatchOptions.build(None, None, None, None, None),
+                       sink=warehouse)  # fmt: skip
+    # the example's events are late (event times in 2025): they count in the window they
+    # arrived in, which is in the baseline of the window two hours from now
+    detector_pass(cfg, warehouse)(datetime.now(UTC) + timedelta(hours=2))
+    reader = BaselineReader(kafka_bootstrap, topics.drift_baselines)
+    try:
+        assert reader.catch_up()
+    finally:
+        reader.close()
+    ((bundle, counts),) = reader.baselines.items()
+    assert bundle == "default" and counts.refusals == report.refusals > 0
+    assert counts.false_positives == sum(a.is_estimated_false_positive for a in report.assessments)

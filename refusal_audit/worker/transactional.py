@@ -41,6 +41,7 @@ from refusal_audit.pipeline import AuditPipeline, InputSource, RunReport
 from refusal_audit.worker.loop import PipelineLoop
 from refusal_audit.worker.outputs import TopicOutputs
 from refusal_audit.worker.web import record_metrics
+from streams.baselines import BaselineReader
 from streams.membership import group_instance_id
 from streams.metrics import WorkerMetrics
 from streams.sink import kafka_location, original_record
@@ -109,6 +110,8 @@ class TransactionalWorker:
         self.stats = WorkerStats()
         self.last_commit = time.monotonic()
         self._lag_read = 0.0
+        self.baselines: BaselineReader | None = None
+        self._baselines_read = 0.0
 
     @classmethod
     def start(cls, cfg: Settings, instance: str | None = None) -> TransactionalWorker:
@@ -135,7 +138,11 @@ class TransactionalWorker:
         decode = DecodeOptions(max_record_bytes=cfg.max_record_bytes,
                                max_text_chars=cfg.max_text_chars)  # fmt: skip
         log.info("transactional worker %s joined group %s", name, cfg.kafka_consumer_group)
-        return cls(cfg, pipeline, topics, stream, decode)
+        worker = cls(cfg, pipeline, topics, stream, decode)
+        worker.baselines = BaselineReader(cfg.kafka_bootstrap_servers, topics.drift_baselines)
+        worker.baselines.catch_up()
+        pipeline.baselines = dict(worker.baselines.baselines)
+        return worker
 
     def submit(self, window: Window) -> _InHand:
         """Start auditing ``window`` on the pipeline loop, into outputs of its own."""
@@ -172,6 +179,7 @@ class TransactionalWorker:
                                 or len(in_hand) >= self.depth):  # fmt: skip
                     self._commit_oldest(in_hand, before_commit)
                     continue
+                self._refresh_baselines()
                 window = self.stream.next_window(
                     stop, until=(lambda: in_hand[0].report.done()) if in_hand else None
                 )
@@ -227,6 +235,17 @@ class TransactionalWorker:
         in_hand.clear()
         self.metrics.windows_in_flight.set(0)
 
+    def _refresh_baselines(self, every: float = 1.0) -> None:
+        """Take the newest trend baselines the sink published (``streams.baselines``), at most
+        every ``every`` seconds; windows submitted from then on use them."""
+        now = time.monotonic()
+        if self.baselines is None or now - self._baselines_read < every:
+            return
+        self._baselines_read = now
+        if self.baselines.poll():
+            self.pipeline.baselines = dict(self.baselines.baselines)
+            log.info("trend baselines updated", extra={"bundles": sorted(self.pipeline.baselines)})
+
     def _update_lag(self, every: float = 5.0) -> None:
         """Refresh the consumer-lag gauge, at most every ``every`` seconds."""
         now = time.monotonic()
@@ -251,6 +270,8 @@ class TransactionalWorker:
         """Leave the group, close the engine and the pipeline loop."""
         try:
             self.stream.close()
+            if self.baselines is not None:
+                self.baselines.close()
         finally:
             try:
                 self.loop.run_sync(close_engine(self.pipeline.engine))
