@@ -374,14 +374,16 @@ def topics_create() -> None:
 def worker(
     loglevel: str = typer.Option("info", help="Log level (logs are JSON lines on stderr)."),
     outputs: str = typer.Option(
-        "warehouse",
+        "topics",
         "--outputs",
-        help="warehouse: store into ClickHouse and publish (one worker per embedded store); "
-        "topics: a transactional worker writing only to the result topics, exactly once per "
-        "window, for any number of workers (load them with `refusal-audit sink`).",
+        help="topics (default): a transactional worker writing only to the result topics, "
+        "exactly once per window, for any number of workers (`refusal-audit sink` loads them "
+        "into the warehouse); warehouse: one process that stores into ClickHouse itself and "
+        "publishes (the faust worker; one worker per embedded store, no sink).",
     ),
 ) -> None:
-    """Run the streaming worker: consume refusal events, audit them, store and publish."""
+    """Run the streaming worker: consume refusal events, audit them, and write the results
+    to the result topics (default) or straight into the warehouse."""
     from refusal_audit.worker.worker import run_worker
     from streams.topics import TopicError
 

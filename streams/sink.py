@@ -294,6 +294,8 @@ def dead_letter_from_message(value: bytes | None, headers: Any) -> DeadLetter:
         "created_at": found["x-dead-letter-created-at"],
     }
     if "x-raw-truncated" in found:
+        if "x-raw-sha256" not in found:
+            raise ValueError("not a dead-letter message: x-raw-truncated without x-raw-sha256")
         data.update(
             raw_length=int(found["x-raw-truncated"]),
             raw_sha256=found["x-raw-sha256"],

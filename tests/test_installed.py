@@ -153,7 +153,7 @@ def test_the_worker_starts_without_its_data_directory(
     log = empty_dir / "worker.log"
     with log.open("wb") as out:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "refusal_audit.cli", "worker"],
+            [sys.executable, "-m", "refusal_audit.cli", "worker", "--outputs", "warehouse"],
             cwd=cwd,
             env=env,
             stdout=out,
@@ -180,6 +180,8 @@ def test_a_data_directory_that_cannot_be_made_stops_the_worker_clearly(
         installed,
         empty_dir,
         "worker",
+        "--outputs",
+        "warehouse",
         REFUSAL_AUDIT_DATA_DIR=str(blocker / "state"),
         REFUSAL_AUDIT_KAFKA_BOOTSTRAP_SERVERS=f"127.0.0.1:{free_port()}",
     )

@@ -165,3 +165,20 @@ def test_the_sink_uses_the_originals_of_the_window() -> None:
     sink.use_originals({})
     sink.insert_dead_letters([letter(b"x")])
     assert rec.sent[1][2] == b"l1"
+
+
+def test_a_dead_letter_message_with_broken_headers_is_refused_with_a_value_error() -> None:
+    import pytest
+
+    from streams.sink import dead_letter_from_message
+
+    value, _key, headers = dead_letter_message(letter(b"a" * (MAX_TOPIC_RAW_BYTES + 10)), None)
+    assert dead_letter_from_message(value, headers).raw_truncated
+    for broken in (
+        [(k, v) for k, v in headers if k != "x-raw-sha256"],  # cut, but no checksum
+        [(k, v) for k, v in headers if k != "x-stage"],
+        [(k, b"\xff" if k == "x-reason" else v) for k, v in headers],  # not UTF-8
+        [(k, b"many" if k == "x-raw-truncated" else v) for k, v in headers],
+    ):
+        with pytest.raises(ValueError):
+            dead_letter_from_message(value, broken)
