@@ -4,19 +4,25 @@
 0.5 to 0.99, how many of XSTest v2's human-labelled compliant completions and refusals
 (GPT-4 and Llama-2, 900 rows) the cue scorer (``processors.prefilter``) scores at or above
 it, and the 95th/99th percentile of the compliant completions' scores: the source of
-``processors.calibration.regression.REFUSAL_MARGIN_SCORE``.
+``processors.calibration.regression.REFUSAL_MARGIN_SCORE``. Then what the regression
+check's ``informational`` rule (``processors.calibration.regression.informational``) costs
+on real refusals: the share of XSTest's completions, per human label (full compliance, full
+refusal, partial refusal), in which it flags a sentence when they are read as variants of a
+refusal under clause AUP-2.3 (the figures in docs/calibration.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-from processors.calibration.regression import REFUSAL_MARGIN_SCORE
+from processors.calibration.regression import REFUSAL_MARGIN_SCORE, informational
 from processors.prefilter import detect_refusal_text
-from refusal_audit.training.labels import load_xstest
+from refusal_audit.training.labels import XSTEST_FILES, load_xstest
 
 
 def main() -> None:
@@ -37,6 +43,24 @@ def main() -> None:
         mark = "  <- REFUSAL_MARGIN_SCORE" if t == REFUSAL_MARGIN_SCORE else ""
         print(f"{t:.2f} | {fp} ({fp / len(compliant):.4f}) | {tp} ({tp / len(refused):.3f}) | "
               f"{tp / (tp + fp):.4f}{mark}")  # fmt: skip
+
+    informational_cost(args.shared_data)
+
+
+def informational_cost(shared_data: Path, clause_id: str = "AUP-2.3") -> None:
+    """Print, per XSTest ``final_label``, how many completions the ``informational`` rule
+    flags (module docstring)."""
+    total: Counter[str] = Counter()
+    flagged: Counter[str] = Counter()
+    for source in ("xstest-gpt4", "xstest-llama2"):
+        path = shared_data / "xstest" / XSTEST_FILES[source]
+        with path.open(newline="", encoding="utf-8") as fh:
+            for row in csv.DictReader(fh):
+                total[row["final_label"]] += 1
+                flagged[row["final_label"]] += bool(informational(row["completion"], clause_id))
+    print(f"informational rule (clause {clause_id}): label | flagged | share")
+    for label in sorted(total):
+        print(f"{label} | {flagged[label]} of {total[label]} | {flagged[label] / total[label]:.1%}")
 
 
 if __name__ == "__main__":
