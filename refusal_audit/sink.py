@@ -52,12 +52,12 @@ from pydantic import BaseModel, ValidationError
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
 
 from refusal_audit.config import Settings
-from refusal_audit.sink_rules import EPOCH, Located, Timed, judge_block, ms
+from refusal_audit.sink_rules import EPOCH, Fingerprinted, Located, judge_block, ms
 from schemas.audit import BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
 from schemas.events import StoredEvent
 from streams.blocks import Block, BlockLimits, BlockReader
-from streams.sink import dead_letter_from_message, kafka_location
+from streams.sink import CONTENT_FINGERPRINT_HEADER, dead_letter_from_message, kafka_location
 from streams.topics import Topics, admin_client, require_topic
 from warehouse.client import WarehouseError
 from warehouse.store import Warehouse, is_transient
@@ -90,6 +90,15 @@ def _written_at(msg: Message) -> int | None:
     """The message's timestamp (ms since the epoch), None when it has none."""
     kind, stamp = msg.timestamp()
     return stamp if kind != TIMESTAMP_NOT_AVAILABLE else None
+
+
+def _header(msg: Message, name: str) -> str | None:
+    """The first value of header ``name`` (UTF-8, undecodable bytes replaced), None without."""
+    headers = msg.headers() or []
+    for key, value in headers.items() if isinstance(headers, dict) else headers:
+        if key == name:
+            return value.decode("utf-8", "replace") if isinstance(value, bytes) else None
+    return None
 
 
 def _undecodable(msg: Message, why: str) -> DeadLetter:
@@ -131,7 +140,7 @@ class _Rows:
     and the letters of undecodable messages."""
 
     copies: list[Located] = field(default_factory=list)
-    assessments: list[Timed] = field(default_factory=list)
+    assessments: list[Fingerprinted] = field(default_factory=list)
     batches: list[BatchRecord] = field(default_factory=list)
     letters: list[DeadLetter] = field(default_factory=list)
     undecodable: list[DeadLetter] = field(default_factory=list)
@@ -220,9 +229,7 @@ class WarehouseSink:
                                        ms(event.ingested_at) if written is None else written,
                                        event))  # fmt: skip
         for msg, item in self._decode(block, t.assessments, StoredAssessment, rows.undecodable):
-            written = _written_at(msg)
-            rows.assessments.append(Timed(ms(item.audited_at) if written is None else written,
-                                          item))  # fmt: skip
+            rows.assessments.append(Fingerprinted(_header(msg, CONTENT_FINGERPRINT_HEADER), item))
         batches = self._decode(block, t.audit_batches, BatchRecord, rows.undecodable)
         rows.batches = [batch for _, batch in batches]
         for msg in block.records.get(t.dead_letters, []):

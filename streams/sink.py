@@ -46,6 +46,9 @@ MAX_TOPIC_MESSAGE_BYTES = 990_000
 MAX_ORIGINAL_HEADERS_BYTES = 65_536
 MAX_ORIGINAL_KEY_BYTES = 65_536
 ORIGINAL_HEADER_PREFIX = "x-original-header-"
+#: Header of a transactional worker's assessment message: the content fingerprint of the
+#: event copy it assessed (the warehouse sink ties the assessment to that copy).
+CONTENT_FINGERPRINT_HEADER = "x-content-fingerprint"
 _HEADER_OVERHEAD = 10  # varints and attributes of one serialized header, generously
 # room for x-raw-truncated and x-raw-sha256 (names, a 20-digit length, 64 hex) and slack
 _TRUNCATION_HEADERS_BYTES = 192

@@ -1,7 +1,8 @@
 """The sink's duplicate-log-id rule (``refusal_audit.sink_rules``) against the embedded
 warehouse, block by block, with hand-made worker outputs: the first stored copy of a log id
-wins, a later copy with other content and its assessments are not stored, and judging a block
-again after it was stored gives the same result. The same rule with real workers and the
+wins, a later copy with other content and its assessments (tied to their copy by the content
+fingerprint the worker sends) are not stored, and judging a block again after it was stored
+gives the same result. The same rule with real workers and the
 broker: tests/test_sink_duplicates.py."""
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ from typing import Any
 
 import pytest
 
-from refusal_audit.sink_rules import Judgement, Located, Timed, duplicate_reason, judge_block
+from refusal_audit.sink_rules import (
+    Fingerprinted,
+    Judgement,
+    Located,
+    duplicate_reason,
+    judge_block,
+)
 from schemas.audit import StoredAssessment
 from schemas.events import RefusalEvent, StoredEvent
 from warehouse import Warehouse
@@ -43,17 +50,16 @@ def copy(
     return Located(0, offset, value, _ms(T0 + timedelta(seconds=at)), event)
 
 
-def assessment(log_id: str, at: float, category: str, model: str = "m1") -> Timed:
-    """An ``assessments`` message written ``at`` seconds after T0 (audited 0.05 s before)."""
+def assessment(log_id: str, fingerprint: str | None, category: str) -> Fingerprinted:
+    """An ``assessments`` message of the copy with ``fingerprint`` (None: no header)."""
     item = StoredAssessment(
         log_id=log_id, category=category, is_estimated_false_positive=False,
         policy_clause_cited=None, assessment_rationale="r", requires_human_review=False,
         batch_id=f"b-{category}", policy_bundle="wren", bundle_version="v", engine="local",
-        engine_model="", engine_version="1", prompt_version="none",
-        audited_at=T0 + timedelta(seconds=at - 0.05), event_time=EVENT_TIME, model=model,
-        product="p",
+        engine_model="", engine_version="1", prompt_version="none", audited_at=T0,
+        event_time=EVENT_TIME, model="m1", product="p",
     )  # fmt: skip
-    return Timed(_ms(T0 + timedelta(seconds=at)), item)
+    return Fingerprinted(fingerprint, item)
 
 
 def store(wh: Warehouse, judged: Judgement) -> None:
@@ -63,7 +69,7 @@ def store(wh: Warehouse, judged: Judgement) -> None:
     wh.insert_dead_letters(judged.letters)
 
 
-def judge(wh: Warehouse, copies: Sequence[Located], items: Sequence[Timed]) -> Judgement:
+def judge(wh: Warehouse, copies: Sequence[Located], items: Sequence[Fingerprinted]) -> Judgement:
     """Judge a block, store it, and check that judging it again (a redelivery) changes
     nothing."""
     judged = judge_block(wh, TOPIC, copies, items)
@@ -84,8 +90,8 @@ def current(wh: Warehouse) -> dict[str, tuple[Any, ...]]:
 
 def test_a_later_copy_in_the_same_block_is_refused_with_its_assessment(warehouse: Any) -> None:
     e1, e2 = copy("a", "f1", 1, 10), copy("a", "f2", 5, 20, response="Changed.")
-    judged = judge(warehouse, [e2, e1], [assessment("a", 5.01, "second"),
-                                         assessment("a", 1.01, "first")])  # fmt: skip
+    judged = judge(warehouse, [e2, e1], [assessment("a", "f2", "second"),
+                                         assessment("a", "f1", "first")])  # fmt: skip
     assert judged.events == [e1.event] and judged.dropped == 1
     assert [a.category for a in judged.assessments] == ["first"]
     (letter,) = judged.letters
@@ -98,18 +104,18 @@ def test_a_later_copy_in_the_same_block_is_refused_with_its_assessment(warehouse
 
 
 def test_copies_in_later_blocks_are_judged_against_the_warehouse(warehouse: Any) -> None:
-    judge(warehouse, [copy("a", "f1", 1, 10)], [assessment("a", 1.01, "first")])
+    judge(warehouse, [copy("a", "f1", 1, 10)], [assessment("a", "f1", "first")])
     # the second copy's assessment comes first, in a block of its own, then the copy
-    late = judge(warehouse, [], [assessment("a", 5.01, "second", model="m2")])
-    assert late.assessments == [] and late.dropped == 1  # not the first copy's model
+    late = judge(warehouse, [], [assessment("a", "f2", "second")])
+    assert late.assessments == [] and late.dropped == 1
     refused = judge(warehouse, [copy("a", "f2", 5, 20, model="m2")], [])
     assert refused.events == [] and len(refused.letters) == 1
     # a third copy, same model and time as the first, with its assessment
     third = judge(warehouse, [copy("a", "f3", 9, 30, response="Other.")],
-                  [assessment("a", 9.01, "third")])  # fmt: skip
+                  [assessment("a", "f3", "third")])  # fmt: skip
     assert third.events == [] and third.assessments == [] and third.dropped == 1
-    # the first copy's assessment read only now, after the refused copies: still the first's
-    again = judge(warehouse, [], [assessment("a", 1.01, "first")])
+    # the first copy's assessment read again only now, after the refused copies
+    again = judge(warehouse, [], [assessment("a", "f1", "first")])
     assert again.dropped == 0
     assert current(warehouse) == {"a": ("I can't help.", "m1", "first")}
     letters = warehouse.select(
@@ -119,20 +125,24 @@ def test_copies_in_later_blocks_are_judged_against_the_warehouse(warehouse: Any)
 
 
 def test_identical_copies_and_their_assessments_are_stored(warehouse: Any) -> None:
-    judge(warehouse, [copy("a", "f1", 1, 10)], [assessment("a", 1.01, "first")])
-    judge(warehouse, [copy("a", "f2", 5, 20, response="Changed.")], [assessment("a", 5.01, "x")])
-    resent = judge(warehouse, [copy("a", "f1", 9, 30)], [assessment("a", 9.01, "re-audit")])
+    judge(warehouse, [copy("a", "f1", 1, 10)], [assessment("a", "f1", "first")])
+    judge(warehouse, [copy("a", "f2", 5, 20, response="Changed.")], [assessment("a", "f2", "x")])
+    resent = judge(warehouse, [copy("a", "f1", 9, 30)], [assessment("a", "f1", "re-audit")])
     assert len(resent.events) == 1 and resent.letters == [] and resent.dropped == 0
-    # its assessment read in a later block than the copy: tied to it by time, not refused
     judge(warehouse, [copy("a", "f1", 12, 40)], [])
-    late = judge(warehouse, [], [assessment("a", 12.01, "latest")])
+    late = judge(warehouse, [], [assessment("a", "f1", "latest")])
     assert late.dropped == 0
     assert current(warehouse) == {"a": ("I can't help.", "m1", "latest")}
 
 
-def test_unfingerprinted_copies_and_unknown_events_are_left_alone(warehouse: Any) -> None:
+def test_unfingerprinted_copies_and_assessments_and_unknown_events_are_left_alone(
+    warehouse: Any,
+) -> None:
     judged = judge(warehouse, [copy("a", "", 1, 10), copy("a", "f1", 2, 11),
                                copy("a", "", 3, 12, response="Changed.")],
-                   [assessment("b", 1.0, "orphan")])  # fmt: skip
+                   [assessment("b", "fb", "orphan")])  # fmt: skip
     assert len(judged.events) == 3 and judged.letters == []  # no fingerprint: never a duplicate
     assert len(judged.assessments) == 1  # no copy of "b" anywhere: nothing to compare with
+    # an assessment without the header (a worker before it existed) is stored
+    old = judge(warehouse, [], [assessment("a", None, "old worker")])
+    assert len(old.assessments) == 1 and old.dropped == 0

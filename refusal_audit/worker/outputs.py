@@ -8,7 +8,8 @@ with ``read_committed``.
 
 - ``insert_events`` -> role ``stored_events``, key the log id, value the ``StoredEvent``;
 - ``insert_assessments`` -> ``assessments`` (and ``review_queue`` when sampled), key the log
-  id, value the ``StoredAssessment``;
+  id, value the ``StoredAssessment``, header ``x-content-fingerprint`` the content fingerprint
+  of the event copy assessed (from the window's ``insert_events``);
 - ``insert_batches`` -> ``audit_batches``, key the batch id, value the ``BatchRecord``;
 - ``insert_dead_letters`` -> ``dead_letters``, the original key, the record as kept with our
   headers (``streams.sink.dead_letter_message``).
@@ -26,7 +27,8 @@ from collections.abc import Mapping, Sequence
 from schemas.audit import BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
 from schemas.events import StoredEvent, StoredIdentity
-from streams.sink import OriginalRecord, dead_letter_message
+from streams.producer import Headers
+from streams.sink import CONTENT_FINGERPRINT_HEADER, OriginalRecord, dead_letter_message
 from streams.topics import Topics
 from streams.transactional import OutputMessage
 
@@ -39,6 +41,7 @@ class TopicOutputs:
         self.topics = topics
         self._messages: list[OutputMessage] = []
         self._originals: Mapping[tuple[str, str], OriginalRecord] = {}
+        self._fingerprints: dict[str, str] = {}  # log id -> content fingerprint, this window
         self._lock = threading.Lock()
 
     def use_originals(self, originals: Mapping[tuple[str, str], OriginalRecord]) -> None:
@@ -53,6 +56,8 @@ class TopicOutputs:
     def insert_events(self, events: Sequence[StoredEvent]) -> None:
         """Queue the stored (redacted) events."""
         topic = self.topics.stored_events
+        with self._lock:
+            self._fingerprints.update((e.event.log_id, e.content_fingerprint) for e in events)
         self._add([
             OutputMessage(topic, e.model_dump_json().encode(), e.event.log_id.encode())
             for e in events
@@ -63,9 +68,13 @@ class TopicOutputs:
         out: list[OutputMessage] = []
         for item in items:
             value, key = item.model_dump_json().encode(), item.log_id.encode()
-            out.append(OutputMessage(self.topics.assessments, value, key))
+            fingerprint = self._fingerprints.get(item.log_id)
+            headers: Headers | None = (
+                [(CONTENT_FINGERPRINT_HEADER, fingerprint.encode())] if fingerprint else None
+            )
+            out.append(OutputMessage(self.topics.assessments, value, key, headers))
             if item.sampled_for_review:
-                out.append(OutputMessage(self.topics.review_queue, value, key))
+                out.append(OutputMessage(self.topics.review_queue, value, key, headers))
         self._add(out)
 
     def insert_batches(self, batches: Sequence[BatchRecord]) -> None:
