@@ -120,6 +120,7 @@ class TransactionalStream:
         self.cfg = cfg
         self.generation = 0
         self.assigned: set[tuple[str, int]] = set()
+        self._committed: dict[tuple[str, int], int] = {}  # next offsets this stream committed
         self._on_assignment = on_assignment
         self._lock = threading.Lock()
         consumer_conf: dict[str, Any] = {
@@ -170,6 +171,8 @@ class TransactionalStream:
         with self._lock:
             self.generation += 1
             self.assigned -= {(p.topic, p.partition) for p in partitions}
+            for p in partitions:  # another member may commit there now
+                self._committed.pop((p.topic, p.partition), None)
         log.info("revoked %d partitions (generation %d)", len(partitions), self.generation)
 
     # -- windows -------------------------------------------------------------------------------
@@ -210,21 +213,24 @@ class TransactionalStream:
         return Window(records, offsets, generation)
 
     def lag(self, timeout: float = 2.0) -> dict[tuple[str, int], int]:
-        """Per assigned (topic, partition): the high watermark minus the committed offset
-        (the records not yet committed by this group; 0 or more). Partitions whose offsets
-        cannot be read within ``timeout`` seconds are left out."""
-        assigned = [TopicPartition(t, p) for t, p in sorted(self.assigned)]
-        if not assigned:
-            return {}
+        """Per assigned (topic, partition): the high watermark minus the offset this stream
+        last committed there (else the consumer's position, else the low watermark): the
+        records not yet committed (0 or more). No committed-offset request (that one waits for
+        open transactions to settle); partitions whose watermarks cannot be read within
+        ``timeout`` seconds are left out."""
         out: dict[tuple[str, int], int] = {}
-        try:
-            committed = self.consumer.committed(assigned, timeout=timeout)
-            for tp in committed:
+        for topic, partition in sorted(self.assigned):
+            tp = TopicPartition(topic, partition)
+            try:
                 low, high = self.consumer.get_watermark_offsets(tp, timeout=timeout)
-                position = tp.offset if tp.offset >= 0 else low
-                out[(tp.topic, tp.partition)] = max(0, high - position)
-        except KafkaException as exc:
-            log.info("consumer lag not read: %s", exc)
+                at = self._committed.get((topic, partition))
+                if at is None:
+                    (pos,) = self.consumer.position([tp])
+                    at = pos.offset if pos.offset >= 0 else low
+            except KafkaException as exc:
+                log.info("consumer lag of %s[%d] not read: %s", topic, partition, exc)
+                continue
+            out[(topic, partition)] = max(0, high - at)
         return out
 
     def still_owned(self, window: Window) -> bool:
@@ -261,6 +267,7 @@ class TransactionalStream:
             if before_commit is not None:
                 before_commit(window)
             self.producer.commit_transaction(timeout)
+            self._committed.update(window.offsets)
         except KafkaException as exc:
             if _is(exc, "fatal"):
                 raise TransactionFatal(f"transactional producer failed: {exc}") from exc
