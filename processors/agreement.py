@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.stats import norm
-from statsmodels.stats.inter_rater import cohens_kappa
 
 from processors.stats import wilson_interval
 
@@ -98,6 +97,8 @@ def agreement(
             "kappa undefined: model and reviewers used a single label",
         )  # fmt: skip
     with np.errstate(invalid="ignore"):  # statsmodels takes the root of that variance
+        from statsmodels.stats.inter_rater import cohens_kappa  # heavy (pandas): on first use
+
         result = cohens_kappa(np.array(table, dtype=float))
     z = float(norm.ppf(0.5 + confidence / 2))
     # the variance rounds to just below 0 when agreement is perfect: its root is then 0

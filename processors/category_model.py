@@ -29,13 +29,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from scipy import sparse
-from sklearn.feature_extraction.text import HashingVectorizer
 
 from processors.engines.local import CUES, find_cues
 from processors.refusal_model import (
@@ -70,31 +70,44 @@ REQUEST_CUE_LABELS, REQUEST_CUE_FAMILIES = _cue_names("request")
 RESPONSE_CUE_LABELS, RESPONSE_CUE_FAMILIES = _cue_names("response")
 
 _COMMON: dict[str, Any] = {"alternate_sign": False, "norm": "l2", "lowercase": True}
-_VECTORIZERS = {
-    "request_words": HashingVectorizer(
-        analyzer="word",
-        ngram_range=(1, 2),
-        n_features=2**17,
-        token_pattern=_TOKEN_PATTERN,
-        **_COMMON,
-    ),
-    "request_chars": HashingVectorizer(
-        analyzer="char_wb", ngram_range=(3, 5), n_features=2**17, **_COMMON
-    ),
-    "response_words": HashingVectorizer(
-        analyzer="word",
-        ngram_range=(1, 2),
-        n_features=2**16,
-        token_pattern=_TOKEN_PATTERN,
-        **_COMMON,
-    ),
-}
+#: Columns of the hashed text families (their ``HashingVectorizer``'s ``n_features``).
+_HASHED_WIDTHS = {"request_words": 2**17, "request_chars": 2**17, "response_words": 2**16}
+
+
+@lru_cache(maxsize=1)
+def _vectorizers() -> dict[str, Any]:
+    """The hashed text families' vectorizers; scikit-learn is imported on first use, so a
+    process that never featurises (a streaming worker) does not load it."""
+    from sklearn.feature_extraction.text import HashingVectorizer
+
+    return {
+        "request_words": HashingVectorizer(
+            analyzer="word",
+            ngram_range=(1, 2),
+            n_features=_HASHED_WIDTHS["request_words"],
+            token_pattern=_TOKEN_PATTERN,
+            **_COMMON,
+        ),
+        "request_chars": HashingVectorizer(
+            analyzer="char_wb",
+            ngram_range=(3, 5),
+            n_features=_HASHED_WIDTHS["request_chars"],
+            **_COMMON,
+        ),
+        "response_words": HashingVectorizer(
+            analyzer="word",
+            ngram_range=(1, 2),
+            n_features=_HASHED_WIDTHS["response_words"],
+            token_pattern=_TOKEN_PATTERN,
+            **_COMMON,
+        ),
+    }
 
 
 def family_width(family: str) -> int:
     """Number of columns of ``family`` (one of :data:`FAMILIES`; ``KeyError`` otherwise)."""
-    if family in _VECTORIZERS:
-        return int(_VECTORIZERS[family].n_features)
+    if family in _HASHED_WIDTHS:
+        return _HASHED_WIDTHS[family]
     if family == "request_cues":
         return len(REQUEST_CUE_LABELS) + len(REQUEST_CUE_FAMILIES)
     if family == "response_cues":
@@ -166,10 +179,10 @@ def featurize(pairs: Sequence[Pair], families: Sequence[str] = FAMILIES) -> spar
             continue
         if family in ("request_words", "request_chars"):
             texts = [p.request[:REQUEST_MAX_CHARS] for p in pairs]
-            blocks.append(_VECTORIZERS[family].transform(texts))
+            blocks.append(_vectorizers()[family].transform(texts))
         elif family == "response_words":
             texts = [p.response[:RESPONSE_OPENING_CHARS] for p in pairs]
-            blocks.append(_VECTORIZERS[family].transform(texts))
+            blocks.append(_vectorizers()[family].transform(texts))
         else:
             blocks.append(_cue_block(pairs, family.removesuffix("_cues")))
     return sparse.hstack(blocks, format="csr", dtype=np.float64)

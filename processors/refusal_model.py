@@ -35,13 +35,13 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from scipy import sparse
-from sklearn.feature_extraction.text import HashingVectorizer
 
 from processors.prefilter import CUE_FEATURE_NAMES, CueReading
 
@@ -59,36 +59,45 @@ class ModelArtifactError(RuntimeError):
     """The refusal model artifact is missing, corrupt or does not fit this code."""
 
 
-def _vectorizers() -> dict[str, HashingVectorizer]:
+#: Columns of the hashed text families (their ``HashingVectorizer``'s ``n_features``).
+_HASHED_WIDTHS = {"word_opening": 2**16, "word_text": 2**17, "char_opening": 2**17}
+
+
+@lru_cache(maxsize=1)
+def _vectorizers() -> dict[str, Any]:
+    """The hashed families' vectorizers; scikit-learn is imported on first use (a process
+    using the cue pre-filter never loads it)."""
+    from sklearn.feature_extraction.text import HashingVectorizer
+
     common: dict[str, Any] = {"alternate_sign": False, "norm": "l2", "lowercase": False}
     return {
         "word_opening": HashingVectorizer(
             analyzer="word",
             ngram_range=(1, 2),
-            n_features=2**16,
+            n_features=_HASHED_WIDTHS["word_opening"],
             token_pattern=_TOKEN_PATTERN,
             **common,
         ),
         "word_text": HashingVectorizer(
             analyzer="word",
             ngram_range=(1, 2),
-            n_features=2**17,
+            n_features=_HASHED_WIDTHS["word_text"],
             token_pattern=_TOKEN_PATTERN,
             **common,
         ),
         "char_opening": HashingVectorizer(
-            analyzer="char_wb", ngram_range=(3, 5), n_features=2**17, **common
+            analyzer="char_wb",
+            ngram_range=(3, 5),
+            n_features=_HASHED_WIDTHS["char_opening"],
+            **common,
         ),
     }
 
 
-_VECTORIZERS = _vectorizers()
-
-
 def family_width(family: str) -> int:
     """Number of columns of ``family`` (one of :data:`FAMILIES`; ``KeyError`` otherwise)."""
-    if family in _VECTORIZERS:
-        return int(_VECTORIZERS[family].n_features)
+    if family in _HASHED_WIDTHS:
+        return _HASHED_WIDTHS[family]
     return {"cues": len(CUE_FEATURE_NAMES) + 2, "shape": len(SHAPE_NAMES)}[family]
 
 
@@ -151,10 +160,10 @@ def featurize(
         if family not in families:
             continue
         if family == "word_opening" or family == "char_opening":
-            blocks.append(_VECTORIZERS[family].transform([r.opening for r in readings]))
+            blocks.append(_vectorizers()[family].transform([r.opening for r in readings]))
         elif family == "word_text":
             texts = [r.norm[:TEXT_MAX_CHARS] for r in readings]
-            blocks.append(_VECTORIZERS[family].transform(texts))
+            blocks.append(_vectorizers()[family].transform(texts))
         elif family == "cues":
             blocks.append(_cue_block(readings))
         else:

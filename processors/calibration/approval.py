@@ -50,6 +50,7 @@ def same_person(a: str, b: str) -> bool:
     normalisation, without surrounding white space and case (``Ann`` started the run,
     ``ann`` may not approve it). Look-alikes from other scripts are not folded: the gate
     also requires the starter to be a review-app account (:func:`check_decider`)."""
+
     def key(name: str) -> str:
         return unicodedata.normalize("NFKC", name).strip().casefold()
 

@@ -22,9 +22,8 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
-
 from processors.engines.local import find_cues
+from processors.stopwords import english_stop_words
 
 
 class AmbiguityKind(StrEnum):
@@ -85,7 +84,7 @@ _REQUEST_VERBS = frozenset(
         "i'm", "let", "lets", "let's", "tips", "ways", "using", "use", "used",
     }
 )  # fmt: skip
-_STOP = frozenset(ENGLISH_STOP_WORDS) | _REQUEST_VERBS
+_STOP = english_stop_words() | _REQUEST_VERBS
 
 
 @dataclass(frozen=True)

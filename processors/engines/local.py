@@ -71,9 +71,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from rank_bm25 import BM25Okapi
-from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from processors.engines.base import EngineOutput
+from processors.stopwords import english_stop_words
 
 if TYPE_CHECKING:  # the category model reads this module's cues: no import at run time
     from processors.category_model import CategoryModel
@@ -159,7 +159,7 @@ _KEEP_WORDS = frozenset(
         "made",
     }
 )
-_STOP_WORDS = frozenset(ENGLISH_STOP_WORDS - _KEEP_WORDS) | {
+_STOP_WORDS = (english_stop_words() - _KEEP_WORDS) | {
     "s",
     "t",
     "d",
