@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck unit bench bench-worker schemas clean kafka-up kafka-down
+.PHONY: install demo test lint typecheck unit bench bench-worker bench-scaleout schemas clean kafka-up kafka-down
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 needed"'
@@ -37,9 +37,13 @@ unit: install
 bench: install
 	$(BIN)/python benchmarks/local_engine.py
 
-## Streaming throughput, memory and latency (needs the broker: make kafka-up).
+## Streaming throughput, memory and latency of the one-process worker (needs the broker: make kafka-up).
 bench-worker: install
 	$(BIN)/python benchmarks/worker_throughput.py
+
+## Scale-out figures: transactional workers, the sink, the openai engine, RSS, live latency (broker up).
+bench-scaleout: install
+	$(BIN)/python benchmarks/scaleout.py
 
 schemas: install
 	$(BIN)/python -m schemas.export
