@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import logging.config
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -63,7 +64,7 @@ def run_topics_worker(cfg: Settings, loglevel: str) -> None:
 
     _logging(loglevel)
     try:
-        worker = TransactionalWorker.start(cfg)
+        worker = TransactionalWorker.start(cfg, on_stuck=_exit_stuck)
     except (TopicError, ConfigError) as exc:
         raise fail_usage(f"worker not started: {exc}") from exc
     except KafkaException as exc:
@@ -93,6 +94,18 @@ def run_topics_worker(cfg: Settings, loglevel: str) -> None:
         worker.close()
     err.print(f"worker: {stats.windows} window(s), {stats.records} record(s) committed, "
               f"{stats.aborted} aborted and redone")  # fmt: skip
+
+
+def _exit_stuck(call: str, seconds: float) -> None:
+    """A transaction call hangs in librdkafka (``streams.transactional.CallWatchdog``): end
+    the process at once with status 70 (the thread inside the call cannot be interrupted);
+    the supervisor restarts the worker, whose new instance fences the stuck transaction."""
+    logging.getLogger("refusal_audit.worker").critical(
+        "worker stopping: %s has not returned after %.0f s; nothing of the windows in hand "
+        "is committed (librdkafka #5456)", call, seconds,
+    )  # fmt: skip
+    logging.shutdown()
+    os._exit(EXIT_CRASH)
 
 
 def detector_pass(cfg: Settings, store: Any) -> Callable[[datetime], object]:

@@ -38,6 +38,7 @@ uncommitted). A stop request ends a backoff at once, the block uncommitted.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import threading
@@ -47,7 +48,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Message
 from pydantic import BaseModel, ValidationError
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
 
@@ -57,6 +58,7 @@ from schemas.audit import BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
 from schemas.events import StoredEvent
 from streams.blocks import Block, BlockLimits, BlockReader
+from streams.membership import group_instance_id, leave_group
 from streams.sink import CONTENT_FINGERPRINT_HEADER, dead_letter_from_message, kafka_location
 from streams.topics import Topics, admin_client, require_topic
 from warehouse.client import WarehouseError
@@ -177,6 +179,7 @@ class WarehouseSink:
         self.give_up_after = give_up_after
         self._last_pass = float("-inf")
         self.stats = SinkStats()
+        self.leave: tuple[str, str, str] | None = None  # bootstrap, group, static instance id
 
     def maybe_detect(self, clock: Callable[[], float] = time.monotonic) -> None:
         """Run a detector pass (drift and policy-gap alerts, ``refusal_audit.alerting``) when
@@ -204,10 +207,19 @@ class WarehouseSink:
         admin = admin_client(cfg.kafka_bootstrap_servers)
         for name in names:
             require_topic(admin, name)
-        reader = BlockReader(
-            cfg.kafka_bootstrap_servers, f"{cfg.kafka_consumer_group}-sink", names, limits
-        )
-        return cls(store, reader, topics)
+        group = f"{cfg.kafka_consumer_group}-sink"
+        # a static member (KIP-345) when configured: a restarted sink takes its partitions
+        # back without waiting for its predecessor's session to time out
+        instance = group_instance_id(cfg.kafka_static_membership, cfg.kafka_group_instance_id,
+                                     cfg.data_dir)  # fmt: skip
+        extra: dict[str, Any] = {"session.timeout.ms": int(cfg.kafka_session_timeout_seconds
+                                                           * 1000)}  # fmt: skip
+        if instance is not None:
+            extra["group.instance.id"] = instance
+        reader = BlockReader(cfg.kafka_bootstrap_servers, group, names, limits, **extra)
+        sink = cls(store, reader, topics)
+        sink.leave = (cfg.kafka_bootstrap_servers, group, instance) if instance else None
+        return sink
 
     def _decode(
         self, block: Block, topic: str, model: type[BaseModel], dead: list[DeadLetter]
@@ -341,13 +353,31 @@ class WarehouseSink:
                 break
             if after_store is not None:
                 after_store(block)
-            self.reader.commit(block)
+            self._commit(block)
             self.stats.blocks += 1
             self.maybe_detect()
             took = round(time.monotonic() - started, 3)
             log.info("block stored", extra={"rows": block.rows, "seconds": took})
         return self.stats
 
+    def _commit(self, block: Block) -> None:
+        """Commit the stored block's offsets. A failed commit that is not fatal (the group
+        coordinator moved during a broker restart, a rebalance) is logged and passed over:
+        the block is stored, the next block's commit covers its offsets, and a block read
+        again after a crash is deduplicated. Raises ``KafkaException`` when fatal (fenced)."""
+        try:
+            self.reader.commit(block)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if not isinstance(error, KafkaError) or error.fatal():
+                raise
+            log.warning("the block is stored but its offsets not committed (%s): the next "
+                        "commit covers them", error)  # fmt: skip
+
     def close(self) -> None:
-        """Leave the group (the store is the caller's)."""
+        """Leave the group (the store is the caller's); a static member leaves explicitly,
+        so its partitions go to the other sinks at once."""
         self.reader.close()
+        if self.leave is not None and self.reader.generation > 0:
+            bootstrap, group, instance = self.leave
+            asyncio.run(leave_group(bootstrap, group, instance))

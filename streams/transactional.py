@@ -30,10 +30,11 @@ output messages.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from streams.producer import KAFKA_LOGGER, Headers
 
 log = logging.getLogger("refusal_audit.transactional")
+
+#: Seconds a watched transaction call may overrun its own timeout before ``on_stuck`` runs.
+STUCK_GRACE_SECONDS = 15.0
 
 
 class WindowAborted(RuntimeError):
@@ -103,6 +107,53 @@ class StreamConfig:
     producer_extra: dict[str, Any] = field(default_factory=dict)
 
 
+class CallWatchdog:
+    """Calls ``on_stuck(what, seconds)`` from a daemon thread when a call guarded by
+    :meth:`guard` runs longer than its allowance: librdkafka's
+    ``send_offsets_to_transaction`` does not honour its timeout while the group coordinator
+    moves (a broker restart; librdkafka issue #5456), and the thread inside it cannot be
+    interrupted from Python. ``on_stuck`` runs at most once per guarded call; the worker's
+    ends the process (exit 70), so a supervisor restarts it and the new instance fences the
+    stuck transaction."""
+
+    def __init__(self, on_stuck: Callable[[str, float], None]) -> None:
+        self.on_stuck = on_stuck
+        self._cond = threading.Condition()
+        self._armed: tuple[str, float, float] | None = None  # what, allowance, deadline
+        self._thread = threading.Thread(target=self._watch, name="tx-watchdog", daemon=True)
+        self._thread.start()
+
+    @contextlib.contextmanager
+    def guard(self, what: str, seconds: float) -> Iterator[None]:
+        """Watch the ``with`` block: ``on_stuck`` runs if it lasts over ``seconds``."""
+        with self._cond:
+            self._armed = (what, seconds, time.monotonic() + seconds)
+            self._cond.notify()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._armed = None
+                self._cond.notify()
+
+    def _watch(self) -> None:
+        while True:
+            with self._cond:
+                while self._armed is None:
+                    self._cond.wait()
+                what, seconds, deadline = self._armed
+                remaining = deadline - time.monotonic()
+                if remaining > 0:
+                    self._cond.wait(remaining)
+                    continue
+                self._armed = None  # once per guarded call
+            self.on_stuck(what, seconds)
+
+
+def _log_stuck(what: str, seconds: float) -> None:
+    log.critical("%s has not returned after %.0f s (librdkafka #5456)", what, seconds)
+
+
 def _is(exc: KafkaException, check: str) -> bool:
     err = exc.args[0] if exc.args else None
     return isinstance(err, KafkaError) and bool(getattr(err, check)())
@@ -116,8 +167,14 @@ class TransactionalStream:
     constructor when the producer cannot initialise its transactions.
     """
 
-    def __init__(self, cfg: StreamConfig, on_assignment: Callable[[int], None] | None = None):
+    def __init__(
+        self,
+        cfg: StreamConfig,
+        on_assignment: Callable[[int], None] | None = None,
+        on_stuck: Callable[[str, float], None] = _log_stuck,
+    ):
         self.cfg = cfg
+        self.watchdog = CallWatchdog(on_stuck)
         self.generation = 0
         self.assigned: set[tuple[str, int]] = set()
         self._committed: dict[tuple[str, int], int] = {}  # next offsets this stream committed
@@ -243,14 +300,17 @@ class TransactionalStream:
         window: Window,
         outputs: Iterable[OutputMessage],
         before_commit: Callable[[Window], None] | None = None,
-        timeout: float = 60.0,
+        timeout: float = 30.0,
     ) -> int:
         """Produce ``outputs`` and commit ``window``'s offsets in one transaction; returns how
         many messages were produced. ``before_commit`` runs inside the transaction just
         before it is committed (fault injection in tests; an exception aborts it).
 
         Raises :class:`WindowAborted` (nothing visible, the window will be consumed again;
-        the consumer is rewound to its committed offsets) or :class:`TransactionFatal`.
+        the consumer is rewound to its committed offsets) or :class:`TransactionFatal`. The
+        offsets and commit calls are watched (:class:`CallWatchdog`): one that has not
+        returned ``STUCK_GRACE_SECONDS`` after its ``timeout`` calls the stream's
+        ``on_stuck``.
         """
         if not self.still_owned(window):
             self._rewind()
@@ -261,12 +321,15 @@ class TransactionalStream:
             for out in outputs:
                 self._produce(out)
                 produced += 1
-            self.producer.send_offsets_to_transaction(
-                window.commit_offsets(), self.consumer.consumer_group_metadata(), timeout
-            )
+            allowance = timeout + STUCK_GRACE_SECONDS
+            with self.watchdog.guard("send_offsets_to_transaction", allowance):
+                self.producer.send_offsets_to_transaction(
+                    window.commit_offsets(), self.consumer.consumer_group_metadata(), timeout
+                )
             if before_commit is not None:
                 before_commit(window)
-            self.producer.commit_transaction(timeout)
+            with self.watchdog.guard("commit_transaction", allowance):
+                self.producer.commit_transaction(timeout)
             self._committed.update(window.offsets)
         except KafkaException as exc:
             if _is(exc, "fatal"):
@@ -291,7 +354,12 @@ class TransactionalStream:
         """Abort the open transaction (retrying while librdkafka still drains its queue) and
         rewind. Raises :class:`TransactionFatal` when it cannot be aborted in time."""
         log.warning("aborting the window's transaction: %s", why)
-        deadline = time.monotonic() + self.cfg.transaction_timeout_ms / 1000
+        limit = self.cfg.transaction_timeout_ms / 1000
+        with self.watchdog.guard("abort_transaction", limit + 10.0 + STUCK_GRACE_SECONDS):
+            self._abort_within(time.monotonic() + limit)
+        self._rewind()
+
+    def _abort_within(self, deadline: float) -> None:
         # let what is in flight be delivered (into the transaction being aborted): a purge of
         # in-flight messages leaves sequence gaps that fail the next transaction once more
         self.producer.flush(10.0)
@@ -304,7 +372,6 @@ class TransactionalStream:
                 if _is(exc, "fatal") or time.monotonic() > deadline:
                     raise TransactionFatal(f"could not abort: {exc}") from exc
                 log.info("abort_transaction not done yet: %s", exc)
-        self._rewind()
 
     def _rewind(self) -> None:
         """Seek every assigned partition back to its committed offset (the start of the
@@ -328,4 +395,7 @@ class TransactionalStream:
         try:
             self.consumer.close()
         finally:
-            self.producer.flush(5)
+            try:
+                self.producer.flush(5)
+            except KafkaException as exc:  # fenced or fatal: nothing left to deliver
+                log.info("producer not flushed on close: %s", exc)

@@ -359,6 +359,12 @@ def test_bad_input_on_every_topic_is_dead_lettered_and_nothing_is_lost(
     kafka.send("clarify.requests", b"{" + b" " * 300_000 + b"}")  # over clarify_max_body_bytes
     kafka.send("clarify.answers", answer("nobody", 1, ["hi", "there"]))
     kafka.send("clarify.requests", request("fin", PASSWORDS))  # not asked: finished at once
+    # requests and answers are different topics, read side by side: an answer is "finished"
+    # only once its conversation is (else it would be "unknown_conversation")
+    deadline = time.monotonic() + 60
+    while service.http.get("/v1/clarify/fin").status_code != 200:
+        assert time.monotonic() < deadline, "the finished conversation never appeared"
+        time.sleep(0.2)
     kafka.send("clarify.answers", answer("fin", 1, ["hi", "there"]))
     kafka.send("clarify.outcomes", outcome("nobody", 1, "accepted"))
     # keys: the conversation id, or the message is dead-lettered (ordering depends on it)

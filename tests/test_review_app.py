@@ -378,7 +378,8 @@ def test_claims_under_concurrency_give_each_item_exactly_its_verdicts(
         for v in current_verdicts(server.store):
             verdicts[(v.policy_bundle, v.log_id)].add(v.reviewer)
         assert set(verdicts) == expected  # none lost, none outside the queue
-        assert all(len(who) == 2 for who in verdicts.values())
+        wrong = {key: sorted(who) for key, who in verdicts.items() if len(who) != 2}
+        assert wrong == {}, (wrong, {k: spans.get(k) for k in wrong})
 
 
 @pytest.mark.parametrize(("trusted", "logged_in"), [("127.0.0.1", True), ("10.9.9.9", False)])

@@ -21,6 +21,7 @@ consumed again. A fenced or fatal producer stops the worker (exit status 70 from
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import logging
@@ -42,7 +43,7 @@ from refusal_audit.worker.loop import PipelineLoop
 from refusal_audit.worker.outputs import TopicOutputs
 from refusal_audit.worker.web import record_metrics
 from streams.baselines import BaselineReader
-from streams.membership import group_instance_id
+from streams.membership import group_instance_id, leave_group
 from streams.metrics import WorkerMetrics
 from streams.sink import kafka_location, original_record
 from streams.topics import Topics, admin_client, require_topic
@@ -114,8 +115,17 @@ class TransactionalWorker:
         self._baselines_read = 0.0
 
     @classmethod
-    def start(cls, cfg: Settings, instance: str | None = None) -> TransactionalWorker:
-        """Check the topics, build the pipeline and join the consumer group."""
+    def start(
+        cls,
+        cfg: Settings,
+        instance: str | None = None,
+        on_stuck: Callable[[str, float], None] | None = None,
+    ) -> TransactionalWorker:
+        """Check the topics, build the pipeline and join the consumer group: a static member
+        (``group.instance.id`` = the instance name, KIP-345) when ``kafka_static_membership``
+        is on, so a restarted worker takes its partitions back without a rebalance.
+        ``on_stuck(call, seconds)`` runs when a transaction call hangs past its timeout
+        (``streams.transactional.CallWatchdog``; the CLI exits 70 there; default: log)."""
         topics = Topics.from_prefix(cfg.kafka_topic_prefix)
         admin = admin_client(cfg.kafka_bootstrap_servers)
         for name in (topics.input, topics.stored_events, topics.assessments,
@@ -125,15 +135,20 @@ class TransactionalWorker:
         # one flush per window: the window bounds the memory held
         pipeline.flush_every = max(pipeline.flush_every, 2 * cfg.worker_take_max + 1)
         name = instance or worker_identity(cfg)
-        stream = TransactionalStream(
-            StreamConfig(
-                bootstrap_servers=cfg.kafka_bootstrap_servers,
-                group_id=cfg.kafka_consumer_group,
-                topics=[topics.input],
-                transactional_id=f"{cfg.kafka_consumer_group}.{name}",
-                take_max=cfg.worker_take_max,
-                take_within=cfg.worker_take_within_seconds,
-            )
+        stream_cfg = StreamConfig(
+            bootstrap_servers=cfg.kafka_bootstrap_servers,
+            group_id=cfg.kafka_consumer_group,
+            topics=[topics.input],
+            transactional_id=f"{cfg.kafka_consumer_group}.{name}",
+            take_max=cfg.worker_take_max,
+            take_within=cfg.worker_take_within_seconds,
+            group_instance_id=name if cfg.kafka_static_membership else None,
+            consumer_extra={"session.timeout.ms": int(cfg.kafka_session_timeout_seconds * 1000)},
+        )
+        stream = (
+            TransactionalStream(stream_cfg)
+            if on_stuck is None
+            else TransactionalStream(stream_cfg, on_stuck=on_stuck)
         )
         decode = DecodeOptions(max_record_bytes=cfg.max_record_bytes,
                                max_text_chars=cfg.max_text_chars)  # fmt: skip
@@ -272,6 +287,11 @@ class TransactionalWorker:
             self.stream.close()
             if self.baselines is not None:
                 self.baselines.close()
+            instance = self.stream.cfg.group_instance_id
+            if instance is not None and self.stream.generation > 0:  # it had joined
+                # a static member does not leave on close: hand its partitions over now
+                asyncio.run(leave_group(self.cfg.kafka_bootstrap_servers,
+                                        self.cfg.kafka_consumer_group, instance))  # fmt: skip
         finally:
             try:
                 self.loop.run_sync(close_engine(self.pipeline.engine))
