@@ -31,8 +31,10 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
+## The tests in two processes (pytest-xdist), then those that restart the shared broker, alone.
 unit: install
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 -m "not serial"
+	$(BIN)/pytest -m serial
 
 bench: install
 	$(BIN)/python benchmarks/local_engine.py

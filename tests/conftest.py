@@ -92,3 +92,11 @@ def cli_env(chdb_dsn: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
         "REFUSAL_AUDIT_WAREHOUSE_DSN": chdb_dsn,
         "REFUSAL_AUDIT_WAREHOUSE_DATABASE": f"cli_{uuid.uuid4().hex[:12]}",
     }
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that stops or restarts the shared broker (``broker_control``) as
+    ``serial``: ``make unit`` runs the others in parallel (pytest-xdist), then these alone."""
+    for item in items:
+        if "broker_control" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.serial)
