@@ -5,7 +5,7 @@ window only: it has no warehouse. The sink applies it again, against the warehou
 block before storing it (:func:`judge_block`).
 
 Events. Per log id the first copy is the one stored first: the copy in the warehouse
-(``Warehouse.stored_identities``, the fingerprint of its first fingerprinted copy), else the
+(``Warehouse.first_fingerprints``: the fingerprint of its first fingerprinted copy), else the
 block's copy read first (lowest offset: a log id's copies share a partition, the message key
 being the log id; across partitions the lower partition). A copy with another non-empty
 ``content_fingerprint`` is not stored: it becomes a dead letter (stage ``validate``, reason
@@ -112,10 +112,9 @@ def judge_block(
 ) -> Judgement:
     """Apply the rule (module docstring) to a block's event ``copies`` (read from ``topic``)
     and ``assessments``. Reads the warehouse, writes nothing. Raises ``WarehouseError``."""
-    keys = [(c.event.event.policy_bundle, c.event.event.log_id) for c in copies]
-    keys += [(f.assessment.policy_bundle, f.assessment.log_id) for f in assessments]
-    stored = store.stored_identities(keys) if keys else {}
-    first = {i: s.content_fingerprint for i, s in stored.items() if s.content_fingerprint}
+    ids = [c.event.event.log_id for c in copies] + [f.assessment.log_id for f in assessments]
+    stored = store.first_fingerprints(ids) if ids else {}
+    first = {i: f for i, f in stored.items() if f}
     out = Judgement()
     for copy in sorted(copies, key=lambda c: (c.partition, c.offset)):
         event = copy.event

@@ -144,7 +144,7 @@ def test_a_failing_warehouse_loses_and_duplicates_nothing(
     last = ends(kafka_bootstrap, deployment)
     total = sum(len(read(kafka_bootstrap, t)) for t in result_topics(deployment))
     group = f"{unique_topic_prefix}sink"
-    names = ("stored_identities", "insert_events", "insert_assessments", "insert_dead_letters")
+    names = ("first_fingerprints", "insert_events", "insert_assessments", "insert_dead_letters")
     real = {name: getattr(warehouse, name) for name in names}
 
     def failing(name: str, times: int, transient: bool = True, after: bool = False) -> None:
@@ -178,7 +178,7 @@ def test_a_failing_warehouse_loses_and_duplicates_nothing(
     assert all(offset < 0 for offset in committed(kafka_bootstrap, group, list(last)).values())
     # 2. ClickHouse fails for a while, everywhere (lookups; inserts, before and after they
     # are done): every failure is retried, with no give-up for transient ones
-    failing("stored_identities", 2)
+    failing("first_fingerprints", 2)
     failing("insert_events", 2, after=True)
     failing("insert_assessments", 3)
     failing("insert_dead_letters", 2)

@@ -296,6 +296,15 @@ def _alert_row(alert: Mapping[str, Any]) -> list[Any]:
     return row
 
 
+# per log id: the first fingerprinted copy's fingerprint and whether the newest copy is a
+# refusal (the primary key is log_id)
+_FIRST_FINGERPRINTS = (
+    "SELECT log_id, argMinIf(content_fingerprint, ingested_at, content_fingerprint != ''), "
+    "argMax(is_refusal, ingested_at) FROM {db:Identifier}.refusal_events "
+    "WHERE log_id IN {ids:Array(String)} GROUP BY log_id"
+)
+
+
 class WarehouseSettings(Protocol):
     """What ``Warehouse.open`` reads of the settings; ``refusal_audit.config.Settings`` has
     it (the warehouse does not import the application's settings)."""
@@ -494,11 +503,7 @@ class Warehouse:
             return {}
         pairs = list(dict.fromkeys(keys))
         ids = list(dict.fromkeys(log_id for _, log_id in pairs))
-        events_sql = (
-            "SELECT log_id, argMinIf(content_fingerprint, ingested_at, content_fingerprint != ''), "
-            "argMax(is_refusal, ingested_at) FROM {db:Identifier}.refusal_events "
-            "WHERE log_id IN {ids:Array(String)} GROUP BY log_id"
-        )
+        events_sql = _FIRST_FINGERPRINTS
         audits_sql = (
             "SELECT log_id, argMax(concat(policy_bundle, '|', bundle_version, '|', engine, '|', "
             "engine_model, '|', engine_version, '|', prompt_version), audited_at) "
@@ -518,6 +523,20 @@ class Warehouse:
             str(r[0]): StoredIdentity(str(r[1]), bool(r[2]), audited.get(str(r[0]), ""))
             for r in events
         }
+
+    def first_fingerprints(self, log_ids: Sequence[str]) -> dict[str, str]:
+        """log id -> the content fingerprint of its first fingerprinted stored copy ("" when
+        only copies from before fingerprints exist), for the stored ones of ``log_ids``: the
+        part of :meth:`stored_identities` the warehouse sink's duplicate rule needs, one
+        query on the primary key. Raises ``WarehouseError``."""
+        ids = list(dict.fromkeys(log_ids))
+        if not ids:
+            return {}
+        _, rows = self._with_retries(
+            "refusal_events", f"lookup of {len(ids)} log id(s) in",
+            lambda: self._select(_FIRST_FINGERPRINTS, {"ids": ids}),
+        )  # fmt: skip
+        return {str(r[0]): str(r[1]) for r in rows}
 
     def insert_assessments(
         self, items: Sequence[StoredAssessment], token: str | None = None
