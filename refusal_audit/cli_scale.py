@@ -60,24 +60,33 @@ def run_topics_worker(cfg: Settings, loglevel: str) -> None:
     is committed, they are consumed again)."""
     from refusal_audit.worker.transactional import TransactionalWorker
     from refusal_audit.worker.web import WorkerWeb
+    from streams.metrics import WorkerMetrics
     from streams.topics import TopicError
 
     _logging(loglevel)
-    try:
-        worker = TransactionalWorker.start(cfg, on_stuck=_exit_stuck)
-    except (TopicError, ConfigError) as exc:
-        raise fail_usage(f"worker not started: {exc}") from exc
-    except KafkaException as exc:
-        raise fail_usage(f"worker not started: the broker refused its producer: {exc}") from exc
-    try:
-        web = WorkerWeb(cfg.worker_web_host, cfg.worker_web_port, worker.metrics, worker.health)
+    metrics = WorkerMetrics()
+    started: list[TransactionalWorker] = []  # /health answers "starting" until joined
+
+    def health() -> dict[str, object]:
+        return started[0].health() if started else {"ok": False, "starting": True}
+
+    try:  # the port first: a worker that cannot serve it never joins the group
+        web = WorkerWeb(cfg.worker_web_host, cfg.worker_web_port, metrics, health)
     except OSError as exc:
-        worker.close()
         raise fail_usage(
             f"worker not started: cannot serve /metrics on {cfg.worker_web_host}:"
             f"{cfg.worker_web_port} ({exc}); give each worker on a host its own "
             "REFUSAL_AUDIT_WORKER_WEB_PORT (0: any free port)"
         ) from exc
+    try:
+        worker = TransactionalWorker.start(cfg, on_stuck=_exit_stuck, metrics=metrics)
+    except (TopicError, ConfigError) as exc:
+        web.close()
+        raise fail_usage(f"worker not started: {exc}") from exc
+    except KafkaException as exc:
+        web.close()
+        raise fail_usage(f"worker not started: the broker refused its producer: {exc}") from exc
+    started.append(worker)
     logging.getLogger("refusal_audit.worker").info(
         "metrics and health on http://%s:%d/metrics", cfg.worker_web_host, web.port
     )

@@ -143,11 +143,27 @@ def test_the_worker_serves_metrics_and_health(
     worker = TransactionalWorker.start(_settings(kafka_bootstrap, unique_topic_prefix, tmp_path,
                                                  "w1"))  # fmt: skip
     web = WorkerWeb("127.0.0.1", 0, worker.metrics, worker.health)
+    base = f"http://127.0.0.1:{web.port}"
+    answered: list[dict[str, Any]] = []
+
+    def drained() -> bool:  # /health answers while the polling thread is inside consume
+        with urllib.request.urlopen(f"{base}/health", timeout=3) as r:
+            answered.append(orjson.loads(r.read()))
+        return worker.stats.records >= len(events) + len(bad)
+
     try:
-        _drain([worker], lambda: worker.stats.records >= len(events) + len(bad))
+        _drain([worker], drained)
+        assert len(answered) >= 2
+        stop = threading.Event()
+        idle = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+        idle.start()  # nothing left to read: the thread waits in consume
+        for _ in range(5):
+            with urllib.request.urlopen(f"{base}/health", timeout=3) as r:
+                answered.append(orjson.loads(r.read()))
+        stop.set()
+        idle.join(30)
         worker._lag_read = 0.0
         worker._update_lag()
-        base = f"http://127.0.0.1:{web.port}"
         with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:
             text = r.read().decode()
         with urllib.request.urlopen(f"{base}/health", timeout=10) as r:

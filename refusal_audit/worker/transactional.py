@@ -111,6 +111,7 @@ class TransactionalWorker:
         self.stats = WorkerStats()
         self.last_commit = time.monotonic()
         self._lag_read = 0.0
+        self.lag_total = 0  # over the assigned partitions, when last read (polling thread)
         self.baselines: BaselineReader | None = None
         self._baselines_read = 0.0
 
@@ -120,6 +121,7 @@ class TransactionalWorker:
         cfg: Settings,
         instance: str | None = None,
         on_stuck: Callable[[str, float], None] | None = None,
+        metrics: WorkerMetrics | None = None,
     ) -> TransactionalWorker:
         """Check the topics, build the pipeline and join the consumer group: a static member
         (``group.instance.id`` = the instance name, KIP-345) when ``kafka_static_membership``
@@ -153,7 +155,7 @@ class TransactionalWorker:
         decode = DecodeOptions(max_record_bytes=cfg.max_record_bytes,
                                max_text_chars=cfg.max_text_chars)  # fmt: skip
         log.info("transactional worker %s joined group %s", name, cfg.kafka_consumer_group)
-        worker = cls(cfg, pipeline, topics, stream, decode)
+        worker = cls(cfg, pipeline, topics, stream, decode, metrics)
         worker.baselines = BaselineReader(cfg.kafka_bootstrap_servers, topics.drift_baselines)
         worker.baselines.catch_up()
         pipeline.baselines = dict(worker.baselines.baselines)
@@ -195,6 +197,7 @@ class TransactionalWorker:
                     self._commit_oldest(in_hand, before_commit)
                     continue
                 self._refresh_baselines()
+                self._update_lag()
                 window = self.stream.next_window(
                     stop, until=(lambda: in_hand[0].report.done()) if in_hand else None
                 )
@@ -267,19 +270,23 @@ class TransactionalWorker:
         if now - self._lag_read < every:
             return
         self._lag_read = now
-        for (_topic, partition), lag in self.stream.lag().items():
+        lags = self.stream.lag()
+        for (_topic, partition), lag in lags.items():
             self.metrics.consumer_lag.labels(str(partition)).set(lag)
+        self.lag_total = sum(lags.values())
 
     def health(self) -> dict[str, Any]:
-        """Whether the worker's partitions are assigned and it committed recently (within
-        ``10 x worker_take_within_seconds`` + 60 s) or has nothing to do; seconds since its
-        last commit."""
+        """Whether the worker committed recently (within ``10 x worker_take_within_seconds``
+        + 60 s) or has nothing to do (no consumer lag when last read), with its assigned
+        partitions, seconds since its last commit and the lag. Reads only what the polling
+        thread recorded: the consumer is not touched from the web thread (confluent-kafka
+        makes a second thread wait for the one in ``consume``)."""
         since = time.monotonic() - self.last_commit
-        assigned = len(self.stream.assigned)
-        lagging = sum(self.stream.lag(timeout=1.0).values()) > 0 if assigned else False
-        stalled = lagging and since > 10 * self.cfg.worker_take_within_seconds + 60
-        return {"ok": not stalled, "assigned_partitions": assigned,
-                "seconds_since_commit": round(since, 1), "windows": self.stats.windows}  # fmt: skip
+        lag = self.lag_total
+        stalled = lag > 0 and since > 10 * self.cfg.worker_take_within_seconds + 60
+        return {"ok": not stalled, "assigned_partitions": len(self.stream.assigned),
+                "seconds_since_commit": round(since, 1), "consumer_lag": lag,
+                "windows": self.stats.windows}  # fmt: skip
 
     def close(self) -> None:
         """Leave the group, close the engine and the pipeline loop."""

@@ -69,11 +69,14 @@ class WorkerWeb:
                     self._send(404, b"not found\n", "text/plain")
 
             def _send(self, code: int, body: bytes, content_type: str) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(code)
+                    self.send_header("Content-Type", content_type)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up
+                    log.debug("web: client gone before the answer")
 
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("web: " + format, *args)
