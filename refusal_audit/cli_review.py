@@ -278,7 +278,10 @@ def review_serve(
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         uvicorn.run(
-            app, host=cfg.review_web_host, port=cfg.review_web_port, log_level="info",
+            app,
+            host=cfg.review_web_host,
+            port=cfg.review_web_port,
+            log_level="info",
             server_header=False,
             # the app decides whom to believe (review_trusted_proxies); uvicorn must not
             # rewrite the client address from X-Forwarded-For

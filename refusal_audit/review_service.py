@@ -139,8 +139,10 @@ class ReviewService:
         if queue.policy_bundle is not None and queue.policy_bundle not in self.bundles:
             raise ReviewRefused(f"policy bundle {queue.policy_bundle!r} is not configured", 422)
         if queue.category is not None:
-            bundles = [self.bundles[queue.policy_bundle]] if queue.policy_bundle else list(
-                self.bundles.values()
+            bundles = (
+                [self.bundles[queue.policy_bundle]]
+                if queue.policy_bundle
+                else list(self.bundles.values())
             )
             if not any(queue.category in b.category_codes() for b in bundles):
                 raise ReviewRefused(

@@ -291,9 +291,7 @@ def create_app(
             return None
         return account
 
-    def render(
-        request: Request, template: str, status: int = 200, **context: Any
-    ) -> Response:
+    def render(request: Request, template: str, status: int = 200, **context: Any) -> Response:
         csrf = request.scope.get("csrftoken")
         context.setdefault("user", None)
         return templates.TemplateResponse(
@@ -487,7 +485,10 @@ def create_app(
         return await _queues(request, user, None, None, 200)
 
     async def _queues(
-        request: Request, user: ReviewerAccount, form: FormData | None, error: str | None,
+        request: Request,
+        user: ReviewerAccount,
+        form: FormData | None,
+        error: str | None,
         status: int,
     ) -> Response:
         overview = await run_in_threadpool(service.overview)
