@@ -178,9 +178,11 @@ def sink(
     cfg = settings()
     _logging(loglevel)
     try:
-        store = Warehouse.open(cfg)
+        # in this process, never through another owner: one sink per embedded store (a
+        # second one would join the group under the same instance name and fence the first)
+        store = Warehouse.open(cfg, via_owner=False)
     except WarehouseError as exc:
-        raise fail_usage(f"cannot open the warehouse: {exc}") from exc
+        raise fail_usage(f"cannot open the warehouse (one sink per embedded store): {exc}") from exc
     owner = None
     try:
         try:

@@ -218,3 +218,23 @@ def test_kcat_interop(dep: Deployment) -> None:
                      "--max", str(len(alerts)), "--idle-timeout", "20").stdout  # fmt: skip
     got = [orjson.loads(line)["alert"] for line in tailed.splitlines() if line.strip()]
     assert sorted(a["alert_id"] for a in got) == sorted(ids)
+
+
+def test_a_second_sink_on_the_embedded_store_refuses_and_the_first_goes_on(
+    dep: Deployment,
+) -> None:
+    dep.cli("produce", str(EXAMPLE_LOG))
+    fleet = Fleet(dep)
+    fleet.worker("w1")
+    fleet.sink()
+    try:
+        fleet.wait_drained()
+        fleet.wait_loaded()
+        second = dep.cli("sink", check=False, timeout=120)
+        assert second.returncode == 2, second.stderr[-2000:]
+        assert "one sink per embedded store" in second.stderr
+        # the first sink still owns the store and serves it
+        assert dep.sql("SELECT count() AS n FROM refusal_events FINAL")[0]["n"] > 0
+        assert fleet.stop() == {"w1": 0, "sink": 0}, fleet.logs()
+    finally:
+        fleet.kill_all()

@@ -111,7 +111,7 @@ class TransactionalWorker:
         self.stats = WorkerStats()
         self.last_commit = time.monotonic()
         self._lag_read = 0.0
-        self.lag_total = 0  # over the assigned partitions, when last read (polling thread)
+        self.lag_total = 0  # over the assigned partitions when last read; -1 unknown
         self.baselines: BaselineReader | None = None
         self._baselines_read = 0.0
 
@@ -273,7 +273,8 @@ class TransactionalWorker:
         lags = self.stream.lag()
         for (_topic, partition), lag in lags.items():
             self.metrics.consumer_lag.labels(str(partition)).set(lag)
-        self.lag_total = sum(lags.values())
+        # -1: not readable (the broker is away), which /health counts as possible lag
+        self.lag_total = -1 if self.stream.assigned and not lags else sum(lags.values())
 
     def health(self) -> dict[str, Any]:
         """Whether the worker committed recently (within ``10 x worker_take_within_seconds``
@@ -282,8 +283,8 @@ class TransactionalWorker:
         thread recorded: the consumer is not touched from the web thread (confluent-kafka
         makes a second thread wait for the one in ``consume``)."""
         since = time.monotonic() - self.last_commit
-        lag = self.lag_total
-        stalled = lag > 0 and since > 10 * self.cfg.worker_take_within_seconds + 60
+        lag = self.lag_total  # -1: unknown (the broker did not answer), maybe behind
+        stalled = lag != 0 and since > 10 * self.cfg.worker_take_within_seconds + 60
         return {"ok": not stalled, "assigned_partitions": len(self.stream.assigned),
                 "seconds_since_commit": round(since, 1), "consumer_lag": lag,
                 "windows": self.stats.windows}  # fmt: skip
