@@ -31,7 +31,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
-from streaming import Deployment
+from streaming import Deployment, json_records
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_LOG = REPO / "examples" / "refusal_log.jsonl"
@@ -179,22 +179,6 @@ def committed_offsets(
         return {(tp.topic, tp.partition): tp.offset for tp in consumer.committed(tps, timeout=10)}
     finally:
         consumer.close()
-
-
-def json_records(path: Path) -> list[dict[str, Any]]:
-    """The JSON log records of a log file (other lines skipped)."""
-    out = []
-    for line in path.read_bytes().splitlines():
-        start = line.find(b"{")
-        if start < 0:
-            continue
-        try:
-            record = orjson.loads(line[start:])
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(record, dict):
-            out.append(record)
-    return out
 
 
 @dataclass

@@ -111,18 +111,7 @@ class Deployment:
 
     def log_records(self, worker: subprocess.Popen[bytes]) -> list[dict[str, Any]]:
         """The JSON log records ``worker`` wrote so far (stdout and stderr; other lines skipped)."""
-        records = []
-        for line in self.log_paths[worker.pid].read_bytes().splitlines():
-            start = line.find(b"{")  # faust's console may prefix terminal escapes
-            if start < 0:
-                continue
-            try:
-                record = orjson.loads(line[start:])
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(record, dict):
-                records.append(record)
-        return records
+        return json_records(self.log_paths[worker.pid])
 
     def wait_for_log(
         self, worker: subprocess.Popen[bytes], message: str, timeout: float = 120
@@ -283,3 +272,20 @@ def read_topic(
                 yield msg
     finally:
         consumer.close()
+
+
+def json_records(path: Path) -> list[dict[str, Any]]:
+    """The JSON log records of a log file (other lines skipped; faust's console may prefix
+    terminal escapes, so a record starts at its first ``{``)."""
+    out = []
+    for line in path.read_bytes().splitlines():
+        start = line.find(b"{")
+        if start < 0:
+            continue
+        try:
+            record = orjson.loads(line[start:])
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out

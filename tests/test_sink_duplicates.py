@@ -17,7 +17,8 @@ from typing import Any
 
 import orjson
 import pytest
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from test_transactional_worker import _read
 
 from refusal_audit.config import Settings
 from refusal_audit.sink import WarehouseSink
@@ -46,28 +47,7 @@ def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
 
 def read(bootstrap: str, topic: str, idle: float = 3.0) -> list[Message]:
     """Every committed message of ``topic`` (read until nothing came for ``idle`` s)."""
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"r-{time.monotonic_ns()}",
-        "auto.offset.reset": "earliest", "enable.auto.commit": False,
-        "isolation.level": "read_committed",
-    })  # fmt: skip
-    consumer.subscribe([topic])
-    out: list[Message] = []
-    last = start = time.monotonic()
-    try:
-        while time.monotonic() - last < idle and time.monotonic() - start < 120:
-            for msg in consumer.consume(1000, 0.5):
-                err = msg.error()
-                if err is not None and err.code() != KafkaError._PARTITION_EOF:
-                    raise AssertionError(str(err))
-                if err is None:
-                    out.append(msg)
-                    last = time.monotonic()
-            if not consumer.assignment():
-                last = time.monotonic()
-    finally:
-        consumer.close()
-    return out
+    return list(_read(bootstrap, topic, "read_committed", idle))
 
 
 def result_topics(topics: Topics) -> list[str]:
