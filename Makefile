@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck unit bench bench-worker bench-scaleout schemas clean kafka-up kafka-down
+.PHONY: install demo test lint typecheck unit bench bench-worker bench-scaleout schemas dashboards clean kafka-up kafka-down
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 needed"'
@@ -15,12 +15,14 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## Audit the synthetic example log end to end on embedded defaults (chDB, local engine).
+## Audit the synthetic example log end to end on embedded defaults (chDB, local engine), then
+## write its HTML report (out/report.html).
 demo: install
 	mkdir -p out
 	$(BIN)/refusal-audit audit examples/refusal_log.jsonl --out out/demo-result.json
 	$(BIN)/refusal-audit query false_positive_rate
 	$(BIN)/refusal-audit query category_mix --since 2025-06-05
+	$(BIN)/refusal-audit report --out out/report.html
 
 ## Lint, type-check and run the whole test suite.
 test: install lint typecheck unit
@@ -49,6 +51,10 @@ bench-scaleout: install
 
 schemas: install
 	$(BIN)/python -m schemas.export
+
+## Regenerate the Grafana dashboards (deploy/grafana/dashboards/*.json) from refusal_audit/grafana.
+dashboards: install
+	$(BIN)/python -m refusal_audit.grafana deploy/grafana/dashboards
 
 ## Start the dev Kafka broker (KRaft, 127.0.0.1:9092; jars from Maven Central into deploy/kafka/lib).
 kafka-up:

@@ -470,9 +470,10 @@ app.add_typer(cli_calibrate.ab_app, name="ab")
 # imported for their side effect: they register more commands on calibrate_app and ab_app
 import refusal_audit.cli_calibrate_kafka  # noqa: E402
 import refusal_audit.cli_calibrate_store  # noqa: E402, F401
-from refusal_audit import cli_scale  # noqa: E402
+from refusal_audit import cli_report, cli_scale  # noqa: E402
 
 app.command("sink")(cli_scale.sink)
+app.command("report")(cli_report.report)
 
 alerts_app.command("list")(cli_alerts.alerts_list)
 alerts_app.command("evaluate")(cli_alerts.alerts_evaluate)

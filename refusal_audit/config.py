@@ -435,6 +435,13 @@ class Settings(BaseSettings):
     alerts_baseline_end: datetime | None = Field(
         default=None, description="Pinned reference period end (UTC, exclusive)."
     )
+    report_max_interval_width: float = Field(
+        default=0.2,
+        gt=0,
+        le=1,
+        description="`refusal-audit report` notes a rate whose Wilson 95% interval is wider "
+        "than this (0.2 = 20 percentage points) as resting on too few events.",
+    )
     alerts_min_events: int = Field(
         default=300, ge=1, description="Refusals a window and its baseline need before testing."
     )

@@ -24,9 +24,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 W0 = datetime(2026, 11, 2, 10, tzinfo=UTC)
 
 
-def make_alert(kind: str, model: str, hour: int = 0) -> Alert:
+def make_alert(kind: str, model: str, hour: int = 0, first: datetime = W0) -> Alert:
+    """A synthetic alert about ``model`` for the hour ``hour`` hours after ``first``."""
     scope = Scope(policy_bundle="default", model=model, product="p")
-    start = W0 + timedelta(hours=hour)
+    start = first + timedelta(hours=hour)
     window = TimeWindow(start=start, end=start + timedelta(hours=1))
     return Alert(
         alert_id=alert_id(kind, scope, window.start, window.end),

@@ -1,0 +1,138 @@
+"""What ``refusal-audit report`` shows, read from the warehouse in one place.
+
+``collect`` runs the named trend queries (``warehouse.queries``: the same SQL and numbers as
+``refusal-audit query``) and the period queries of ``warehouse.report_queries`` for one
+``ReportFilter`` and returns a ``PeriodData``: plain rows, no formatting. The minimum-sample
+notes (``processors.sample_notes``) are derived here from the same counts the charts use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from typing import Any
+
+from processors.sample_notes import ThinRate, thin_rate
+from schemas.alerts import Alert
+from warehouse.client import Client
+from warehouse.queries import run_named
+from warehouse.report_queries import (
+    ReportFilter,
+    audit_configurations,
+    false_positives_by_model,
+    period_alerts,
+    period_counts,
+    top_gap_flags,
+)
+
+FP_WHAT = "The estimated false-positive (over-refusal) rate"
+
+
+@dataclass(frozen=True)
+class PeriodData:
+    """Everything the report renders for one period and slice.
+
+    Rows are ``{column: value}`` dicts in the named queries' shapes: ``fp_daily``
+    (``false_positive_rate``), ``category_daily`` (``category_mix``), ``agreement``
+    (``review_agreement``), ``verified`` (``verified_false_positive_rate``),
+    ``dead_letters`` (``dead_letters``, day of recording); ``fp_by_model`` adds ``rate``,
+    ``low``, ``high`` to ``warehouse.report_queries.false_positives_by_model``. ``thin_model``
+    and ``thin_daily`` are the notes on rates whose interval is wider than ``max_width``.
+    """
+
+    slice: ReportFilter
+    generated_at: datetime
+    warehouse: str
+    max_width: float
+    counts: dict[str, int]
+    configurations: list[dict[str, Any]]
+    fp_by_model: list[dict[str, Any]]
+    fp_daily: list[dict[str, Any]]
+    category_daily: list[dict[str, Any]]
+    gaps: list[dict[str, Any]]
+    alerts: list[Alert]
+    agreement: list[dict[str, Any]]
+    verified: list[dict[str, Any]]
+    dead_letters: list[dict[str, Any]]
+    thin_model: list[ThinRate] = field(default_factory=list)
+    thin_daily: list[ThinRate] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        """True when the period holds no current assessment."""
+        return self.counts.get("audited", 0) == 0
+
+
+def _named(client: Client, database: str, name: str, s: ReportFilter) -> list[dict[str, Any]]:
+    filters = {} if name == "dead_letters" else {"model": s.model, "product": s.product}
+    return run_named(client, database, name, since=s.since, until=s.until, **filters).as_dicts()
+
+
+def _with_rates(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from processors.stats import wilson_interval
+
+    out = []
+    for r in rows:
+        k, n = int(r["estimated_false_positives"]), int(r["audited"])
+        low, high = wilson_interval(k, n)
+        out.append(r | {"rate": k / n if n else None, "low": low, "high": high})
+    return out
+
+
+def _thin(
+    rows: list[dict[str, Any]], label: Callable[[dict[str, Any]], str], max_width: float
+) -> list[ThinRate]:
+    notes = (
+        thin_rate(
+            label(r), FP_WHAT, int(r["estimated_false_positives"]), int(r["audited"]), max_width
+        )
+        for r in rows
+    )
+    return [note for note in notes if note is not None]
+
+
+def collect(
+    client: Client,
+    database: str,
+    slice_: ReportFilter,
+    *,
+    warehouse: str,
+    max_width: float,
+    now: datetime | None = None,
+) -> PeriodData:
+    """Read the period ``slice_`` from ``database``.
+
+    ``warehouse``: how the report names the store (a DSN without secrets); ``max_width``:
+    the widest Wilson 95% interval (proportion) read without a note; ``now``: the generation
+    time (default: now, UTC). Raises ``WarehouseError`` when a query fails.
+    """
+    by_model = _with_rates(false_positives_by_model(client, database, slice_).as_dicts())
+    daily = _named(client, database, "false_positive_rate", slice_)
+    thin_model = _thin(by_model, lambda r: str(r["model"]), max_width)
+    thin_daily = _thin(daily, lambda r: f"{r['model']} on {r['day']}", max_width)
+    return PeriodData(
+        slice=slice_,
+        generated_at=now or datetime.now(UTC),
+        warehouse=warehouse,
+        max_width=max_width,
+        counts=period_counts(client, database, slice_),
+        configurations=audit_configurations(client, database, slice_).as_dicts(),
+        fp_by_model=by_model,
+        fp_daily=daily,
+        category_daily=_named(client, database, "category_mix", slice_),
+        gaps=top_gap_flags(client, database, slice_).as_dicts(),
+        alerts=period_alerts(client, database, slice_),
+        agreement=_named(client, database, "review_agreement", slice_),
+        verified=_named(client, database, "verified_false_positive_rate", slice_),
+        dead_letters=_named(client, database, "dead_letters", slice_),
+        thin_model=thin_model,
+        thin_daily=thin_daily,
+    )
+
+
+def default_period(first_last: tuple[date, date] | None, today: date) -> tuple[date, date]:
+    """The period when the user gives none: every stored event day (``first_last``, from
+    ``warehouse.report_queries.event_day_range``), or ``today`` alone when the store is
+    empty."""
+    return first_last if first_last is not None else (today, today)

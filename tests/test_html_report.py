@@ -1,0 +1,228 @@
+"""``refusal-audit report``: the period's figures, a self-contained HTML file that opens in a
+real Chromium offline with every chart drawn, the ``--png`` charts and the CLI's errors.
+
+Set ``REFUSAL_AUDIT_SCREENSHOT_DIR`` to keep the screenshot (the README's comes from here).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, time, timedelta
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from PIL import Image
+from test_alerting import make_alert
+from test_pipeline import audit
+from test_review_browser import CHROMIUM, CHROMIUM_ARGS
+from test_review_queries import reviewed  # noqa: F401  (fixture)
+from typer.testing import CliRunner
+
+from processors.stats import wilson_interval
+from refusal_audit.alerting import alert_row
+from refusal_audit.cli import app
+from refusal_audit.html_report import PeriodData, collect, render_html, write_report
+from refusal_audit.html_report.charts import draw
+from warehouse import Warehouse
+from warehouse.queries import run_named
+from warehouse.report_queries import ReportFilter, event_day_range
+
+pytestmark = pytest.mark.integration
+
+runner = CliRunner()
+SMALL = "acme-chat-small-2025-03"
+EVERY_CHART = (
+    "fp-by-model", "fp-over-time", "category-mix", "policy-gaps", "review-agreement",
+    "verified-fp",
+)  # fmt: skip
+
+
+def _collect(store: Warehouse, **filters: Any) -> PeriodData:
+    span = event_day_range(store.client, store.database)
+    assert span is not None
+    return collect(
+        store.client,
+        store.database,
+        ReportFilter(span[0], span[1], **filters),
+        warehouse="chdb (test)",
+        max_width=0.2,
+    )
+
+
+@pytest.fixture
+def period(reviewed: list[dict[str, Any]], warehouse: Warehouse) -> PeriodData:  # noqa: F811
+    """The example log audited, every assessment reviewed, and one drift alert in the period."""
+    span = event_day_range(warehouse.client, warehouse.database)
+    assert span is not None
+    start = datetime.combine(span[0] + timedelta(days=2), time(), UTC)
+    warehouse.insert_alerts([alert_row(make_alert("false_positive_rate_shift", SMALL, 0, start))])
+    return _collect(warehouse)
+
+
+def test_the_figures_are_the_warehouse_s(period: PeriodData, warehouse: Warehouse) -> None:
+    daily = run_named(warehouse.client, warehouse.database, "false_positive_rate").as_dicts()
+    assert period.counts["audited"] == sum(r["audited"] for r in daily) == 249
+    for row in period.fp_by_model:
+        mine = [r for r in daily if r["model"] == row["model"]]
+        k, n = sum(r["estimated_false_positives"] for r in mine), sum(r["audited"] for r in mine)
+        assert (row["estimated_false_positives"], row["audited"]) == (k, n)
+        assert (row["low"], row["high"]) == wilson_interval(k, n)
+        thin = row["model"] in {note.label for note in period.thin_model}
+        assert thin == (row["high"] - row["low"] > 0.2)
+    assert len(period.thin_daily) == sum(
+        r["wilson_high"] - r["wilson_low"] > 0.2 for r in daily
+    )
+    assert [a.scope.model for a in period.alerts] == [SMALL]
+    assert period.agreement and all(r["compared"] > 0 for r in period.agreement)
+    assert period.gaps and period.gaps[0]["refusals"] >= period.gaps[-1]["refusals"]
+    one_model = _collect(warehouse, model=SMALL)
+    assert [r["model"] for r in one_model.fp_by_model] == [SMALL]
+    assert {r["model"] for r in one_model.agreement} == {SMALL}
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+def test_the_page_refers_to_nothing_outside_itself(period: PeriodData) -> None:
+    html = render_html(period)
+    parser = _Tags()
+    parser.feed(html)
+    names = {t for t, _ in parser.tags}
+    assert not names & {"script", "link", "img", "iframe", "object", "embed", "image"}
+    for tag, attrs in parser.tags:
+        for key in ("src", "href", "xlink:href", "srcset", "action"):
+            value = attrs.get(key) or ""
+            assert not value or value.startswith("#"), (tag, key, value)
+    assert not re.search(r"url\((?!#)", html) and "@import" not in html  # url(#id): in-page
+    ids = [a["id"] for _, a in parser.tags if a.get("id")]
+    assert len(ids) == len(set(ids)), "element ids repeat across the inline charts"
+    figures = [a["data-chart"] for t, a in parser.tags if t == "figure"]
+    assert figures == list(EVERY_CHART)
+    assert html.count("<svg") == len(EVERY_CHART)
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """Chromium for one test (Playwright's sync API leaves an event loop in this thread while
+    it runs, and the audit fixtures of the next test need none)."""
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM and Path(CHROMIUM).exists(), "Chromium not found (.ci/run installs it)"
+    with sync_playwright() as p:
+        instance = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield instance
+        instance.close()
+
+
+def test_the_report_opens_offline_in_chromium_with_every_chart_drawn(
+    period: PeriodData, browser: Any, tmp_path: Path
+) -> None:
+    out = tmp_path / "report.html"
+    write_report(period, out)
+    context = browser.new_context(viewport={"width": 1200, "height": 900}, offline=True)
+    page = context.new_page()
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(out.as_uri())
+    assert requested == [out.as_uri()] and errors == []
+    for name in EVERY_CHART:
+        svg = page.locator(f'figure[data-chart="{name}"] svg')
+        box = svg.bounding_box()
+        assert box is not None and box["width"] > 600 and box["height"] > 80, (name, box)
+        drawn = svg.locator("path, use, rect").count()
+        assert drawn > 10, (name, drawn)
+        assert page.locator(f'figure[data-chart="{name}"] figcaption').inner_text().strip()
+    by_model = page.locator('figure[data-chart="fp-by-model"] svg').text_content() or ""
+    assert all(r["model"] in by_model for r in period.fp_by_model)
+    assert "1 of" not in page.locator("#thin-notes").inner_text() or period.thin_daily
+    assert page.locator("#alerts table tr").count() == 2  # header + the alert
+    shot = tmp_path / "report.png"
+    page.screenshot(path=str(shot), full_page=True)
+    keep = os.environ.get("REFUSAL_AUDIT_SCREENSHOT_DIR")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        page.set_viewport_size({"width": 1200, "height": 1400})
+        page.locator("#false-positives").scroll_into_view_if_needed()
+        page.evaluate("window.scrollTo(0, document.querySelector('#sample-notes').offsetTop - 8)")
+        page.screenshot(path=str(Path(keep) / "report.png"))
+    context.close()
+
+
+def test_logged_text_cannot_inject_markup_into_the_report(
+    warehouse: Warehouse, tmp_path: Path
+) -> None:
+    evil = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
+    log = tmp_path / "evil.jsonl"
+    log.write_bytes(
+        orjson.dumps({
+            "log_id": "evil-1", "event_time": "2025-06-02T08:00:00Z", "model": evil,
+            "product": evil, "request": "How do I kill a Python process?",
+            "response": "I can't help with that request.",
+        }) + b"\n"
+    )  # fmt: skip
+    audit([log], warehouse)
+    html = render_html(_collect(warehouse))
+    parser = _Tags()
+    parser.feed(html)
+    assert not {t for t, _ in parser.tags} & {"img", "script"}
+    assert "&lt;img src=x" in html  # shown as text, in the table
+
+
+def test_png_charts_are_real_images(period: PeriodData, tmp_path: Path) -> None:
+    written = write_report(period, tmp_path / "r.html", tmp_path / "png")
+    assert [p.name for p in written[1:]] == [f"{name}.png" for name in EVERY_CHART]
+    for path in written[1:]:
+        image = Image.open(io.BytesIO(path.read_bytes()))
+        assert image.format == "PNG" and image.width >= 1000
+        assert len(image.convert("L").getcolors(maxcolors=1 << 16) or ()) > 20  # not a blank canvas
+
+
+def test_the_command_writes_the_report_and_the_pngs(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    audited = runner.invoke(app, ["audit", "examples/refusal_log.jsonl"], env=cli_env)
+    assert audited.exit_code in (0, 1), audited.output  # 1: the example's bad records
+    out, png = tmp_path / "sub" / "report.html", tmp_path / "png"
+    args = ["report", "--since", "2025-06-03", "--until", "2025-06-05", "--out", str(out)]
+    result = runner.invoke(app, [*args, "--png", str(png)], env=cli_env)
+    assert result.exit_code == 0, result.output
+    html = out.read_text(encoding="utf-8")
+    assert "Event days 2025-06-03 to 2025-06-05" in html
+    assert {p.name for p in png.iterdir()} == {f"{n}.png" for n in EVERY_CHART[:4]}
+    assert "No reviewer verdict" in html
+
+    empty = runner.invoke(
+        app, ["report", "--since", "2020-01-01", "--until", "2020-01-02", "--out", str(out)],
+        env=cli_env,
+    )  # fmt: skip
+    assert empty.exit_code == 0, empty.output
+    assert "No audited refusal in this period" in out.read_text(encoding="utf-8")
+
+    backwards = runner.invoke(
+        app, ["report", "--since", "2025-06-05", "--until", "2025-06-03"], env=cli_env
+    )
+    assert backwards.exit_code == 2 and "after --until" in backwards.output
+
+
+def test_an_empty_period_draws_no_chart(warehouse: Warehouse) -> None:
+    data = collect(
+        warehouse.client, warehouse.database,
+        ReportFilter(datetime(2020, 1, 1).date(), datetime(2020, 1, 1).date()),
+        warehouse="x", max_width=0.2,
+    )  # fmt: skip
+    assert data.empty and draw(data) == {}
+    assert "No audited refusal" in render_html(data)

@@ -1,0 +1,202 @@
+"""The period queries behind ``refusal-audit report`` that the named queries do not cover.
+
+Every function takes a client, the database and a ``ReportFilter``: inclusive event days
+``since``/``until`` and optional ``model``/``product`` (``''`` = all), the same filter
+contract as the named queries (``warehouse.named.DAY_MODEL_PRODUCT``). Every query reads
+current rows only (``FINAL`` / ``current_assessments``). Raises ``WarehouseError`` when a
+query fails.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
+
+from clickhouse_connect.driver.exceptions import ClickHouseError
+
+from processors.gap_text import describe_gap_sql
+from schemas.alerts import ALL, Alert
+from warehouse.client import Client, WarehouseError, validate_identifier
+from warehouse.named import DAY_MODEL_PRODUCT, QueryResult
+
+
+@dataclass(frozen=True)
+class ReportFilter:
+    """The report's slice: inclusive event days and optional model/product (None = all)."""
+
+    since: date
+    until: date
+    model: str | None = None
+    product: str | None = None
+
+    def params(self, database: str) -> dict[str, Any]:
+        """Query parameters for ``DAY_MODEL_PRODUCT`` plus ``db``."""
+        validate_identifier(database)
+        return {
+            "db": database,
+            "since": self.since,
+            "until": self.until,
+            "model": self.model or "",
+            "product": self.product or "",
+        }
+
+
+def _run(client: Client, sql: str, params: dict[str, Any]) -> QueryResult:
+    try:
+        raw = client.query(sql, parameters=params)
+    except ClickHouseError as exc:
+        raise WarehouseError(f"report query failed: {exc}") from exc
+    return QueryResult(list(raw.column_names), [tuple(r) for r in raw.result_rows])
+
+
+def event_day_range(client: Client, database: str) -> tuple[date, date] | None:
+    """First and last event day of the current assessments, or None when there are none."""
+    validate_identifier(database)
+    rows = _run(
+        client,
+        "SELECT min(toDate(event_time)), max(toDate(event_time)), count() "
+        "FROM {db:Identifier}.current_assessments",
+        {"db": database},
+    ).rows
+    if not rows or not rows[0][2]:
+        return None
+    return rows[0][0], rows[0][1]
+
+
+_EVENTS_SQL = f"""
+SELECT count() AS events, countIf(is_refusal) AS refusals, countIf(NOT is_refusal) AS non_refusals
+FROM {{db:Identifier}}.refusal_events FINAL
+WHERE {DAY_MODEL_PRODUCT}
+"""
+
+_ASSESSED_SQL = f"""
+SELECT count() AS audited,
+       countIf(is_estimated_false_positive) AS estimated_false_positives,
+       countIf(requires_human_review) AS flagged,
+       countIf(sampled_for_review) AS sampled,
+       uniqExact(batch_id) AS batches,
+       uniqExact(model) AS models,
+       uniqExact(product) AS products
+FROM {{db:Identifier}}.current_assessments
+WHERE {DAY_MODEL_PRODUCT}
+"""
+
+
+def period_counts(client: Client, database: str, slice_: ReportFilter) -> dict[str, int]:
+    """Counts of the period: ``events``, ``refusals``, ``non_refusals`` (stored events by the
+    pre-filter's decision) and, over current assessments, ``audited``,
+    ``estimated_false_positives``, ``flagged``, ``sampled``, ``batches``, ``models``,
+    ``products``."""
+    params = slice_.params(database)
+    out: dict[str, int] = {}
+    for sql in (_EVENTS_SQL, _ASSESSED_SQL):
+        result = _run(client, sql, params)
+        out.update({k: int(v) for k, v in result.as_dicts()[0].items()})
+    return out
+
+
+def audit_configurations(client: Client, database: str, slice_: ReportFilter) -> QueryResult:
+    """Which audits the period's current assessments come from: one row per policy bundle,
+    bundle version, engine, engine model and prompt version, with assessments and the
+    first/last audit time (UTC)."""
+    return _run(
+        client,
+        f"""
+SELECT policy_bundle, bundle_version, engine, engine_model, prompt_version,
+       count() AS assessments, min(audited_at) AS first_audit, max(audited_at) AS last_audit
+FROM {{db:Identifier}}.current_assessments
+WHERE {DAY_MODEL_PRODUCT}
+GROUP BY policy_bundle, bundle_version, engine, engine_model, prompt_version
+ORDER BY assessments DESC, policy_bundle, engine
+""",
+        slice_.params(database),
+    )
+
+
+def false_positives_by_model(client: Client, database: str, slice_: ReportFilter) -> QueryResult:
+    """Per model over the whole period: ``audited`` and ``estimated_false_positives``."""
+    return _run(
+        client,
+        f"""
+SELECT model, count() AS audited, countIf(is_estimated_false_positive) AS estimated_false_positives
+FROM {{db:Identifier}}.current_assessments
+WHERE {DAY_MODEL_PRODUCT}
+GROUP BY model
+ORDER BY model
+""",
+        slice_.params(database),
+    )
+
+
+def top_gap_flags(
+    client: Client, database: str, slice_: ReportFilter, limit: int = 10
+) -> QueryResult:
+    """The period's policy-gap flags grouped by description, most refusals first.
+
+    A flagged log id counts when it has a current assessment of the period (matching
+    model/product). Columns: ``description``, ``refusals`` (distinct flagged log ids),
+    ``batches``, ``example_log_ids`` (up to 5, sorted), ``first_event`` (the earliest event
+    time, UTC, of any refusal ever flagged with this description, in any period) and
+    ``new_in_period`` (that first event falls on or after ``since``: the gap was not flagged
+    for earlier events).
+    """
+    params = slice_.params(database) | {"limit": limit}
+    describe = describe_gap_sql("tupleElement(f, 'description')")
+    return _run(
+        client,
+        f"""
+WITH flagged AS (
+    SELECT batch_id, description, log_id, e.event_time AS event_time
+    FROM (
+        SELECT batch_id, {describe} AS description,
+               arrayJoin(tupleElement(f, 'example_log_ids')) AS log_id
+        FROM {{db:Identifier}}.audit_batches FINAL
+        ARRAY JOIN policy_gap_flags AS f
+    ) AS g
+    LEFT JOIN (SELECT log_id, event_time FROM {{db:Identifier}}.refusal_events FINAL) AS e
+        USING (log_id)
+),
+first_seen AS (SELECT description, min(event_time) AS first_event FROM flagged GROUP BY description)
+SELECT description,
+       uniqExact(log_id) AS refusals,
+       uniqExact(batch_id) AS batches,
+       arraySlice(arraySort(groupUniqArray(log_id)), 1, 5) AS example_log_ids,
+       any(first_seen.first_event) AS first_event,
+       toDate(first_event) >= {{since:Date}} AS new_in_period
+FROM flagged
+INNER JOIN first_seen USING (description)
+WHERE log_id IN (
+    SELECT log_id FROM {{db:Identifier}}.current_assessments WHERE {DAY_MODEL_PRODUCT}
+)
+GROUP BY description
+ORDER BY refusals DESC, description
+LIMIT {{limit:UInt32}}
+""",
+        params,
+    )
+
+
+def period_alerts(
+    client: Client, database: str, slice_: ReportFilter, limit: int = 50
+) -> list[Alert]:
+    """Alerts whose window overlaps the period's days (a window-less alert: created on one
+    of them), newest first, at most ``limit``. A drift alert's window is in event time; a
+    policy-gap alert's in audit time (``refusal_audit.gaps``), so a period long since audited
+    shows its drift alerts only. A model/product filter keeps the alerts of that
+    model/product and those about all of them (``"all"``)."""
+    params = slice_.params(database) | {"limit": limit, "all": ALL}
+    result = _run(
+        client,
+        """
+SELECT payload FROM {db:Identifier}.alerts FINAL
+WHERE toDate(coalesce(window_start, created_at)) <= {until:Date}
+  AND toDate(coalesce(window_end, created_at)) >= {since:Date}
+  AND ({model:String} = '' OR model IN ({model:String}, {all:String}))
+  AND ({product:String} = '' OR product IN ({product:String}, {all:String}))
+ORDER BY coalesce(window_start, created_at) DESC, created_at DESC, alert_id
+LIMIT {limit:UInt32}
+""",
+        params,
+    )
+    return [Alert.model_validate_json(row[0]) for row in result.rows]
