@@ -308,15 +308,18 @@ def test_compose_provisions_grafana_and_prometheus() -> None:
     assert env["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
     assert env["GF_SECURITY_ADMIN_PASSWORD"].startswith("${GRAFANA_ADMIN_PASSWORD")
     clickhouse = services["clickhouse"]["environment"]
-    assert env["CLICKHOUSE_PASSWORD"] == clickhouse["CLICKHOUSE_PASSWORD"]
+    assert env["GRAFANA_CLICKHOUSE_PASSWORD"] == clickhouse["GRAFANA_CLICKHOUSE_PASSWORD"]
+    assert "CLICKHOUSE_PASSWORD" not in env  # Grafana never gets the read-write password
+    assert "./clickhouse/initdb:/docker-entrypoint-initdb.d:ro" in services["clickhouse"]["volumes"]
+    assert clickhouse["CLICKHOUSE_ALWAYS_RUN_INITDB_SCRIPTS"] == 1
     (path,) = (DEPLOY / "grafana" / "provisioning" / "datasources").glob("*.yml")
     (ch,) = [d for d in yaml.safe_load(path.read_text())["datasources"]
              if d["type"] == "grafana-clickhouse-datasource"]  # fmt: skip
     assert ch["jsonData"]["host"] == "clickhouse" and "clickhouse" in services
-    assert ch["jsonData"]["username"] == clickhouse["CLICKHOUSE_USER"]
+    assert ch["jsonData"]["username"] == "grafana_reader" != clickhouse["CLICKHOUSE_USER"]
     assert ch["jsonData"]["defaultDatabase"] == clickhouse["CLICKHOUSE_DB"]
     assert ch["jsonData"]["protocol"] == "http" and ch["jsonData"]["port"] == 8123
-    assert ch["secureJsonData"]["password"] == "$CLICKHOUSE_PASSWORD"
+    assert ch["secureJsonData"]["password"] == "$GRAFANA_CLICKHOUSE_PASSWORD"
     (provider,) = yaml.safe_load(
         (DEPLOY / "grafana" / "provisioning" / "dashboards" / "refusal-audit.yml").read_text()
     )["providers"]
@@ -327,3 +330,34 @@ def test_compose_provisions_grafana_and_prometheus() -> None:
     (sd,) = job["dns_sd_configs"]
     assert sd["names"] == ["worker"] and sd["port"] == 6066 and "worker" in services
     assert services["worker"]["environment"]["REFUSAL_AUDIT_WORKER_WEB_PORT"] == 6066
+
+
+@pytest.mark.parametrize("password", ["plain", "it's", "back\\slash\\", "x';DROP TABLE t;--"])
+def test_the_grafana_reader_script_creates_a_read_only_user_with_the_password_as_given(
+    password: str, tmp_path: Path
+) -> None:
+    """Source the initdb script as the image's entrypoint does, with a ``clickhouseclient``
+    that writes the SQL out; parse each statement with ClickHouse's own parser (chDB)."""
+    import subprocess
+
+    import chdb
+
+    script = DEPLOY / "clickhouse" / "initdb" / "10-grafana-reader.sh"
+    out = tmp_path / "sql"
+    subprocess.run(
+        ["bash", "-c", f'clickhouseclient=(tee {out}); . "{script}"'],
+        env={"GRAFANA_CLICKHOUSE_PASSWORD": password, "CLICKHOUSE_DB": "refusal_audit",
+             "PATH": "/usr/bin:/bin"},
+        check=True, capture_output=True,
+    )  # fmt: skip
+    sql = out.read_text()
+    statements = [s.strip() for s in re.split(r";\n(?=CREATE|GRANT|$)", sql) if s.strip()]
+    assert len(statements) == 3, sql
+    # $$...$$ is ClickHouse's raw string literal: the statements reach the parser unchanged
+    parsed = [str(chdb.query(f"SELECT formatQuery($${s}$$)", "TSVRaw")).strip() for s in statements]
+    assert "readonly = 1, max_execution_time CHANGEABLE_IN_READONLY" in parsed[0]
+    assert "SETTINGS PROFILE `grafana_reader`" in parsed[1]
+    assert parsed[2] == "GRANT SELECT ON refusal_audit.* TO grafana_reader"
+    literal = re.search(r"BY ('(?:[^'\\]|\\.)*')", statements[1])
+    assert literal is not None
+    assert str(chdb.query(f"SELECT {literal.group(1)}", "TSVRaw")).strip() == password
