@@ -31,7 +31,7 @@ class ThinRate:
     ``label``: what the rate is about (``"acme-chat-small, 2025-06-03"``); ``successes`` /
     ``trials``: the counts; ``low``/``high``: the Wilson 95% interval (proportions);
     ``needed``: events the observed rate would need for an interval of at most
-    ``max_width``.
+    ``max_width``; ``unit``: what the trials are, plural ("audited refusals").
     """
 
     label: str
@@ -42,6 +42,7 @@ class ThinRate:
     high: float
     needed: int
     max_width: float
+    unit: str = "events"
 
     @property
     def width(self) -> float:
@@ -51,10 +52,10 @@ class ThinRate:
     def sentence(self) -> str:
         """The note as one sentence for people."""
         return (
-            f"{self.what} for {self.label} rests on {self.trials} event(s): "
+            f"{self.what} for {self.label} rests on {self.trials:,} {self.unit}: "
             f"{self.successes}/{self.trials}, 95% interval {self.low:.1%} to {self.high:.1%} "
-            f"({self.width * 100:.0f} points wide); about {self.needed:,} events would narrow "
-            f"it to {self.max_width * 100:.0f} points."
+            f"({self.width * 100:.0f} points wide); about {self.needed:,} {self.unit} would "
+            f"narrow it to {self.max_width * 100:.0f} points."
         )
 
 
@@ -89,10 +90,11 @@ def events_for_width(rate: float, max_width: float) -> int:
 
 
 def thin_rate(
-    label: str, what: str, successes: int, trials: int, max_width: float
+    label: str, what: str, successes: int, trials: int, max_width: float, unit: str = "events"
 ) -> ThinRate | None:
     """A ``ThinRate`` when ``successes / trials`` has a Wilson 95% interval wider than
     ``max_width``, else None. ``trials`` 0 is always thin (the interval is [0, 1]).
+    ``unit``: what the trials are (plural), for the sentence.
 
     Raises ``ValueError`` for counts out of range or ``max_width`` outside (0, 1].
     """
@@ -102,6 +104,5 @@ def thin_rate(
     if high - low <= max_width:
         return None
     rate = successes / trials if trials else 0.5
-    return ThinRate(
-        label, what, successes, trials, low, high, events_for_width(rate, max_width), max_width
-    )
+    needed = events_for_width(rate, max_width)
+    return ThinRate(label, what, successes, trials, low, high, needed, max_width, unit)

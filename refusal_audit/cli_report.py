@@ -2,13 +2,52 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import typer
 
-from refusal_audit.cli_common import console, fail_usage, open_store, settings
-from warehouse.client import WarehouseError, redact_dsn
+from refusal_audit.cli_common import console, err, fail_usage, open_store, settings
+from refusal_audit.config import Settings
+from warehouse.client import Client, WarehouseError, redact_dsn
+
+MAX_LISTED = 20
+
+
+def _period(
+    since: datetime | None, until: datetime | None, stored: tuple[date, date] | None
+) -> tuple[date, date]:
+    """The event days to report: as given; a missing bound is the first / last stored day
+    (today on an empty store), moved to the given bound when that would reverse the range."""
+    today = datetime.now(UTC).date()
+    first, last = stored if stored is not None else (today, today)
+    start = since.date() if since else None
+    end = until.date() if until else None
+    if start is not None and end is None:
+        end = max(last, start)
+    if end is not None and start is None:
+        start = min(first, end)
+    return start or first, end or last
+
+
+def _check_filter(client: Client, database: str, column: str, value: str | None) -> None:
+    from warehouse.report_queries import stored_values
+
+    if value is None:
+        return
+    known = stored_values(client, database, column)
+    if value not in known:
+        listed = ", ".join(known[:MAX_LISTED]) + (" ..." if len(known) > MAX_LISTED else "")
+        raise fail_usage(
+            f"no stored event has {column} {value!r}; the warehouse holds: {listed or 'none'}"
+        )
+
+
+def _warehouse_name(cfg: Settings, database: str) -> str:
+    dsn = cfg.resolved_warehouse_dsn
+    if dsn.startswith("chdb:"):
+        return f"the embedded chDB store (database {database})"
+    return f"{redact_dsn(dsn)} (database {database})"
 
 
 def report(
@@ -29,36 +68,36 @@ def report(
     summary, false-positive rate per model with Wilson bands, category mix over time, top
     policy gaps, alerts, review agreement and notes on rates resting on few events."""
     from refusal_audit.html_report import collect, write_report
-    from refusal_audit.html_report.data import default_period
     from warehouse.report_queries import ReportFilter, event_day_range
 
+    if since and until and since > until:
+        raise fail_usage(f"--since {since.date()} is after --until {until.date()}")
     cfg = settings()
     store = open_store(cfg)
     try:
-        first, last = default_period(
-            event_day_range(store.client, store.database), datetime.now(UTC).date()
-        )
-        slice_ = ReportFilter(
-            since.date() if since else first, until.date() if until else last, model, product
-        )
-        if slice_.since > slice_.until:
-            raise fail_usage(f"--since {slice_.since} is after --until {slice_.until}")
+        stored = event_day_range(store.client, store.database)
+        _check_filter(store.client, store.database, "model", model)
+        _check_filter(store.client, store.database, "product", product)
+        first, last = _period(since, until, stored)
         data = collect(
             store.client,
             store.database,
-            slice_,
-            warehouse=f"{redact_dsn(cfg.resolved_warehouse_dsn)} (database {store.database})",
+            ReportFilter(first, last, model, product),
+            warehouse=_warehouse_name(cfg, store.database),
             max_width=cfg.report_max_interval_width,
         )
     except WarehouseError as exc:
         raise fail_usage(f"cannot read the warehouse: {exc}") from exc
+    if stored is None:
+        err.print("[yellow]the warehouse holds no audited refusal yet: the report is empty")
     try:
         written = write_report(data, out, png)
     except OSError as exc:
-        raise fail_usage(f"cannot write the report: {exc}") from exc
+        where = exc.filename or out
+        raise fail_usage(f"cannot write {where}: {exc.strerror or exc}") from exc
+    pngs = f", {len(written) - 1} chart PNG(s)" if png is not None else ""
     console.print(
-        f"report of {slice_.since} to {slice_.until}: {data.counts['audited']:,} audited "
-        f"refusal(s), {len(written) - 1} chart PNG(s)"
+        f"report of {first} to {last}: {data.counts['audited']:,} audited refusal(s){pngs}"
     )
     for path in written:
         console.print(f"  {path}")

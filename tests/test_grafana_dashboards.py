@@ -334,13 +334,16 @@ def test_compose_provisions_grafana_and_prometheus() -> None:
 
 @pytest.mark.parametrize("password", ["plain", "it's", "back\\slash\\", "x';DROP TABLE t;--"])
 def test_the_grafana_reader_script_creates_a_read_only_user_with_the_password_as_given(
-    password: str, tmp_path: Path
+    password: str, tmp_path: Path, warehouse_db: tuple[Any, str]
 ) -> None:
     """Source the initdb script as the image's entrypoint does, with a ``clickhouseclient``
     that writes the SQL out; parse each statement with ClickHouse's own parser (chDB)."""
     import subprocess
 
-    import chdb
+    client = warehouse_db[0]
+
+    def scalar(sql: str) -> str:
+        return str(client.query(sql).result_rows[0][0])
 
     script = DEPLOY / "clickhouse" / "initdb" / "10-grafana-reader.sh"
     out = tmp_path / "sql"
@@ -354,10 +357,10 @@ def test_the_grafana_reader_script_creates_a_read_only_user_with_the_password_as
     statements = [s.strip() for s in re.split(r";\n(?=CREATE|GRANT|$)", sql) if s.strip()]
     assert len(statements) == 3, sql
     # $$...$$ is ClickHouse's raw string literal: the statements reach the parser unchanged
-    parsed = [str(chdb.query(f"SELECT formatQuery($${s}$$)", "TSVRaw")).strip() for s in statements]
+    parsed = [scalar(f"SELECT formatQuery($${s}$$)") for s in statements]
     assert "readonly = 1, max_execution_time CHANGEABLE_IN_READONLY" in parsed[0]
     assert "SETTINGS PROFILE `grafana_reader`" in parsed[1]
     assert parsed[2] == "GRANT SELECT ON refusal_audit.* TO grafana_reader"
     literal = re.search(r"BY ('(?:[^'\\]|\\.)*')", statements[1])
     assert literal is not None
-    assert str(chdb.query(f"SELECT {literal.group(1)}", "TSVRaw")).strip() == password
+    assert scalar(f"SELECT {literal.group(1)}") == password

@@ -7,19 +7,21 @@ Set ``REFUSAL_AUDIT_SCREENSHOT_DIR`` to keep the screenshot (the README's comes 
 from __future__ import annotations
 
 import io
+import math
 import os
 import re
 from collections.abc import Iterator
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from matplotlib.dates import num2date
 from PIL import Image
 from test_alerting import make_alert
-from test_pipeline import audit
+from test_pipeline import EXAMPLE_LOG, audit
 from test_review_browser import CHROMIUM, CHROMIUM_ARGS
 from test_review_queries import reviewed  # noqa: F401  (fixture)
 from typer.testing import CliRunner
@@ -217,6 +219,23 @@ def test_the_command_writes_the_report_and_the_pngs(
     )
     assert backwards.exit_code == 2 and "after --until" in backwards.output
 
+    later = runner.invoke(app, ["report", "--since", "2030-01-01", "--out", str(out)], env=cli_env)
+    assert later.exit_code == 0 and "report of 2030-01-01 to 2030-01-01" in later.output
+
+    typo = runner.invoke(
+        app, ["report", "--model", "acme-chat-smal", "--out", str(out)], env=cli_env
+    )
+    assert typo.exit_code == 2 and "acme-chat-small-2025-03" in typo.output  # lists the models
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    fresh = tmp_path / "fresh.html"
+    bad_png = runner.invoke(
+        app, ["report", "--out", str(fresh), "--png", str(blocker)], env=cli_env
+    )
+    assert bad_png.exit_code == 2 and "a-file" in bad_png.output
+    assert not fresh.exists()  # nothing half written
+
 
 def test_an_empty_period_draws_no_chart(warehouse: Warehouse) -> None:
     data = collect(
@@ -226,3 +245,37 @@ def test_an_empty_period_draws_no_chart(warehouse: Warehouse) -> None:
     )  # fmt: skip
     assert data.empty and draw(data) == {}
     assert "No audited refusal" in render_html(data)
+
+
+def test_one_day_and_days_without_data_are_drawn_as_such(warehouse: Warehouse) -> None:
+    audit([EXAMPLE_LOG], warehouse)
+    one_day = collect(
+        warehouse.client, warehouse.database, ReportFilter(date(2025, 6, 3), date(2025, 6, 3)),
+        warehouse="x", max_width=0.2,
+    )  # fmt: skip
+    charts = draw(one_day)
+    assert {"fp-over-time", "category-mix"} <= set(charts)
+    axes = charts["fp-over-time"].figure.axes[0]
+    low, high = axes.get_xlim()
+    assert high - low == pytest.approx(1.0)  # one day wide, not years
+    bars = [p for p in charts["category-mix"].figure.axes[0].patches if p.get_height() > 0]
+    assert bars and sum(b.get_height() for b in bars) == pytest.approx(1.0)
+
+    # partner-llm-8b on support-bot has no audited refusal on 2025-06-03
+    sparse = collect(
+        warehouse.client, warehouse.database,
+        ReportFilter(date(2025, 6, 2), date(2025, 6, 8), "partner-llm-8b", "support-bot"),
+        warehouse="x", max_width=0.2,
+    )  # fmt: skip
+    days = {r["day"] for r in sparse.fp_daily}
+    assert date(2025, 6, 3) not in days and len(days) >= 3
+    charts = draw(sparse)
+    (line,) = charts["fp-over-time"].figure.axes[0].get_lines()
+    y = list(line.get_ydata())
+    assert math.isnan(y[1]) and sum(not math.isnan(v) for v in y) == len(days)
+    per_day: dict[date, float] = {}
+    for bar in charts["category-mix"].figure.axes[0].patches:
+        day = num2date(bar.get_x() + bar.get_width() / 2).date()
+        per_day[day] = per_day.get(day, 0.0) + bar.get_height()
+    assert per_day.get(date(2025, 6, 3), 0.0) == 0.0  # no bar where there is no data
+    assert all(per_day[d] == pytest.approx(1.0) for d in days)

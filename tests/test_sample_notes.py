@@ -48,6 +48,8 @@ def test_a_thin_rate_says_its_counts_interval_and_what_would_narrow_it() -> None
     assert note.needed == events_for_width(7 / 9, 0.2) and note.needed > 9
     text = note.sentence()
     assert "acme on 2025-06-03" in text and "7/9" in text and f"{note.needed:,} events" in text
+    refusals = thin_rate("m", "The rate", 7, 9, 0.2, unit="audited refusals")
+    assert refusals is not None and "rests on 9 audited refusals" in refusals.sentence()
 
 
 def test_a_rate_on_enough_events_has_no_note_and_none_events_is_always_thin() -> None:

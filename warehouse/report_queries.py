@@ -64,6 +64,20 @@ def event_day_range(client: Client, database: str) -> tuple[date, date] | None:
     return rows[0][0], rows[0][1]
 
 
+def stored_values(client: Client, database: str, column: str) -> list[str]:
+    """The distinct values of ``column`` (``model`` or ``product``) among stored events,
+    sorted. Raises ``ValueError`` for another column."""
+    if column not in ("model", "product"):
+        raise ValueError(f"column must be model or product, not {column!r}")
+    validate_identifier(database)
+    rows = _run(
+        client,
+        f"SELECT DISTINCT {column} FROM {{db:Identifier}}.refusal_events ORDER BY {column}",
+        {"db": database},
+    ).rows
+    return [str(r[0]) for r in rows]
+
+
 _EVENTS_SQL = f"""
 SELECT count() AS events, countIf(is_refusal) AS refusals, countIf(NOT is_refusal) AS non_refusals
 FROM {{db:Identifier}}.refusal_events FINAL

@@ -7,7 +7,15 @@ Unqualified table names resolve in the data source's ``defaultDatabase``.
 
 from __future__ import annotations
 
-from refusal_audit.grafana.model import TABLE, TIME_SERIES, Json, ch_annotation, ch_target, row
+from refusal_audit.grafana.model import (
+    TABLE,
+    TIME_SERIES,
+    Json,
+    band,
+    ch_annotation,
+    ch_target,
+    row,
+)
 from refusal_audit.grafana.model import panel as make_panel
 from refusal_audit.grafana.sql import scope, var_filter, wilson
 
@@ -114,11 +122,17 @@ _ALERT_SCOPE = "\n  AND ".join(
 )
 """Alerts of the selected scope, and alerts scoped to every value (``all``, or empty)."""
 
+_OVERLAPS = """coalesce(window_start, created_at) <= $__toTime
+  AND coalesce(window_end, created_at) >= $__fromTime"""
+"""Alerts whose window overlaps the time range (a window-less alert: created in it), as
+``refusal-audit report`` picks them: drift windows are in event time, policy-gap alerts'
+in audit time."""
+
 ALERTS_SQL = f"""
 SELECT created_at, kind, severity, policy_bundle, model, product, window_start, window_end,
        message
 FROM alerts FINAL
-WHERE $__timeFilter(created_at)
+WHERE {_OVERLAPS}
   AND {_ALERT_SCOPE}
 ORDER BY created_at DESC, alert_id
 LIMIT 200
@@ -133,7 +147,7 @@ SELECT coalesce(window_start, created_at) AS time,
        kind AS tags
 FROM alerts FINAL
 WHERE {kind_condition}
-  AND $__timeFilter(created_at)
+  AND {_OVERLAPS}
   AND {_ALERT_SCOPE}
 ORDER BY time
 """
@@ -181,6 +195,9 @@ def panels() -> list[Json]:
             interval=day,
             width=12,
             height=5,
+            overrides=band("wilson_low", "wilson_high"),
+            description="Pooled over the selected models and products; the table below has "
+            "each model and product.",
         ),
         make_panel("table", "By model and product", [ch_target(BY_MODEL_PRODUCT_SQL)], width=24),
         row("Category mix"),

@@ -70,10 +70,12 @@ def panel(
     interval: str | None = None,
     width: int = 12,
     height: int = 8,
+    overrides: list[Json] | None = None,
 ) -> Json:
     """A panel of type ``kind`` (``stat``, ``timeseries``, ``table``, ``barchart``...);
     ``gridPos`` is filled in by ``dashboard``. ``interval`` is the panel's minimum interval
-    (what ``$__timeInterval`` buckets by at least), ``stacked`` stacks time series."""
+    (what ``$__timeInterval`` buckets by at least), ``stacked`` stacks time series,
+    ``overrides`` are field overrides (e.g. ``band``)."""
     custom: Json = {}
     if stacked:
         custom = {"stacking": {"group": "A", "mode": "normal"}, "fillOpacity": 60}
@@ -83,7 +85,7 @@ def panel(
     out: Json = {
         "datasource": dict(targets[0]["datasource"]),
         "description": description,
-        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "fieldConfig": {"defaults": defaults, "overrides": list(overrides or [])},
         "gridPos": {"h": height, "w": width, "x": 0, "y": 0},
         "options": {},
         "targets": targets,
@@ -93,6 +95,28 @@ def panel(
     if interval is not None:
         out["interval"] = interval
     return out
+
+
+def band(low: str, high: str) -> list[Json]:
+    """Field overrides that draw the fields ``low`` and ``high`` of a time series as a shaded
+    band: no lines, ``high`` filled down to ``low`` (Grafana's "Fill below to" override,
+    ``custom.fillBelowTo``), both out of the legend but in the tooltip."""
+    hidden = {"id": "custom.hideFrom", "value": {"legend": True, "tooltip": False, "viz": False}}
+    return [
+        {
+            "matcher": {"id": "byName", "options": high},
+            "properties": [
+                {"id": "custom.fillBelowTo", "value": low},
+                {"id": "custom.fillOpacity", "value": 20},
+                {"id": "custom.lineWidth", "value": 0},
+                hidden,
+            ],
+        },
+        {
+            "matcher": {"id": "byName", "options": low},
+            "properties": [{"id": "custom.lineWidth", "value": 0}, hidden],
+        },
+    ]
 
 
 def row(title: str) -> Json:

@@ -126,7 +126,7 @@ def panels() -> list[Json]:
         ),
         make_panel(
             "timeseries",
-            "Warehouse write latency p95 by table",
+            "Warehouse write latency p95 and retries by table (one-process worker)",
             [
                 prom_target(
                     _quantile(0.95, "refusal_audit_warehouse_write_seconds", "table"),
@@ -142,7 +142,7 @@ def panels() -> list[Json]:
             unit="s",
             width=8,
         ),
-        row("Detectors and alerts"),
+        row("Detectors and alerts (one-process worker --outputs warehouse)"),
         make_panel(
             "timeseries",
             "Alerts published by kind",

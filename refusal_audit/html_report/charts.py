@@ -4,92 +4,41 @@ inline in the HTML file and a PNG for ``--png`` (slides, the README).
 Every chart function takes a ``PeriodData`` and returns a ``Chart`` or None when the period
 has nothing to draw (no reviews, no gaps, ...). Intervals are the Wilson 95% intervals
 (Wilson 1927) the warehouse queries computed; a chart never computes a rate of its own.
+Time charts span the whole period on their x axis; a day (or week) without data is a gap,
+never a line drawn through it.
 """
 
 from __future__ import annotations
 
-import io
-import re
+import math
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import date, datetime, time
+from datetime import timedelta
 from typing import Any
 
-import matplotlib
-from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
-from matplotlib.figure import Figure
-from matplotlib.ticker import PercentFormatter
+from matplotlib.ticker import MaxNLocator, PercentFormatter
 
+from refusal_audit.html_report.chart_base import (
+    OTHER_COLOUR,
+    Chart,
+    as_datetime,
+    category_colours,
+    date_axis,
+    day_grid,
+    error_bars,
+    figure,
+    shorten,
+)
 from refusal_audit.html_report.data import PeriodData
 
-_ID_REF = re.compile(r'(\bid="|url\(#|href="#)([^"()]+)')
 MAX_CATEGORIES = 9
 MAX_GAP_LABEL = 60
-WIDTH_IN, HEIGHT_IN = 9.0, 3.4
-PNG_DPI = 150
-_STYLE: dict[Any, Any] = {  # matplotlib types its keys as a Literal of rc names
-    "svg.fonttype": "none",  # text stays text: selectable, small
-    "font.family": "sans-serif",
-    "font.size": 9,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "grid.alpha": 0.3,
-}
 
 
-@dataclass
-class Chart:
-    """One chart: ``name`` (a slug, the PNG's file name), ``title``, ``caption`` (what it
-    shows and how to read it) and its matplotlib ``figure``."""
-
-    name: str
-    title: str
-    caption: str
-    figure: Figure
-
-    def svg(self) -> str:
-        """The chart as an inline ``<svg>`` element (no XML declaration, no DOCTYPE). Every
-        element id and every in-document reference to one (``url(#id)``, ``href="#id"``) is
-        prefixed with the chart's name, so several charts share one page without clashing
-        (matplotlib numbers its ids per figure: ``axes_1``, ``patch_1``, ...)."""
-        buffer = io.StringIO()
-        with matplotlib.rc_context(_STYLE | {"svg.hashsalt": self.name}):
-            self.figure.savefig(buffer, format="svg", metadata={"Date": None})
-        text = buffer.getvalue()
-        return _ID_REF.sub(rf"\1{self.name}-\2", text[text.index("<svg") :])
-
-    def png(self) -> bytes:
-        """The chart as PNG bytes at ``PNG_DPI`` dots per inch."""
-        buffer = io.BytesIO()
-        with matplotlib.rc_context(_STYLE):
-            self.figure.savefig(buffer, format="png", dpi=PNG_DPI, metadata={"Software": None})
-        return buffer.getvalue()
-
-
-def _figure(height: float = HEIGHT_IN) -> tuple[Figure, Any]:
-    with matplotlib.rc_context(_STYLE):
-        figure = Figure(figsize=(WIDTH_IN, height), layout="constrained")
-        axes = figure.add_subplot()
-    return figure, axes
-
-
-def _days(axes: Any) -> None:
-    locator = AutoDateLocator(maxticks=10)  # type: ignore[no-untyped-call]
-    axes.xaxis.set_major_locator(locator)
-    axes.xaxis.set_major_formatter(ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
-
-
-def _error_bars(
-    rows: list[dict[str, Any]], value: str, low: str, high: str
-) -> list[list[float]]:
-    """matplotlib's asymmetric error bars ``[below, above]`` from interval columns."""
-    return [[r[value] - r[low] for r in rows], [r[high] - r[value] for r in rows]]
-
-
-def _as_datetime(day: date) -> datetime:
-    return datetime.combine(day, time())
+def _period(data: PeriodData) -> str:
+    s = data.slice
+    scope = ", ".join(x for x in (s.model, s.product) if x)
+    return f"{s.since} to {s.until}" + (f" ({scope})" if scope else "")
 
 
 def fp_by_model(data: PeriodData) -> Chart | None:
@@ -97,11 +46,10 @@ def fp_by_model(data: PeriodData) -> Chart | None:
     rows = [r for r in data.fp_by_model if r["audited"]]
     if not rows:
         return None
-    figure, axes = _figure(max(1.4, 0.35 * len(rows) + 0.9))
+    fig, axes = figure(max(1.4, 0.35 * len(rows) + 0.9))
     labels = [f"{r['model']} (n={r['audited']})" for r in rows]
-    rates = [r["rate"] for r in rows]
-    err = _error_bars(rows, "rate", "low", "high")
-    axes.errorbar(rates, labels, xerr=err, fmt="o", capsize=4, color="#1f77b4")
+    axes.errorbar([r["rate"] for r in rows], labels, xerr=error_bars(rows, "rate", "low", "high"),
+                  fmt="o", capsize=4, color="#1f77b4")  # fmt: skip
     axes.set_xlim(0, 1)
     axes.xaxis.set_major_formatter(PercentFormatter(1.0))
     axes.set_xlabel("estimated false-positive (over-refusal) rate, Wilson 95% interval")
@@ -110,132 +58,163 @@ def fp_by_model(data: PeriodData) -> Chart | None:
         "fp-by-model",
         "False-positive rate per model",
         "Each dot is the share of a model's audited refusals the audit judged over-refusals; "
-        "the bar is its Wilson 95% interval.",
-        figure,
+        "the bar is its Wilson 95% interval (n: audited refusals).",
+        fig,
+        _period(data),
     )
 
 
 def fp_over_time(data: PeriodData) -> Chart | None:
-    """Estimated false-positive rate per event day and model with Wilson 95% bands; the
-    period's alerts as dashed vertical lines at their window start."""
-    series: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    """Estimated false-positive rate per event day and model with Wilson 95% bands over the
+    whole period (a day without audited refusals of a model is a gap in its line; a lone
+    day gets its interval as a bar); the period's alerts as labelled dashed lines."""
+    series: dict[str, dict[Any, dict[str, Any]]] = defaultdict(dict)
     for r in data.fp_daily:
-        series[str(r["model"])].append(r)
+        series[str(r["model"])][r["day"]] = r
     if not series:
         return None
-    figure, axes = _figure()
-    for model, rows in sorted(series.items()):
-        x = [_as_datetime(r["day"]) for r in rows]
-        (line,) = axes.plot(x, [r["rate"] for r in rows], marker="o", ms=3, label=model)
-        low = [r["wilson_low"] for r in rows]
-        high = [r["wilson_high"] for r in rows]
+    days = day_grid(data.slice.since, data.slice.until)
+    x = [as_datetime(d) for d in days]
+    fig, axes = figure(3.6)
+    for model, by_day in sorted(series.items()):
+        rate, low, high = (
+            [by_day[d][key] if d in by_day else math.nan for d in days]
+            for key in ("rate", "wilson_low", "wilson_high")
+        )
+        (line,) = axes.plot(x, rate, marker="o", ms=3, label=model)
         axes.fill_between(x, low, high, color=line.get_color(), alpha=0.12, linewidth=0)
+        for i, d in enumerate(days):  # lone days: fill_between draws nothing for them
+            alone = d in by_day and all(
+                days[j] not in by_day for j in (i - 1, i + 1) if 0 <= j < len(days)
+            )
+            if alone:
+                axes.vlines(x[i], low[i], high[i], color=line.get_color(), alpha=0.5)
     for alert in data.alerts:
-        axes.axvline(alert.window.start, color="#d62728", linestyle="--", linewidth=1)
+        start = alert.window.start.replace(tzinfo=None)
+        axes.axvline(start, color="#d62728", linestyle="--", linewidth=1)
+        axes.annotate(
+            alert.kind.replace("_", " "), (start, 1.0), xytext=(3, -3),
+            textcoords="offset points", fontsize=7, color="#d62728", va="top",
+        )  # fmt: skip
     axes.set_ylim(0, 1)
     axes.yaxis.set_major_formatter(PercentFormatter(1.0))
     axes.set_ylabel("false-positive rate")
-    _days(axes)
-    axes.legend(loc="upper left", fontsize=8, frameon=False, ncols=min(3, len(series)))
+    date_axis(axes, days[0], days[-1])
+    axes.legend(loc="lower left", bbox_to_anchor=(0, 1.01), fontsize=8, frameon=False,
+                ncols=min(4, len(series)))  # fmt: skip
     caption = "Daily estimated false-positive rate per model; shaded: Wilson 95% band."
     if data.alerts:
-        caption += " Dashed red lines: the start of an alert's window."
-    return Chart("fp-over-time", "False-positive rate over time", caption, figure)
+        caption += " Dashed red lines: the start of an alert's window (kind written beside)."
+    return Chart("fp-over-time", "False-positive rate over time", caption, fig, _period(data))
 
 
 def category_mix(data: PeriodData) -> Chart | None:
-    """Share of each refusal category per event day, stacked; categories beyond the
-    ``MAX_CATEGORIES`` largest of the period are pooled as ``other``."""
+    """Share of each refusal category per event day, stacked bars over the whole period;
+    categories beyond the ``MAX_CATEGORIES`` largest of the period are pooled as ``other``.
+    A category keeps its colour from report to report."""
     if not data.category_daily:
         return None
     totals: dict[str, int] = defaultdict(int)
     for r in data.category_daily:
         totals[str(r["category"])] += int(r["assessments"])
     top = sorted(totals, key=lambda c: (-totals[c], c))[:MAX_CATEGORIES]
-    days = sorted({r["day"] for r in data.category_daily})
-    shares: dict[str, list[float]] = {c: [0.0] * len(days) for c in [*top, "other"]}
+    days = day_grid(data.slice.since, data.slice.until)
     index = {d: i for i, d in enumerate(days)}
+    shares: dict[str, list[float]] = {c: [0.0] * len(days) for c in [*top, "other"]}
     for r in data.category_daily:
         name = str(r["category"]) if r["category"] in top else "other"
         shares[name][index[r["day"]]] += float(r["share"])
     if not any(shares["other"]):
         del shares["other"]
-    figure, axes = _figure(3.8)
-    x = [_as_datetime(d) for d in days]
-    palette = [f"C{i}" for i in range(len(top))] + ["#c0c0c0"]  # "other" in grey
-    axes.stackplot(x, *shares.values(), labels=list(shares), colors=palette, alpha=0.9)
+    colours = category_colours(top) | {"other": OTHER_COLOUR}
+    fig, axes = figure(3.8)
+    x = [as_datetime(d) for d in days]
+    bottom = [0.0] * len(days)
+    for name, values in shares.items():
+        axes.bar(x, values, bottom=bottom, width=0.8, label=name, color=colours[name])
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     axes.set_ylim(0, 1)
-    if len(x) > 1:
-        axes.set_xlim(x[0], x[-1])
     axes.yaxis.set_major_formatter(PercentFormatter(1.0))
     axes.set_ylabel("share of the day's refusals")
-    _days(axes)
+    date_axis(axes, days[0], days[-1])
     axes.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
     return Chart(
         "category-mix",
         "Refusal categories over time",
-        "Share of each category among the day's audited refusals (stacked to 100%).",
-        figure,
+        "Share of each category among the day's audited refusals (each bar stacks to 100%; "
+        "no bar: no audited refusal that day).",
+        fig,
+        _period(data),
     )
-
-
-def _short(text: str) -> str:
-    return text if len(text) <= MAX_GAP_LABEL else text[: MAX_GAP_LABEL - 1] + "…"
 
 
 def top_gaps(data: PeriodData) -> Chart | None:
     """Refusals flagged per policy gap (the period's largest), new gaps in another colour;
-    bars are numbered as the report's gap table."""
+    bars are numbered as the report's gap table, labelled by what sets the gaps apart."""
     if not data.gaps:
         return None
     rows = data.gaps
-    figure, axes = _figure(max(1.6, 0.4 * len(rows) + 1.0))
-    colors = ["#ff7f0e" if r["new_in_period"] else "#7f7f7f" for r in rows]
-    labels = [f"{i}. {_short(str(r['description']))}" for i, r in enumerate(rows, 1)]
-    axes.barh(labels, [r["refusals"] for r in rows], color=colors)
+    fig, axes = figure(max(1.6, 0.4 * len(rows) + 1.0))
+    texts = shorten([str(r["description"]) for r in rows], MAX_GAP_LABEL)
+    labels = [f"{i}. {text}" for i, text in enumerate(texts, 1)]
+    colours = ["#ff7f0e" if r["new_in_period"] else "#7f7f7f" for r in rows]
+    axes.barh(labels, [r["refusals"] for r in rows], color=colours)
     axes.invert_yaxis()
     axes.set_xlabel("refusals flagged in the period")
-    axes.xaxis.get_major_locator().set_params(integer=True)
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     return Chart(
         "policy-gaps",
         "Top policy gaps",
-        "Refusals the audit flagged as not covered by any policy clause, per gap; orange: "
-        "first flagged for an event of this period (a new gap), grey: flagged before.",
-        figure,
+        "Refusals the audit flagged as not covered by any policy clause, per gap (numbered as "
+        "the table below); orange: first flagged for an event of this period (a new gap), "
+        "grey: flagged before.",
+        fig,
+        _period(data),
     )
+
+
+def _weeks(data: PeriodData) -> tuple[Any, Any]:
+    first = data.slice.since - timedelta(days=data.slice.since.weekday())
+    last = data.slice.until - timedelta(days=data.slice.until.weekday())
+    return first, last
 
 
 def review_agreement(data: PeriodData) -> Chart | None:
     """Reviewers' agreement with the model (false-positive judgement) and Cohen's kappa per
     event week, with 95% intervals; groups below the minimum of compared items are left out
-    (their note is in the table)."""
+    (their note is in the table). Series are dodged a little so they do not hide each other."""
     rows = [r for r in data.agreement if r["fp_agreement"] is not None]
     if not rows:
         return None
-    figure, axes = _figure()
+    fig, axes = figure(3.6)
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         groups[f"{r['model']} / {r['policy_bundle']}"].append(r)
+    n_series = 2 * len(groups)
+    step = 0
     for label, items in sorted(groups.items()):
-        x = [_as_datetime(r["week"]) for r in items]
         for key, low, high, marker, name in (
             ("fp_agreement", "fp_low", "fp_high", "o", "agreement"),
             ("fp_kappa", "fp_kappa_low", "fp_kappa_high", "s", "kappa"),
         ):
-            y = [r[key] for r in items]
-            err = _error_bars(items, key, low, high)
-            axes.errorbar(x, y, yerr=err, fmt=marker + "-", capsize=3, ms=4,
-                          label=f"{label}: {name}")  # fmt: skip
+            dodge = timedelta(days=(step - (n_series - 1) / 2) * min(0.8, 5 / n_series))
+            x = [as_datetime(r["week"]) + dodge for r in items]
+            axes.errorbar(x, [r[key] for r in items], yerr=error_bars(items, key, low, high),
+                          fmt=marker + "-", capsize=3, ms=4, label=f"{label}: {name}")  # fmt: skip
+            step += 1
     axes.set_ylim(-0.2, 1.05)
     axes.set_ylabel("agreement / kappa")
-    _days(axes)
-    axes.legend(loc="lower left", fontsize=8, frameon=False)
+    first, last = _weeks(data)
+    date_axis(axes, first, last, step_days=7)
+    axes.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
     return Chart(
         "review-agreement",
         "Review agreement",
-        "Per event week: share of reviewed items where the reviewer agreed with the model's "
-        "false-positive judgement (circles) and Cohen's kappa (squares), 95% intervals.",
-        figure,
+        "Per event week (its Monday): share of reviewed items where the reviewer agreed with "
+        "the model's false-positive judgement (circles) and Cohen's kappa (squares), 95% "
+        "intervals.",
+        fig,
+        _period(data),
     )
 
 
@@ -245,28 +224,28 @@ def verified_vs_estimated(data: PeriodData) -> Chart | None:
     rows = [r for r in data.verified if r["verified_fp_rate"] is not None]
     if not rows:
         return None
-    figure, axes = _figure(max(1.8, 0.5 * len(rows) + 1.0))
+    fig, axes = figure(max(1.8, 0.5 * len(rows) + 1.0))
     labels = [f"{r['model']}, week of {r['week']}" for r in rows]
     positions = list(range(len(rows)))
     for offset, key, low, high, name in (
         (-0.15, "model_fp_rate", "model_low", "model_high", "estimated by the audit"),
         (0.15, "verified_fp_rate", "verified_low", "verified_high", "verified by reviewers"),
     ):
-        values = [r[key] for r in rows]
-        err = _error_bars(rows, key, low, high)
-        axes.errorbar(values, [p + offset for p in positions], xerr=err, fmt="o",
-                      capsize=3, label=name)  # fmt: skip
+        axes.errorbar([r[key] for r in rows], [p + offset for p in positions],
+                      xerr=error_bars(rows, key, low, high), fmt="o", capsize=3,
+                      label=name)  # fmt: skip
     axes.set_yticks(positions, labels)
     axes.invert_yaxis()
     axes.set_xlim(0, 1)
     axes.xaxis.set_major_formatter(PercentFormatter(1.0))
-    axes.legend(loc="lower right", fontsize=8, frameon=False)
+    axes.legend(loc="lower left", bbox_to_anchor=(0, 1.01), fontsize=8, frameon=False, ncols=2)
     return Chart(
         "verified-fp",
         "Verified against estimated false-positive rate",
         "The audit's estimate and the reviewers' verified rate (stratified over flagged and "
         "randomly sampled items), 95% intervals.",
-        figure,
+        fig,
+        _period(data),
     )
 
 

@@ -85,7 +85,8 @@ def _thin(
 ) -> list[ThinRate]:
     notes = (
         thin_rate(
-            label(r), FP_WHAT, int(r["estimated_false_positives"]), int(r["audited"]), max_width
+            label(r), FP_WHAT, int(r["estimated_false_positives"]), int(r["audited"]),
+            max_width, "audited refusals",
         )
         for r in rows
     )

@@ -14,7 +14,8 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from processors.stats import wilson_interval
-from refusal_audit.html_report.charts import Chart, draw
+from refusal_audit.html_report.chart_base import Chart
+from refusal_audit.html_report.charts import draw
 from refusal_audit.html_report.data import PeriodData
 
 _TEMPLATES = Path(str(files("refusal_audit.html_report") / "templates"))
@@ -29,6 +30,12 @@ def _rate(successes: int, trials: int) -> str:
         return "n/a"
     low, high = wilson_interval(successes, trials)
     return f"{successes:,} / {trials:,} = {successes / trials:.1%} [{low:.1%}, {high:.1%}]"
+
+
+def _share(part: int, whole: int) -> str:
+    if whole == 0:
+        return "n/a"
+    return f"{part:,} / {whole:,} = {part / whole:.1%}"
 
 
 def _when(value: datetime | date | None) -> str:
@@ -47,7 +54,7 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.globals.update(pct=_pct, rate=_rate, when=_when)
+    env.globals.update(pct=_pct, rate=_rate, share=_share, when=_when)
     return env
 
 
@@ -83,14 +90,18 @@ def render_html(data: PeriodData, charts: dict[str, Chart] | None = None) -> str
 
 def write_report(data: PeriodData, out: Path, png_dir: Path | None = None) -> list[Path]:
     """Write the HTML report to ``out`` (parent directories created) and, with
-    ``png_dir``, each chart as ``<png_dir>/<chart name>.png``. Returns the paths written,
-    the HTML file first. Raises ``OSError`` when a file cannot be written."""
+    ``png_dir``, each chart as ``<png_dir>/<chart name>.png``; both directories are made
+    before anything is written. Returns the paths written, the HTML file first. Raises
+    ``OSError`` (with ``filename``) when a directory or file cannot be made or written."""
     charts = draw(data)
+    if png_dir is not None:  # both places first: a bad --png must not leave a lone HTML file
+        png_dir.mkdir(parents=True, exist_ok=True)
     out.parent.mkdir(parents=True, exist_ok=True)
+    if out.is_dir():
+        raise IsADirectoryError(21, "is a directory", str(out))
     out.write_text(render_html(data, charts), encoding="utf-8")
     written = [out]
     if png_dir is not None:
-        png_dir.mkdir(parents=True, exist_ok=True)
         for name, chart in charts.items():
             path = png_dir / f"{name}.png"
             path.write_bytes(chart.png())

@@ -1,0 +1,139 @@
+"""What every report chart shares: the ``Chart`` (SVG for the page, PNG for ``--png``), the
+style, the period's day and week axes, and stable category colours."""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from typing import Any
+
+import matplotlib
+from matplotlib.dates import DateFormatter, DayLocator
+from matplotlib.figure import Figure
+
+_ID_REF = re.compile(r'(\bid="|url\(#|href="#)([^"()]+)')
+WIDTH_IN, HEIGHT_IN = 9.0, 3.4
+PNG_DPI = 150
+MAX_TICKS = 10
+STYLE: dict[Any, Any] = {  # matplotlib types its keys as a Literal of rc names
+    "svg.fonttype": "none",  # text stays text: selectable, small
+    "font.family": "sans-serif",
+    "font.size": 9,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+}
+# tab20 without its two greys (grey is "other"): 18 distinguishable colours
+_PALETTE = [matplotlib.colormaps["tab20"](i) for i in range(20) if i not in (14, 15)]
+OTHER_COLOUR = "#c0c0c0"
+
+
+@dataclass
+class Chart:
+    """One chart: ``name`` (a slug, the PNG's file name), ``title``, ``caption`` (what it
+    shows and how to read it), ``period`` (written on the PNG, which travels alone) and its
+    matplotlib ``figure``."""
+
+    name: str
+    title: str
+    caption: str
+    figure: Figure
+    period: str = ""
+
+    def svg(self) -> str:
+        """The chart as an inline ``<svg>`` element (no XML declaration, no DOCTYPE). Every
+        element id and every in-document reference to one (``url(#id)``, ``href="#id"``) is
+        prefixed with the chart's name, so several charts share one page without clashing
+        (matplotlib numbers its ids per figure: ``axes_1``, ``patch_1``, ...)."""
+        buffer = io.StringIO()
+        with matplotlib.rc_context(STYLE | {"svg.hashsalt": self.name}):
+            self.figure.savefig(buffer, format="svg", metadata={"Date": None})
+        text = buffer.getvalue()
+        return _ID_REF.sub(rf"\1{self.name}-\2", text[text.index("<svg") :])
+
+    def png(self) -> bytes:
+        """The chart as PNG bytes at ``PNG_DPI`` dots per inch, titled with its title and
+        period (the page's caption is not there to say what it shows)."""
+        buffer = io.BytesIO()
+        with matplotlib.rc_context(STYLE):
+            title = self.figure.suptitle(
+                f"{self.title}, {self.period}" if self.period else self.title,
+                fontsize=10, fontweight="bold", x=0.01, ha="left",
+            )  # fmt: skip
+            self.figure.savefig(buffer, format="png", dpi=PNG_DPI, metadata={"Software": None})
+            title.remove()
+        return buffer.getvalue()
+
+
+def figure(height: float = HEIGHT_IN) -> tuple[Figure, Any]:
+    """A new figure, ``WIDTH_IN`` x ``height`` inches, and its one axes."""
+    with matplotlib.rc_context(STYLE):
+        made = Figure(figsize=(WIDTH_IN, height), layout="constrained")
+        axes = made.add_subplot()
+    return made, axes
+
+
+def as_datetime(day: date) -> datetime:
+    """Midnight of ``day`` (naive; matplotlib's date axis)."""
+    return datetime.combine(day, time())
+
+
+def day_grid(first: date, last: date) -> list[date]:
+    """Every day from ``first`` to ``last`` inclusive (empty when ``last`` < ``first``)."""
+    return [first + timedelta(days=i) for i in range((last - first).days + 1)]
+
+
+def date_axis(axes: Any, first: date, last: date, step_days: int = 1) -> None:
+    """An x axis from half a step before ``first`` to half a step after ``last``, one tick
+    per ``step_days`` (widened to at most ``MAX_TICKS`` ticks), labelled YYYY-MM-DD. One day
+    or one week still gets a readable axis."""
+    half = timedelta(days=step_days / 2)
+    axes.set_xlim(as_datetime(first) - half, as_datetime(last) + half)
+    steps = (last - first).days // step_days + 1
+    interval = step_days * max(1, math.ceil(steps / MAX_TICKS))
+    axes.xaxis.set_major_locator(DayLocator(interval=interval))  # type: ignore[no-untyped-call]
+    axes.xaxis.set_major_formatter(DateFormatter("%Y-%m-%d"))  # type: ignore[no-untyped-call]
+    for label in axes.get_xticklabels():
+        label.set_rotation(0)
+
+
+def error_bars(
+    rows: Sequence[dict[str, Any]], value: str, low: str, high: str
+) -> list[list[float]]:
+    """matplotlib's asymmetric error bars ``[below, above]`` from interval columns."""
+    return [[r[value] - r[low] for r in rows], [r[high] - r[value] for r in rows]]
+
+
+def category_colours(names: Iterable[str]) -> dict[str, Any]:
+    """A colour per category that does not depend on the report: the CRC-32 of the name
+    picks one of 18 colours, and a clash within one chart takes the next free colour."""
+    taken: set[int] = set()
+    colours: dict[str, Any] = {}
+    for name in sorted(names):
+        index = zlib.crc32(name.encode("utf-8")) % len(_PALETTE)
+        while index in taken and len(taken) < len(_PALETTE):
+            index = (index + 1) % len(_PALETTE)
+        taken.add(index)
+        colours[name] = _PALETTE[index]
+    return colours
+
+
+def shorten(texts: Sequence[str], width: int) -> list[str]:
+    """Labels for ``texts`` that tell them apart: the words they all begin with are dropped
+    (shown as "…"), then each is cut to ``width`` characters."""
+    words = [t.split() for t in texts]
+    common = 0
+    if len(texts) > 1:
+        while all(len(w) > common + 1 for w in words) and len({w[common] for w in words}) == 1:
+            common += 1
+    out = []
+    for w in words:
+        text = ("… " if common else "") + " ".join(w[common:])
+        out.append(text if len(text) <= width else text[: width - 1] + "…")
+    return out
