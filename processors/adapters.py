@@ -57,7 +57,7 @@ from typing import Any, Final, Literal, NoReturn
 import orjson
 from pydantic import ValidationError
 
-from schemas.events import RefusalEvent
+from schemas.events import EARLIEST_EVENT_TIME, LATEST_EVENT_TIME, RefusalEvent
 
 InputFormat = Literal["jsonl", "mapped-jsonl", "openai", "xstest-csv"]
 INPUT_FORMATS: Final[tuple[InputFormat, ...]] = ("jsonl", "mapped-jsonl", "openai", "xstest-csv")
@@ -353,21 +353,23 @@ def _parse_rfc3339(value: str, label: str) -> datetime:
     return _in_range(parsed.replace(tzinfo=tz), label)
 
 
-# The range of ClickHouse's DateTime64, where event times are stored: a time outside it
-# would be stored as some other day and skew every trend query.
-MIN_EVENT_TIME = datetime(1900, 1, 1, tzinfo=UTC)
-MAX_EVENT_TIME = datetime(2299, 12, 31, 23, 59, 59, tzinfo=UTC)
+# The range of ClickHouse's Date, the day every trend query counts by (toDate): a time
+# outside it is stored fine as DateTime64 but counted on a wrapped-around day, skewing every
+# trend query (schemas.events refuses such times too).
+MIN_EVENT_TIME = EARLIEST_EVENT_TIME
+MAX_EVENT_TIME = LATEST_EVENT_TIME  # exclusive
 
 
 def _in_range(value: datetime, label: str) -> datetime:
     try:
-        inside = MIN_EVENT_TIME <= value <= MAX_EVENT_TIME
+        inside = MIN_EVENT_TIME <= value < MAX_EVENT_TIME
     except OverflowError:  # e.g. 0001-01-01T00:30+01:00 has no UTC equivalent
         inside = False
     if not inside:
         _reject(
             "bad_timestamp",
-            f"{label}: {value.isoformat()} is outside the supported range 1900-01-01 .. 2299-12-31",
+            f"{label}: {value.isoformat()} is outside the supported range 1970-01-01 .. "
+            "2149-06-05 UTC (the days the warehouse can count by)",
         )
     return value
 

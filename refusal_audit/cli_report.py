@@ -92,6 +92,8 @@ def report(
         err.print("[yellow]the warehouse holds no audited refusal yet: the report is empty")
     try:
         written = write_report(data, out, png)
+    except (FileExistsError, NotADirectoryError) as exc:  # a file where a directory must be
+        raise fail_usage(f"cannot write the report: {exc.filename} is not a directory") from exc
     except OSError as exc:
         where = exc.filename or out
         raise fail_usage(f"cannot write {where}: {exc.strerror or exc}") from exc

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Literal, NamedTuple
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 EVENT_SCHEMA_VERSION: Literal["1"] = "1"
+
+EARLIEST_EVENT_TIME = datetime(1970, 1, 1, tzinfo=UTC)
+"""Event times before this are refused: ClickHouse's ``Date`` (the day every trend query
+groups by, ``toDate``) starts here, and an earlier time would wrap to another day."""
+LATEST_EVENT_TIME = datetime(2149, 6, 6, tzinfo=UTC)
+"""Event times at or after this are refused: the end of ClickHouse's ``Date`` range."""
 
 NonEmptyId = Annotated[str, StringConstraints(min_length=1, max_length=256, strip_whitespace=True)]
 
@@ -36,14 +43,20 @@ class RefusalEvent(BaseModel):
     naive timestamps are rejected. ``log_id`` must be unique per event: it is the
     idempotency key of the whole pipeline (storage deduplicates on it).
 
-    Raises ``pydantic.ValidationError`` on missing or mistyped fields or unknown top-level keys.
+    ``event_time`` must fall in [``EARLIEST_EVENT_TIME``, ``LATEST_EVENT_TIME``), ClickHouse's
+    day range (1970-01-01 to 2149-06-05 UTC).
+
+    Raises ``pydantic.ValidationError`` on missing or mistyped fields, unknown top-level keys
+    or an event time outside that range.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
 
     schema_version: Literal["1"] = EVENT_SCHEMA_VERSION
     log_id: NonEmptyId = Field(description="Unique id of this logged exchange.")
-    event_time: AwareDatetime = Field(description="When the model responded (RFC 3339).")
+    event_time: AwareDatetime = Field(
+        description="When the model responded (RFC 3339), from 1970-01-01 to 2149-06-05 UTC."
+    )
     request: str = Field(description="The user's request text (the last user turn).")
     response: str = Field(description="The model's response text, usually a refusal.")
     model: NonEmptyId = Field(description="Model id, e.g. 'gpt-4o-2024-08-06'.")
@@ -64,6 +77,16 @@ class RefusalEvent(BaseModel):
     attributes: dict[str, str] = Field(
         default_factory=dict, description="Free-form string attributes (labels, source, ...)."
     )
+
+    @field_validator("event_time")
+    @classmethod
+    def _in_day_range(cls, value: datetime) -> datetime:
+        if not EARLIEST_EVENT_TIME <= value < LATEST_EVENT_TIME:
+            raise ValueError(
+                f"event_time {value.isoformat()} is outside 1970-01-01 to 2149-06-05 UTC, "
+                "the days the warehouse can count by"
+            )
+        return value
 
 
 class StoredEvent(BaseModel):

@@ -987,6 +987,8 @@ def test_offsets_kept_and_utc_normalisation_not_applied() -> None:
         "0001-01-01T00:00:00Z",
         "9999-12-31T23:59:59Z",
         "1900-01-01T00:00:00+05:00",
+        "1969-12-31T23:59:59Z",  # stored fine as DateTime64, but toDate() would wrap it
+        "2150-01-01T00:00:00Z",
         "\uff12\uff10\uff12\uff15-01-01T00:00:00Z",
     ],
 )

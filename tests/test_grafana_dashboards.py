@@ -332,6 +332,20 @@ def test_compose_provisions_grafana_and_prometheus() -> None:
     assert services["worker"]["environment"]["REFUSAL_AUDIT_WORKER_WEB_PORT"] == 6066
 
 
+VIEW_BASES = {"assessments", "review_verdicts"}
+"""Tables under the views the panels read (current_assessments, current_verdicts): ClickHouse
+runs a normal view with the invoker's rights (SQL SECURITY INVOKER by default)."""
+
+
+def tables_read() -> set[str]:
+    """Every table or view named after FROM or JOIN in the audit dashboard's SQL (panels,
+    variables, annotations)."""
+    sqls = [t["rawSql"] for p in AUDIT["panels"] for t in p.get("targets", [])]
+    sqls += [v["definition"] for v in AUDIT["templating"]["list"]]
+    sqls += [a["target"]["rawSql"] for a in AUDIT["annotations"]["list"] if "target" in a]
+    return {t for sql in sqls for t in re.findall(r"\b(?:FROM|JOIN)\s+([a-z_]\w*)", sql)}
+
+
 @pytest.mark.parametrize("password", ["plain", "it's", "back\\slash\\", "x';DROP TABLE t;--"])
 def test_the_grafana_reader_script_creates_a_read_only_user_with_the_password_as_given(
     password: str, tmp_path: Path, warehouse_db: tuple[Any, str]
@@ -348,19 +362,38 @@ def test_the_grafana_reader_script_creates_a_read_only_user_with_the_password_as
     script = DEPLOY / "clickhouse" / "initdb" / "10-grafana-reader.sh"
     out = tmp_path / "sql"
     subprocess.run(
-        ["bash", "-c", f'clickhouseclient=(tee {out}); . "{script}"'],
+        ["bash", "-c", f'clickhouseclient=(tee -a {out}); . "{script}"'],
         env={"GRAFANA_CLICKHOUSE_PASSWORD": password, "CLICKHOUSE_DB": "refusal_audit",
              "PATH": "/usr/bin:/bin"},
         check=True, capture_output=True,
     )  # fmt: skip
     sql = out.read_text()
     statements = [s.strip() for s in re.split(r";\n(?=CREATE|GRANT|$)", sql) if s.strip()]
-    assert len(statements) == 3, sql
     # $$...$$ is ClickHouse's raw string literal: the statements reach the parser unchanged
     parsed = [scalar(f"SELECT formatQuery($${s}$$)") for s in statements]
     assert "readonly = 1, max_execution_time CHANGEABLE_IN_READONLY" in parsed[0]
     assert "SETTINGS PROFILE `grafana_reader`" in parsed[1]
-    assert parsed[2] == "GRANT SELECT ON refusal_audit.* TO grafana_reader"
+    grants = {
+        m.group(1)
+        for p in parsed[2:]
+        if (m := re.fullmatch(r"GRANT SELECT ON refusal_audit\.(\w+) TO grafana_reader", p))
+    }
+    assert len(grants) == len(parsed) - 2  # nothing but table grants
+    assert grants == tables_read() | VIEW_BASES, "grant exactly what the dashboards read"
+    assert not grants & {"reviewers", "dead_letters", "review_queues", "schema_migrations"}
     literal = re.search(r"BY ('(?:[^'\\]|\\.)*')", statements[1])
     assert literal is not None
     assert scalar(f"SELECT {literal.group(1)}") == password
+
+
+def test_variables_offer_only_values_that_cannot_leave_the_sql_string() -> None:
+    """Grafana's singlequote format escapes ' but not \\: a logged model name ending in a
+    backslash would turn a panel's filter into other SQL. Such values are not offered (they
+    stay in "All", which is 1=1) and no custom value is accepted."""
+    for variable in AUDIT["templating"]["list"]:
+        assert variable["allowCustomValue"] is False
+        pattern = re.compile(variable["regex"].strip("/"))  # the same syntax in JS and Python
+        for safe in ("acme-chat-small-2025-03", "gpt-4o (EU)", "support bot/ü"):
+            assert pattern.search(safe), safe
+        for unsafe in ("evil\\", "a'b", "m$__toTime", "\\') OR 1=1 --"):
+            assert not pattern.search(unsafe), unsafe

@@ -164,24 +164,45 @@ def test_the_report_opens_offline_in_chromium_with_every_chart_drawn(
     context.close()
 
 
-def test_logged_text_cannot_inject_markup_into_the_report(
+HOSTILE_MODELS = (
+    '<img src=x onerror="alert(1)"><script>alert(2)</script>',
+    "gpt-$\\frac{a}{$",  # matplotlib would parse $...$ as math, and fail on this one
+    "m\u202e-spoof",  # right-to-left override: would reverse the report's own words
+    "_hidden-model",  # matplotlib leaves "_" labels out of legends
+    'quote" id="evil" x="url(#axes_1)',  # looks like the SVG ids the charts rewrite
+    "ctl\x07\x1b-model",
+)
+
+
+def test_logged_text_cannot_inject_markup_or_break_the_charts(
     warehouse: Warehouse, tmp_path: Path
 ) -> None:
-    evil = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
     log = tmp_path / "evil.jsonl"
-    log.write_bytes(
+    log.write_bytes(b"".join(
         orjson.dumps({
-            "log_id": "evil-1", "event_time": "2025-06-02T08:00:00Z", "model": evil,
-            "product": evil, "request": "How do I kill a Python process?",
+            "log_id": f"evil-{i}", "event_time": "2025-06-02T08:00:00Z", "model": model,
+            "product": model, "request": "How do I kill a Python process?",
             "response": "I can't help with that request.",
         }) + b"\n"
-    )  # fmt: skip
+        for i, model in enumerate(HOSTILE_MODELS)
+    ))  # fmt: skip
     audit([log], warehouse)
-    html = render_html(_collect(warehouse))
+    data = _collect(warehouse)
+    assert len(data.fp_by_model) == len(HOSTILE_MODELS)
+    html = render_html(data)
     parser = _Tags()
     parser.feed(html)
     assert not {t for t, _ in parser.tags} & {"img", "script"}
     assert "&lt;img src=x" in html  # shown as text, in the table
+    assert "\u202e" not in html and "\x07" not in html and "m-spoof" in html
+    ids = [a["id"] for _, a in parser.tags if a.get("id")]
+    assert "evil" not in " ".join(ids) and len(ids) == len(set(ids))
+    charts = draw(data)
+    by_model = charts["fp-by-model"].svg()
+    assert "gpt-$\\frac{a}{$" in by_model  # drawn as text, not math
+    assert 'url(#axes_1)' in html  # chart text is not rewritten like an id reference
+    legend = charts["fp-over-time"].figure.axes[0].get_legend()
+    assert any("_hidden-model" in t.get_text() for t in legend.get_texts())
 
 
 def test_png_charts_are_real_images(period: PeriodData, tmp_path: Path) -> None:

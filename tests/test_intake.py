@@ -103,3 +103,14 @@ def test_decode_failure_keeps_the_log_id_it_could_read() -> None:
     assert isinstance(out, DeadLetter)
     assert out.stage == "decode" and out.reason_code == "bad_timestamp"
     assert out.log_id == "l1"
+
+
+def test_an_event_time_outside_the_warehouse_day_range_is_a_dead_letter() -> None:
+    """ClickHouse's Date (every trend query's day) spans 1970-01-01 to 2149-06-05: an event
+    time outside it would be counted on a wrapped-around day, so it is refused instead."""
+    for moment in ("1969-12-31T23:59:59Z", "1970-01-01T00:30:00+01:00", "2200-01-01T00:00:00Z"):
+        out = prepare(record(event_time=moment), "jsonl", settings(), NOW)
+        assert isinstance(out, DeadLetter), moment
+        assert out.reason_code == "bad_timestamp" and "1970-01-01 .. 2149-06-05" in out.reason
+    for moment in ("1970-01-01T00:00:00Z", "2149-06-05T23:59:59Z"):
+        assert isinstance(prepare(record(event_time=moment), "jsonl", settings(), NOW), StoredEvent)

@@ -130,10 +130,19 @@ def row(title: str) -> Json:
     }
 
 
+SAFE_VALUE_REGEX = "/^[^'\\\\$]*$/"
+"""Options a variable offers: values without a quote, backslash or dollar sign. Grafana's
+``singlequote`` format escapes ``'`` but not ``\\``, so a value ending in a backslash would
+break out of the SQL string (and the plugin expands ``$__`` macros even inside strings);
+such values stay in "All", which ``$__conditionalAll`` turns into ``1=1``."""
+
+
 def ch_variable(name: str, label: str, sql: str) -> Json:
     """A multi-value ClickHouse query variable with an "All" option (no custom all value,
-    so "All" expands to every option; the panels wrap it in ``$__conditionalAll``)."""
+    so "All" expands to every option; the panels wrap it in ``$__conditionalAll``). Only
+    values matching ``SAFE_VALUE_REGEX`` are offered, and no custom value is accepted."""
     return {
+        "allowCustomValue": False,
         "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
         "datasource": dict(CLICKHOUSE_DS),
         "definition": sql.strip(),
@@ -144,7 +153,7 @@ def ch_variable(name: str, label: str, sql: str) -> Json:
         "options": [],
         "query": {"editorType": "sql", "rawSql": sql.strip(), "refId": f"var-{name}"},
         "refresh": 1,
-        "regex": "",
+        "regex": SAFE_VALUE_REGEX,
         "sort": 1,
         "type": "query",
     }

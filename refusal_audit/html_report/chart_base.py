@@ -17,6 +17,11 @@ from matplotlib.dates import DateFormatter, DayLocator
 from matplotlib.figure import Figure
 
 _ID_REF = re.compile(r'(\bid="|url\(#|href="#)([^"()]+)')
+_TAG = re.compile(r"<[^>]*>")  # text nodes carry "<" as "&lt;": tags are well delimited
+# C0/C1 controls (but tab and newline) and the bidirectional controls: a logged name must not
+# reorder the report's own words (U+202E) or break the SVG's XML
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+MAX_LABEL = 40
 WIDTH_IN, HEIGHT_IN = 9.0, 3.4
 PNG_DPI = 150
 MAX_TICKS = 10
@@ -28,6 +33,7 @@ STYLE: dict[Any, Any] = {  # matplotlib types its keys as a Literal of rc names
     "axes.spines.right": False,
     "axes.grid": True,
     "grid.alpha": 0.3,
+    "text.parse_math": False,  # logged names are text: "$x$" must not become math (or fail)
 }
 # tab20 without its two greys (grey is "other"): 18 distinguishable colours
 _PALETTE = [matplotlib.colormaps["tab20"](i) for i in range(20) if i not in (14, 15)]
@@ -55,7 +61,8 @@ class Chart:
         with matplotlib.rc_context(STYLE | {"svg.hashsalt": self.name}):
             self.figure.savefig(buffer, format="svg", metadata={"Date": None})
         text = buffer.getvalue()
-        return _ID_REF.sub(rf"\1{self.name}-\2", text[text.index("<svg") :])
+        prefix = rf"\1{self.name}-\2"
+        return _TAG.sub(lambda tag: _ID_REF.sub(prefix, tag.group(0)), text[text.index("<svg") :])
 
     def png(self) -> bytes:
         """The chart as PNG bytes at ``PNG_DPI`` dots per inch, titled with its title and
@@ -69,6 +76,20 @@ class Chart:
             self.figure.savefig(buffer, format="png", dpi=PNG_DPI, metadata={"Software": None})
             title.remove()
         return buffer.getvalue()
+
+
+def clean_text(text: str) -> str:
+    """``text`` without control characters (tab and newline kept) and bidirectional
+    controls, for anything logged that the report shows (HTML and charts)."""
+    return _UNSAFE.sub("", text)
+
+
+def label(text: str, width: int = MAX_LABEL) -> str:
+    """A chart label from logged ``text``: cleaned, cut to ``width`` characters ("…"), and
+    never starting with "_" (matplotlib leaves such labels out of legends)."""
+    text = clean_text(text)
+    text = text if len(text) <= width else text[: width - 1] + "…"
+    return " " + text if text.startswith("_") else text
 
 
 def figure(height: float = HEIGHT_IN) -> tuple[Figure, Any]:
@@ -132,8 +153,4 @@ def shorten(texts: Sequence[str], width: int) -> list[str]:
     if len(texts) > 1:
         while all(len(w) > common + 1 for w in words) and len({w[common] for w in words}) == 1:
             common += 1
-    out = []
-    for w in words:
-        text = ("… " if common else "") + " ".join(w[common:])
-        out.append(text if len(text) <= width else text[: width - 1] + "…")
-    return out
+    return [label(("… " if common else "") + " ".join(w[common:]), width) for w in words]

@@ -16,10 +16,12 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+import matplotlib
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from refusal_audit.html_report.chart_base import (
     OTHER_COLOUR,
+    STYLE,
     Chart,
     as_datetime,
     category_colours,
@@ -27,12 +29,15 @@ from refusal_audit.html_report.chart_base import (
     day_grid,
     error_bars,
     figure,
+    label,
     shorten,
 )
 from refusal_audit.html_report.data import PeriodData
 
 MAX_CATEGORIES = 9
 MAX_GAP_LABEL = 60
+MAX_MODEL_ROWS = 25
+MAX_SERIES = 8
 
 
 def _period(data: PeriodData) -> str:
@@ -43,36 +48,40 @@ def _period(data: PeriodData) -> str:
 
 def fp_by_model(data: PeriodData) -> Chart | None:
     """Estimated false-positive rate per model over the period, with its Wilson 95% band."""
-    rows = [r for r in data.fp_by_model if r["audited"]]
-    if not rows:
+    every = [r for r in data.fp_by_model if r["audited"]]
+    if not every:
         return None
+    rows = sorted(every, key=lambda r: -int(r["audited"]))[:MAX_MODEL_ROWS]
+    rows.sort(key=lambda r: str(r["model"]))
     fig, axes = figure(max(1.4, 0.35 * len(rows) + 0.9))
-    labels = [f"{r['model']} (n={r['audited']})" for r in rows]
+    labels = [f"{label(str(r['model']))} (n={r['audited']})" for r in rows]
     axes.errorbar([r["rate"] for r in rows], labels, xerr=error_bars(rows, "rate", "low", "high"),
                   fmt="o", capsize=4, color="#1f77b4")  # fmt: skip
     axes.set_xlim(0, 1)
     axes.xaxis.set_major_formatter(PercentFormatter(1.0))
     axes.set_xlabel("estimated false-positive (over-refusal) rate, Wilson 95% interval")
     axes.invert_yaxis()
-    return Chart(
-        "fp-by-model",
-        "False-positive rate per model",
+    caption = (
         "Each dot is the share of a model's audited refusals the audit judged over-refusals; "
-        "the bar is its Wilson 95% interval (n: audited refusals).",
-        fig,
-        _period(data),
+        "the bar is its Wilson 95% interval (n: audited refusals)."
     )
+    if len(every) > len(rows):
+        caption += f" The {len(rows)} most audited of {len(every)} models; all are in the table."
+    return Chart("fp-by-model", "False-positive rate per model", caption, fig, _period(data))
 
 
 def fp_over_time(data: PeriodData) -> Chart | None:
     """Estimated false-positive rate per event day and model with Wilson 95% bands over the
     whole period (a day without audited refusals of a model is a gap in its line; a lone
     day gets its interval as a bar); the period's alerts as labelled dashed lines."""
-    series: dict[str, dict[Any, dict[str, Any]]] = defaultdict(dict)
+    every: dict[str, dict[Any, dict[str, Any]]] = defaultdict(dict)
     for r in data.fp_daily:
-        series[str(r["model"])][r["day"]] = r
-    if not series:
+        every[str(r["model"])][r["day"]] = r
+    if not every:
         return None
+    volume = {m: sum(int(r["audited"]) for r in rows.values()) for m, rows in every.items()}
+    kept = sorted(every, key=lambda m: (-volume[m], m))[:MAX_SERIES]
+    series = {m: every[m] for m in kept}
     days = day_grid(data.slice.since, data.slice.until)
     x = [as_datetime(d) for d in days]
     fig, axes = figure(3.6)
@@ -81,7 +90,7 @@ def fp_over_time(data: PeriodData) -> Chart | None:
             [by_day[d][key] if d in by_day else math.nan for d in days]
             for key in ("rate", "wilson_low", "wilson_high")
         )
-        (line,) = axes.plot(x, rate, marker="o", ms=3, label=model)
+        (line,) = axes.plot(x, rate, marker="o", ms=3, label=label(model))
         axes.fill_between(x, low, high, color=line.get_color(), alpha=0.12, linewidth=0)
         for i, d in enumerate(days):  # lone days: fill_between draws nothing for them
             alone = d in by_day and all(
@@ -103,6 +112,8 @@ def fp_over_time(data: PeriodData) -> Chart | None:
     axes.legend(loc="lower left", bbox_to_anchor=(0, 1.01), fontsize=8, frameon=False,
                 ncols=min(4, len(series)))  # fmt: skip
     caption = "Daily estimated false-positive rate per model; shaded: Wilson 95% band."
+    if len(every) > len(series):
+        caption += f" The {len(series)} most audited of {len(every)} models."
     if data.alerts:
         caption += " Dashed red lines: the start of an alert's window (kind written beside)."
     return Chart("fp-over-time", "False-positive rate over time", caption, fig, _period(data))
@@ -131,7 +142,7 @@ def category_mix(data: PeriodData) -> Chart | None:
     x = [as_datetime(d) for d in days]
     bottom = [0.0] * len(days)
     for name, values in shares.items():
-        axes.bar(x, values, bottom=bottom, width=0.8, label=name, color=colours[name])
+        axes.bar(x, values, bottom=bottom, width=0.8, label=label(name), color=colours[name])
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     axes.set_ylim(0, 1)
     axes.yaxis.set_major_formatter(PercentFormatter(1.0))
@@ -189,10 +200,10 @@ def review_agreement(data: PeriodData) -> Chart | None:
     fig, axes = figure(3.6)
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        groups[f"{r['model']} / {r['policy_bundle']}"].append(r)
+        groups[f"{label(str(r['model']))} / {label(str(r['policy_bundle']))}"].append(r)
     n_series = 2 * len(groups)
     step = 0
-    for label, items in sorted(groups.items()):
+    for group, items in sorted(groups.items()):
         for key, low, high, marker, name in (
             ("fp_agreement", "fp_low", "fp_high", "o", "agreement"),
             ("fp_kappa", "fp_kappa_low", "fp_kappa_high", "s", "kappa"),
@@ -200,7 +211,7 @@ def review_agreement(data: PeriodData) -> Chart | None:
             dodge = timedelta(days=(step - (n_series - 1) / 2) * min(0.8, 5 / n_series))
             x = [as_datetime(r["week"]) + dodge for r in items]
             axes.errorbar(x, [r[key] for r in items], yerr=error_bars(items, key, low, high),
-                          fmt=marker + "-", capsize=3, ms=4, label=f"{label}: {name}")  # fmt: skip
+                          fmt=marker + "-", capsize=3, ms=4, label=f"{group}: {name}")  # fmt: skip
             step += 1
     axes.set_ylim(-0.2, 1.05)
     axes.set_ylabel("agreement / kappa")
@@ -225,7 +236,7 @@ def verified_vs_estimated(data: PeriodData) -> Chart | None:
     if not rows:
         return None
     fig, axes = figure(max(1.8, 0.5 * len(rows) + 1.0))
-    labels = [f"{r['model']}, week of {r['week']}" for r in rows]
+    labels = [f"{label(str(r['model']))}, week of {r['week']}" for r in rows]
     positions = list(range(len(rows)))
     for offset, key, low, high, name in (
         (-0.15, "model_fp_rate", "model_low", "model_high", "estimated by the audit"),
@@ -260,6 +271,9 @@ CHARTS: tuple[Callable[[PeriodData], Chart | None], ...] = (
 
 
 def draw(data: PeriodData) -> dict[str, Chart]:
-    """Every chart the period has data for, by name, in report order."""
-    charts = (make(data) for make in CHARTS)
+    """Every chart the period has data for, by name, in report order. Drawn under the
+    report's style (``chart_base.STYLE``): text objects take settings such as
+    ``text.parse_math`` when they are made, not when they are saved."""
+    with matplotlib.rc_context(STYLE):
+        charts = [make(data) for make in CHARTS]
     return {chart.name: chart for chart in charts if chart is not None}

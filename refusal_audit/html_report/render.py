@@ -12,12 +12,14 @@ from importlib.resources import files
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
 
 from processors.stats import wilson_interval
-from refusal_audit.html_report.chart_base import Chart
+from refusal_audit.html_report.chart_base import Chart, clean_text
 from refusal_audit.html_report.charts import draw
 from refusal_audit.html_report.data import PeriodData
 
+MAX_THIN_LISTED = 100
 _TEMPLATES = Path(str(files("refusal_audit.html_report") / "templates"))
 
 
@@ -46,6 +48,14 @@ def _when(value: datetime | date | None) -> str:
     return value.isoformat()
 
 
+def _finalize(value: object) -> object:
+    """Every ``{{ ... }}`` output: logged text loses control and bidirectional characters
+    (``chart_base.clean_text``) before it is escaped; the charts' SVG stays markup."""
+    if isinstance(value, Markup):
+        return Markup(clean_text(str(value)))
+    return clean_text(value) if isinstance(value, str) else value
+
+
 def _environment() -> Environment:
     env = Environment(
         loader=FileSystemLoader(_TEMPLATES),
@@ -53,6 +63,7 @@ def _environment() -> Environment:
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=_finalize,
     )
     env.globals.update(pct=_pct, rate=_rate, share=_share, when=_when)
     return env
@@ -84,6 +95,7 @@ def render_html(data: PeriodData, charts: dict[str, Chart] | None = None) -> str
             category_totals=sorted(totals.items(), key=lambda kv: (-kv[1], kv[0])),
             thin_models={n.label for n in data.thin_model},
             widest=widest,
+            max_listed=MAX_THIN_LISTED,
         )
     )
 

@@ -5,7 +5,7 @@
 # idempotent and a changed password takes effect on the next restart.
 #
 # Creates the read-only user Grafana connects as (Grafana runs panel SQL as written, so it
-# gets SELECT on the warehouse database and nothing else). readonly = 1 with
+# gets SELECT on the tables the dashboards read and nothing else). readonly = 1 with
 # max_execution_time changeable: the ClickHouse plugin sets that setting on every query.
 # The password is a ClickHouse string literal: backslashes and single quotes are escaped.
 grafana_reader_password=${GRAFANA_CLICKHOUSE_PASSWORD:?set GRAFANA_CLICKHOUSE_PASSWORD}
@@ -17,6 +17,19 @@ CREATE SETTINGS PROFILE OR REPLACE grafana_reader
 CREATE USER OR REPLACE grafana_reader
     IDENTIFIED WITH sha256_password BY '${grafana_reader_password}'
     SETTINGS PROFILE 'grafana_reader';
-GRANT SELECT ON ${CLICKHOUSE_DB:-refusal_audit}.* TO grafana_reader;
 SQL
+# Only what the dashboards read (and the tables under the views they read, which run with the
+# reader's rights): never the reviewers' password hashes (reviewers), the dead letters' raw
+# bytes or the migration bookkeeping. tests/test_grafana_dashboards.py keeps this list equal
+# to the tables the panels' SQL names.
+for grafana_reader_table in \
+    ab_event_log alerts assessments calibration_decisions calibration_experiments \
+    calibration_runs calibration_variants clarification_steps clarification_verdicts \
+    current_assessments current_verdicts policy_gap_sightings policy_gap_summary \
+    refusal_events review_verdicts; do
+    "${clickhouseclient[@]}" <<SQL
+GRANT SELECT ON ${CLICKHOUSE_DB:-refusal_audit}.${grafana_reader_table} TO grafana_reader;
+SQL
+done
+unset grafana_reader_table
 unset grafana_reader_password
