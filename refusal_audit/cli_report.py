@@ -31,15 +31,21 @@ def _period(
 
 
 def _check_filter(client: Client, database: str, column: str, value: str | None) -> None:
+    from rich.markup import escape
+
+    from refusal_audit.html_report.chart_base import clean_text
     from warehouse.report_queries import stored_values
 
     if value is None:
         return
     known = stored_values(client, database, column)
     if value not in known:
-        listed = ", ".join(known[:MAX_LISTED]) + (" ..." if len(known) > MAX_LISTED else "")
+        # logged names may hold terminal escapes, bidi controls or rich markup: show them inert
+        shown = [escape(clean_text(k)) for k in known[:MAX_LISTED]]
+        listed = ", ".join(shown) + (" ..." if len(known) > MAX_LISTED else "")
         raise fail_usage(
-            f"no stored event has {column} {value!r}; the warehouse holds: {listed or 'none'}"
+            f"no stored event has {column} {escape(repr(clean_text(value)))}; the warehouse "
+            f"holds: {listed or 'none'}"
         )
 
 

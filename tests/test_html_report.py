@@ -77,9 +77,13 @@ def test_the_figures_are_the_warehouse_s(period: PeriodData, warehouse: Warehous
         assert (row["low"], row["high"]) == wilson_interval(k, n)
         thin = row["model"] in {note.label for note in period.thin_model}
         assert thin == (row["high"] - row["low"] > 0.2)
-    assert len(period.thin_daily) == sum(
-        r["wilson_high"] - r["wilson_low"] > 0.2 for r in daily
-    )
+    assert period.bucket == "day"  # a week: the series are the named query's own rows
+    assert [(r["start"], r["model"], r["audited"], r["wilson_low"]) for r in period.fp_series] == [
+        (r["day"], r["model"], r["audited"], r["wilson_low"]) for r in daily
+    ]
+    assert len(period.thin_series) == sum(r["wilson_high"] - r["wilson_low"] > 0.2 for r in daily)
+    widths = [n.width for n in period.thin_series]
+    assert widths == sorted(widths, reverse=True)  # the widest listed first
     assert [a.scope.model for a in period.alerts] == [SMALL]
     assert period.agreement and all(r["compared"] > 0 for r in period.agreement)
     assert period.gaps and period.gaps[0]["refusals"] >= period.gaps[-1]["refusals"]
@@ -150,7 +154,7 @@ def test_the_report_opens_offline_in_chromium_with_every_chart_drawn(
         assert page.locator(f'figure[data-chart="{name}"] figcaption').inner_text().strip()
     by_model = page.locator('figure[data-chart="fp-by-model"] svg').text_content() or ""
     assert all(r["model"] in by_model for r in period.fp_by_model)
-    assert "1 of" not in page.locator("#thin-notes").inner_text() or period.thin_daily
+    assert "1 of" not in page.locator("#thin-notes").inner_text() or period.thin_series
     assert page.locator("#alerts table tr").count() == 2  # header + the alert
     shot = tmp_path / "report.png"
     page.screenshot(path=str(shot), full_page=True)
@@ -288,7 +292,7 @@ def test_one_day_and_days_without_data_are_drawn_as_such(warehouse: Warehouse) -
         ReportFilter(date(2025, 6, 2), date(2025, 6, 8), "partner-llm-8b", "support-bot"),
         warehouse="x", max_width=0.2,
     )  # fmt: skip
-    days = {r["day"] for r in sparse.fp_daily}
+    days = {r["start"] for r in sparse.fp_series}
     assert date(2025, 6, 3) not in days and len(days) >= 3
     charts = draw(sparse)
     (line,) = charts["fp-over-time"].figure.axes[0].get_lines()

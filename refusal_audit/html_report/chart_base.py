@@ -13,7 +13,7 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 
 import matplotlib
-from matplotlib.dates import DateFormatter, DayLocator
+from matplotlib.dates import MO, DateFormatter, DayLocator, MonthLocator, WeekdayLocator
 from matplotlib.figure import Figure
 
 _ID_REF = re.compile(r'(\bid="|url\(#|href="#)([^"()]+)')
@@ -110,18 +110,29 @@ def day_grid(first: date, last: date) -> list[date]:
     return [first + timedelta(days=i) for i in range((last - first).days + 1)]
 
 
-def date_axis(axes: Any, first: date, last: date, step_days: int = 1) -> None:
-    """An x axis from half a step before ``first`` to half a step after ``last``, one tick
-    per ``step_days`` (widened to at most ``MAX_TICKS`` ticks), labelled YYYY-MM-DD. One day
-    or one week still gets a readable axis."""
-    half = timedelta(days=step_days / 2)
+def date_axis(axes: Any, first: date, last: date, size: str = "day") -> None:
+    """An x axis from half a bucket before ``first`` to half a bucket after ``last`` (bucket
+    ``size``: day, week or month), at most ``MAX_TICKS`` ticks on bucket starts, labelled
+    YYYY-MM-DD (YYYY-MM for months). One bucket still gets a readable axis."""
+    step = {"day": 1, "week": 7, "month": 30}[size]
+    half = timedelta(days=step / 2)
     axes.set_xlim(as_datetime(first) - half, as_datetime(last) + half)
-    steps = (last - first).days // step_days + 1
-    interval = step_days * max(1, math.ceil(steps / MAX_TICKS))
-    axes.xaxis.set_major_locator(DayLocator(interval=interval))  # type: ignore[no-untyped-call]
-    axes.xaxis.set_major_formatter(DateFormatter("%Y-%m-%d"))  # type: ignore[no-untyped-call]
-    for label in axes.get_xticklabels():
-        label.set_rotation(0)
+    steps = max(1, (last - first).days // step + 1)
+    every = max(1, math.ceil(steps / MAX_TICKS))
+    if size == "month":
+        locator: Any = MonthLocator(interval=every)  # type: ignore[no-untyped-call]
+    elif size == "week":
+        locator = WeekdayLocator(byweekday=MO, interval=every)  # type: ignore[no-untyped-call]
+    else:
+        locator = DayLocator(interval=every)  # type: ignore[no-untyped-call]
+    axes.xaxis.set_major_locator(locator)
+    pattern = "%Y-%m" if size == "month" else "%Y-%m-%d"
+    axes.xaxis.set_major_formatter(DateFormatter(pattern))  # type: ignore[no-untyped-call]
+
+
+def bar_width(size: str) -> float:
+    """Bar width in days for a bucket ``size`` (80% of the bucket)."""
+    return {"day": 0.8, "week": 5.6, "month": 24.0}[size]
 
 
 def error_bars(

@@ -19,14 +19,15 @@ from typing import Any
 import matplotlib
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
+from refusal_audit.html_report.buckets import bucket_grid
 from refusal_audit.html_report.chart_base import (
     OTHER_COLOUR,
     STYLE,
     Chart,
     as_datetime,
+    bar_width,
     category_colours,
     date_axis,
-    day_grid,
     error_bars,
     figure,
     label,
@@ -38,6 +39,8 @@ MAX_CATEGORIES = 9
 MAX_GAP_LABEL = 60
 MAX_MODEL_ROWS = 25
 MAX_SERIES = 8
+LEGEND_LABEL = 32
+PER_BUCKET = {"day": "Daily", "week": "Weekly", "month": "Monthly"}
 
 
 def _period(data: PeriodData) -> str:
@@ -71,30 +74,31 @@ def fp_by_model(data: PeriodData) -> Chart | None:
 
 
 def fp_over_time(data: PeriodData) -> Chart | None:
-    """Estimated false-positive rate per event day and model with Wilson 95% bands over the
-    whole period (a day without audited refusals of a model is a gap in its line; a lone
-    day gets its interval as a bar); the period's alerts as labelled dashed lines."""
+    """Estimated false-positive rate per time bucket (``data.bucket``) and model with Wilson
+    95% bands over the whole period (a bucket without audited refusals of a model is a gap
+    in its line; a lone bucket gets its interval as a bar); the ``MAX_SERIES`` most audited
+    models; the period's alerts as labelled dashed lines."""
     every: dict[str, dict[Any, dict[str, Any]]] = defaultdict(dict)
-    for r in data.fp_daily:
-        every[str(r["model"])][r["day"]] = r
+    for r in data.fp_series:
+        every[str(r["model"])][r["start"]] = r
     if not every:
         return None
     volume = {m: sum(int(r["audited"]) for r in rows.values()) for m, rows in every.items()}
     kept = sorted(every, key=lambda m: (-volume[m], m))[:MAX_SERIES]
-    series = {m: every[m] for m in kept}
-    days = day_grid(data.slice.since, data.slice.until)
-    x = [as_datetime(d) for d in days]
+    grid = bucket_grid(data.slice.since, data.slice.until, data.bucket)
+    x = [as_datetime(d) for d in grid]
     fig, axes = figure(3.6)
-    for model, by_day in sorted(series.items()):
+    for model in sorted(kept):
+        by_start = every[model]
         rate, low, high = (
-            [by_day[d][key] if d in by_day else math.nan for d in days]
+            [by_start[d][key] if d in by_start else math.nan for d in grid]
             for key in ("rate", "wilson_low", "wilson_high")
         )
-        (line,) = axes.plot(x, rate, marker="o", ms=3, label=label(model))
+        (line,) = axes.plot(x, rate, marker="o", ms=3, label=label(model, LEGEND_LABEL))
         axes.fill_between(x, low, high, color=line.get_color(), alpha=0.12, linewidth=0)
-        for i, d in enumerate(days):  # lone days: fill_between draws nothing for them
-            alone = d in by_day and all(
-                days[j] not in by_day for j in (i - 1, i + 1) if 0 <= j < len(days)
+        for i, d in enumerate(grid):  # lone buckets: fill_between draws nothing for them
+            alone = d in by_start and all(
+                grid[j] not in by_start for j in (i - 1, i + 1) if 0 <= j < len(grid)
             )
             if alone:
                 axes.vlines(x[i], low[i], high[i], color=line.get_color(), alpha=0.5)
@@ -108,52 +112,57 @@ def fp_over_time(data: PeriodData) -> Chart | None:
     axes.set_ylim(0, 1)
     axes.yaxis.set_major_formatter(PercentFormatter(1.0))
     axes.set_ylabel("false-positive rate")
-    date_axis(axes, days[0], days[-1])
-    axes.legend(loc="lower left", bbox_to_anchor=(0, 1.01), fontsize=8, frameon=False,
-                ncols=min(4, len(series)))  # fmt: skip
-    caption = "Daily estimated false-positive rate per model; shaded: Wilson 95% band."
-    if len(every) > len(series):
-        caption += f" The {len(series)} most audited of {len(every)} models."
+    date_axis(axes, grid[0], grid[-1], data.bucket)
+    axes.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
+    caption = (
+        f"{PER_BUCKET[data.bucket]} estimated false-positive rate per model; shaded: Wilson "
+        "95% band."
+    )
+    if len(every) > len(kept):
+        caption += f" The {len(kept)} most audited of {len(every)} models."
     if data.alerts:
         caption += " Dashed red lines: the start of an alert's window (kind written beside)."
     return Chart("fp-over-time", "False-positive rate over time", caption, fig, _period(data))
 
 
 def category_mix(data: PeriodData) -> Chart | None:
-    """Share of each refusal category per event day, stacked bars over the whole period;
-    categories beyond the ``MAX_CATEGORIES`` largest of the period are pooled as ``other``.
-    A category keeps its colour from report to report."""
-    if not data.category_daily:
+    """Share of each refusal category per time bucket, stacked bars over the whole period
+    (no bar where nothing was audited); categories beyond the ``MAX_CATEGORIES`` largest of
+    the period are pooled as ``other``. A category keeps its colour from report to report."""
+    if not data.category_series:
         return None
     totals: dict[str, int] = defaultdict(int)
-    for r in data.category_daily:
+    for r in data.category_series:
         totals[str(r["category"])] += int(r["assessments"])
     top = sorted(totals, key=lambda c: (-totals[c], c))[:MAX_CATEGORIES]
-    days = day_grid(data.slice.since, data.slice.until)
-    index = {d: i for i, d in enumerate(days)}
-    shares: dict[str, list[float]] = {c: [0.0] * len(days) for c in [*top, "other"]}
-    for r in data.category_daily:
+    starts = sorted({r["start"] for r in data.category_series})  # buckets with data only
+    index = {d: i for i, d in enumerate(starts)}
+    shares: dict[str, list[float]] = {c: [0.0] * len(starts) for c in [*top, "other"]}
+    for r in data.category_series:
         name = str(r["category"]) if r["category"] in top else "other"
-        shares[name][index[r["day"]]] += float(r["share"])
+        shares[name][index[r["start"]]] += float(r["share"])
     if not any(shares["other"]):
         del shares["other"]
     colours = category_colours(top) | {"other": OTHER_COLOUR}
     fig, axes = figure(3.8)
-    x = [as_datetime(d) for d in days]
-    bottom = [0.0] * len(days)
+    x = [as_datetime(d) for d in starts]
+    bottom = [0.0] * len(starts)
+    width = bar_width(data.bucket)
     for name, values in shares.items():
-        axes.bar(x, values, bottom=bottom, width=0.8, label=label(name), color=colours[name])
+        axes.bar(x, values, bottom=bottom, width=width, align="edge" if data.bucket != "day"
+                 else "center", label=label(name), color=colours[name])  # fmt: skip
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     axes.set_ylim(0, 1)
     axes.yaxis.set_major_formatter(PercentFormatter(1.0))
-    axes.set_ylabel("share of the day's refusals")
-    date_axis(axes, days[0], days[-1])
+    axes.set_ylabel(f"share of the {data.bucket}'s refusals")
+    grid = bucket_grid(data.slice.since, data.slice.until, data.bucket)
+    date_axis(axes, grid[0], grid[-1], data.bucket)
     axes.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
     return Chart(
         "category-mix",
         "Refusal categories over time",
-        "Share of each category among the day's audited refusals (each bar stacks to 100%; "
-        "no bar: no audited refusal that day).",
+        f"Share of each category among the {data.bucket}'s audited refusals (each bar stacks "
+        f"to 100%; no bar: no audited refusal that {data.bucket}).",
         fig,
         _period(data),
     )
@@ -216,7 +225,7 @@ def review_agreement(data: PeriodData) -> Chart | None:
     axes.set_ylim(-0.2, 1.05)
     axes.set_ylabel("agreement / kappa")
     first, last = _weeks(data)
-    date_axis(axes, first, last, step_days=7)
+    date_axis(axes, first, last, "week")
     axes.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
     return Chart(
         "review-agreement",

@@ -14,6 +14,13 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from processors.sample_notes import ThinRate, thin_rate
+from refusal_audit.html_report.buckets import (
+    Bucket,
+    bucket_label,
+    bucket_size,
+    category_buckets,
+    fp_buckets,
+)
 from schemas.alerts import Alert
 from warehouse.client import Client
 from warehouse.queries import run_named
@@ -33,12 +40,16 @@ FP_WHAT = "The estimated false-positive (over-refusal) rate"
 class PeriodData:
     """Everything the report renders for one period and slice.
 
-    Rows are ``{column: value}`` dicts in the named queries' shapes: ``fp_daily``
-    (``false_positive_rate``), ``category_daily`` (``category_mix``), ``agreement``
+    ``bucket`` is the trend charts' time bucket (``buckets.bucket_size``: day, week or
+    month); ``fp_series`` and ``category_series`` are the ``false_positive_rate`` and
+    ``category_mix`` named queries summed per bucket (``buckets.fp_buckets``,
+    ``buckets.category_buckets``). Other rows are ``{column: value}`` dicts in the named
+    queries' shapes: ``agreement``
     (``review_agreement``), ``verified`` (``verified_false_positive_rate``),
     ``dead_letters`` (``dead_letters``, day of recording); ``fp_by_model`` adds ``rate``,
     ``low``, ``high`` to ``warehouse.report_queries.false_positives_by_model``. ``thin_model``
-    and ``thin_daily`` are the notes on rates whose interval is wider than ``max_width``.
+    and ``thin_series`` (per model and bucket, the widest first) are the notes on rates whose
+    interval is wider than ``max_width``.
     """
 
     slice: ReportFilter
@@ -48,15 +59,16 @@ class PeriodData:
     counts: dict[str, int]
     configurations: list[dict[str, Any]]
     fp_by_model: list[dict[str, Any]]
-    fp_daily: list[dict[str, Any]]
-    category_daily: list[dict[str, Any]]
+    bucket: Bucket
+    fp_series: list[dict[str, Any]]
+    category_series: list[dict[str, Any]]
     gaps: list[dict[str, Any]]
     alerts: list[Alert]
     agreement: list[dict[str, Any]]
     verified: list[dict[str, Any]]
     dead_letters: list[dict[str, Any]]
     thin_model: list[ThinRate] = field(default_factory=list)
-    thin_daily: list[ThinRate] = field(default_factory=list)
+    thin_series: list[ThinRate] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -86,7 +98,7 @@ def _thin(
     notes = (
         thin_rate(
             label(r), FP_WHAT, int(r["estimated_false_positives"]), int(r["audited"]),
-            max_width, "audited refusals",
+            max_width, "audited refusal(s)",
         )
         for r in rows
     )
@@ -109,9 +121,13 @@ def collect(
     time (default: now, UTC). Raises ``WarehouseError`` when a query fails.
     """
     by_model = _with_rates(false_positives_by_model(client, database, slice_).as_dicts())
-    daily = _named(client, database, "false_positive_rate", slice_)
+    size = bucket_size(slice_.since, slice_.until)
+    series = fp_buckets(_named(client, database, "false_positive_rate", slice_), size)
     thin_model = _thin(by_model, lambda r: str(r["model"]), max_width)
-    thin_daily = _thin(daily, lambda r: f"{r['model']} on {r['day']}", max_width)
+    thin_series = _thin(
+        series, lambda r: f"{r['model']}, {bucket_label(r['start'], size)}", max_width
+    )
+    thin_series.sort(key=lambda n: (-n.width, n.label))
     return PeriodData(
         slice=slice_,
         generated_at=now or datetime.now(UTC),
@@ -120,15 +136,16 @@ def collect(
         counts=period_counts(client, database, slice_),
         configurations=audit_configurations(client, database, slice_).as_dicts(),
         fp_by_model=by_model,
-        fp_daily=daily,
-        category_daily=_named(client, database, "category_mix", slice_),
+        bucket=size,
+        fp_series=series,
+        category_series=category_buckets(_named(client, database, "category_mix", slice_), size),
         gaps=top_gap_flags(client, database, slice_).as_dicts(),
         alerts=period_alerts(client, database, slice_),
         agreement=_named(client, database, "review_agreement", slice_),
         verified=_named(client, database, "verified_false_positive_rate", slice_),
         dead_letters=_named(client, database, "dead_letters", slice_),
         thin_model=thin_model,
-        thin_daily=thin_daily,
+        thin_series=thin_series,
     )
 
 

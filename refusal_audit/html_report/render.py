@@ -79,9 +79,9 @@ def render_html(data: PeriodData, charts: dict[str, Chart] | None = None) -> str
     """The report page for ``data`` (``charts``: default ``charts.draw(data)``)."""
     charts = draw(data) if charts is None else charts
     totals = Counter[str]()
-    for r in data.category_daily:
+    for r in data.category_series:
         totals[str(r["category"])] += int(r["assessments"])
-    widest = max((n.width for n in data.thin_daily), default=0.0)
+    widest = max((n.width for n in data.thin_series), default=0.0)
     return (
         _environment()
         .get_template("report.html")
@@ -96,6 +96,7 @@ def render_html(data: PeriodData, charts: dict[str, Chart] | None = None) -> str
             thin_models={n.label for n in data.thin_model},
             widest=widest,
             max_listed=MAX_THIN_LISTED,
+            per_bucket={"day": "daily", "week": "weekly", "month": "monthly"}[data.bucket],
         )
     )
 
