@@ -252,6 +252,10 @@ def ab_simulate(
     err.print(f"{len(events)} events of scenario {scenario} (seed {seed}) written to {out}")
 
 
+EXIT_SAFETY_REGRESSION = 3
+"""``ab report --fail-on-safety-regression``: an arm is flagged as a safety regression."""
+
+
 @ab_app.command("report")
 def ab_report(
     experiment: str | None = typer.Argument(
@@ -274,11 +278,18 @@ def ab_report(
         help="End of the observation (default: the last event's time).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    fail_on_safety_regression: bool = typer.Option(
+        False,
+        "--fail-on-safety-regression",
+        help=f"Exit {EXIT_SAFETY_REGRESSION} when an arm is flagged as a safety regression "
+        "(for pipelines that gate a rollout on the report).",
+    ),
 ) -> None:
     """Per arm: users, exposures, re-request and escalation rates (score test, Newcombe
     intervals), mean satisfaction (Welch), Holm-corrected; sample-ratio mismatch, the safety
     guardrail and the decision. Reads EXPERIMENT from the warehouse (events loaded with
-    ab load or ab consume), or a file with --events."""
+    ab load or ab consume), or a file with --events. Exit 1 when event lines were left out;
+    with --fail-on-safety-regression, exit 3 when an arm is a safety regression (before 1)."""
     from processors.calibration.ab import analyse
     from refusal_audit.calibrate import BadLine, dumps, plan_from_events, read_plan
 
@@ -309,6 +320,8 @@ def ab_report(
         console.file.write(dumps(data) + "\n")
     else:
         _print_report(report)
+    if fail_on_safety_regression and any(g.safety_regression for g in report.guardrails):
+        raise typer.Exit(EXIT_SAFETY_REGRESSION)
     if bad:
         raise typer.Exit(EXIT_FAILURES)
 

@@ -142,6 +142,11 @@ def test_cli_simulate_then_report(tmp_path: Path, cli_env: dict[str, str]) -> No
     data = json.loads(result.stdout)
     assert data["status"] == "no_winner" and data["winner"] is None
     assert [g["arm_id"] for g in data["guardrails"] if g["safety_regression"]] == ["b"]
+    gated = runner.invoke(
+        app, ["ab", "report", "--events", str(events), "--plan", str(plan),
+              "--fail-on-safety-regression"], env=cli_env,
+    )  # fmt: skip
+    assert gated.exit_code == 3 and "SAFETY REGRESSION" in gated.output
     # without a plan: arms from the exposures; a bad line is reported, not silently dropped
     with events.open("a", encoding="utf-8") as fh:
         fh.write('{"type": "exposure", "event_id": "bad"}\n')

@@ -24,7 +24,7 @@ _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202
 MAX_LABEL = 40
 WIDTH_IN, HEIGHT_IN = 9.0, 3.4
 PNG_DPI = 150
-MAX_TICKS = 10
+MAX_TICKS = 8
 STYLE: dict[Any, Any] = {  # matplotlib types its keys as a Literal of rc names
     "svg.fonttype": "none",  # text stays text: selectable, small
     "font.family": "sans-serif",
