@@ -88,6 +88,28 @@ def _rate_rows(result: QueryResult) -> QueryResult:
     return QueryResult(list(_RATE_COLUMNS), rows)
 
 
+AGREEMENT_COUNTS = """count() AS compared,
+       countIf(model_false_positive AND human_fp) AS fp_yes_yes,
+       countIf(model_false_positive AND NOT human_fp) AS fp_yes_no,
+       countIf(NOT model_false_positive AND human_fp) AS fp_no_yes,
+       countIf(NOT model_false_positive AND NOT human_fp) AS fp_no_no,
+       countIf(human_category = model_category) AS category_agreed"""
+"""The SELECT columns of a review-agreement group over ``judged_verdicts`` rows: items
+compared, the 2x2 table of the false-positive judgement (first: the model's, second: the
+reviewer's) and exact category agreements (also used by the Grafana review panel)."""
+
+
+def judged_verdicts(verdicts: str) -> str:
+    """A subquery of the verdicts table ``verdicts`` (an SQL table expression) with the
+    reviewer's judgement: ``human_fp`` and ``human_category`` are the correction where one
+    was given, else the model's own (an Agree verdict)."""
+    return f"""(
+    SELECT *, ifNull(corrected_false_positive, model_false_positive) AS human_fp,
+           ifNull(corrected_category, model_category) AS human_category
+    FROM {verdicts}
+)"""
+
+
 REVIEW_QUERIES = (
     NamedQuery(
         name="review_agreement",
@@ -97,17 +119,8 @@ REVIEW_QUERIES = (
         "(every verdict, whatever the review reason: no random stratum here).",
         sql=f"""
 SELECT toMonday(event_time) AS week, model, policy_bundle, engine, prompt_version,
-       count() AS compared,
-       countIf(model_false_positive AND human_fp) AS fp_yes_yes,
-       countIf(model_false_positive AND NOT human_fp) AS fp_yes_no,
-       countIf(NOT model_false_positive AND human_fp) AS fp_no_yes,
-       countIf(NOT model_false_positive AND NOT human_fp) AS fp_no_no,
-       countIf(human_category = model_category) AS category_agreed
-FROM (
-    SELECT *, ifNull(corrected_false_positive, model_false_positive) AS human_fp,
-           ifNull(corrected_category, model_category) AS human_category
-    FROM {{db:Identifier}}.current_verdicts
-) AS v
+       {AGREEMENT_COUNTS}
+FROM {judged_verdicts("{db:Identifier}.current_verdicts")} AS v
 INNER JOIN (SELECT log_id, event_time FROM {{db:Identifier}}.refusal_events FINAL) AS e
     USING (log_id)
 WHERE {DAY_MODEL_PRODUCT}

@@ -15,6 +15,7 @@ from __future__ import annotations
 from refusal_audit.grafana.model import TIME_SERIES, Json, ch_target, row
 from refusal_audit.grafana.model import panel as make_panel
 from refusal_audit.grafana.sql import MIN_COMPARED, Z95, kappa_2x2, scope, var_filter, wilson
+from warehouse.review_queries import AGREEMENT_COUNTS, judged_verdicts
 
 _A_SCOPE = scope("a.model", "a.product", "a.policy_bundle")
 
@@ -48,17 +49,8 @@ SELECT time, compared,
        if(compared < {MIN_COMPARED}, NULL, category_agreed / compared) AS category_agreement
 FROM (
   SELECT toDateTime(toMonday(event_time), 'UTC') AS time,
-         count() AS compared,
-         countIf(model_false_positive AND human_fp) AS fp_yes_yes,
-         countIf(model_false_positive AND NOT human_fp) AS fp_yes_no,
-         countIf(NOT model_false_positive AND human_fp) AS fp_no_yes,
-         countIf(NOT model_false_positive AND NOT human_fp) AS fp_no_no,
-         countIf(human_category = model_category) AS category_agreed
-  FROM (
-    SELECT *, ifNull(corrected_false_positive, model_false_positive) AS human_fp,
-           ifNull(corrected_category, model_category) AS human_category
-    FROM current_verdicts
-  ) AS v
+         {AGREEMENT_COUNTS}
+  FROM {judged_verdicts("current_verdicts")} AS v
   INNER JOIN (SELECT log_id, event_time FROM refusal_events FINAL) AS e USING (log_id)
   WHERE $__timeFilter(event_time)
     AND {scope()}
