@@ -7,21 +7,19 @@ and A/B events."""
 from __future__ import annotations
 
 import asyncio
-import csv
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from test_clarification_review import run_conversations
-from test_pipeline import audit, settings
+from test_pipeline import audit
+from test_review_queries import review_every_assessment
 
 from processors.calibration.ab import parse_event
 from processors.calibration.local_variants import LocalVariantEngine
 from processors.calibration.run import calibrate
 from processors.clarification.trail import step_row
-from refusal_audit.bundles import load_bundles
 from refusal_audit.gaps import track_gaps
-from refusal_audit.review import import_verdicts
 from schemas.calibration import CalibrationRequest
 from schemas.policy import PolicyBundle
 from warehouse import Warehouse
@@ -32,43 +30,12 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_LOG = REPO / "examples" / "refusal_log.jsonl"
 T_CLARIFY = datetime(2026, 2, 1, 9, 0, tzinfo=UTC)
 T_CALIBRATE = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
-T_REVIEW = datetime(2026, 12, 1, tzinfo=UTC)
-
-
-def review_everything(store: Warehouse, tmp: Path) -> list[dict[str, Any]]:
-    """Import one reviewer's verdict on every current assessment (every 4th flips the
-    false-positive judgement, every 7th (i % 7 == 5) names another category); return the
-    assessments with ``human_fp`` and ``ev`` (the event time)."""
-    rows = store.select(
-        "SELECT a.*, e.event_time AS ev FROM {db:Identifier}.current_assessments AS a "
-        "INNER JOIN (SELECT log_id, event_time FROM {db:Identifier}.refusal_events FINAL) AS e "
-        "USING (log_id) ORDER BY log_id"
-    )
-    path = tmp / "verdicts.csv"
-    with path.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["log_id", "reviewer", "verdict", "corrected_category",
-                         "corrected_false_positive", "corrected_clause", "note"])  # fmt: skip
-        for i, r in enumerate(rows):
-            fp = r["is_estimated_false_positive"]
-            if i % 4 == 3:
-                fp = not fp
-                writer.writerow([r["log_id"], "ann", "disagree", r["category"], str(fp), "", ""])
-            elif i % 7 == 5:
-                other = "over_refusal" if r["category"] != "over_refusal" else "privacy"
-                writer.writerow([r["log_id"], "ann", "disagree", other, str(fp), "", ""])
-            else:
-                writer.writerow([r["log_id"], "ann", "agree", "", "", "", ""])
-            r["human_fp"] = fp
-    report = import_verdicts(store, load_bundles(settings().policy_bundles), path, T_REVIEW)
-    assert report.errors == [] and report.imported == len(rows)
-    return rows
 
 
 def fill(store: Warehouse, tmp: Path, bundle: PolicyBundle) -> list[dict[str, Any]]:
-    """Fill ``store`` (migrated, empty); return ``review_everything``'s rows."""
+    """Fill ``store`` (migrated, empty); return ``review_every_assessment``'s rows."""
     audit([EXAMPLE_LOG], store)
-    reviewed = review_everything(store, tmp)
+    reviewed = review_every_assessment(store, tmp)
     now = datetime.now(UTC)
     gap_alerts = track_gaps(store.client, now=now)
     drift = {"alert_id": "drift-1", "kind": "category_mix_drift", "severity": "warning",

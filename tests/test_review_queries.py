@@ -55,6 +55,14 @@ def kappa_2x2(yy: int, yn: int, ny: int, nn: int) -> float:
 def reviewed(warehouse: Warehouse, tmp_path: Path) -> list[dict[str, Any]]:
     """Every current assessment judged by one reviewer with a fixed, varied pattern."""
     audit([EXAMPLE_LOG], warehouse)
+    return review_every_assessment(warehouse, tmp_path)
+
+
+def review_every_assessment(warehouse: Warehouse, tmp_path: Path) -> list[dict[str, Any]]:
+    """Import one reviewer's ("ann") verdict on every current assessment: every 4th flips
+    the false-positive judgement, every 7th (i % 7 == 5) names another category, the rest
+    agree. Returns the assessments with ``ev`` (event time), ``human_fp`` and
+    ``human_category``."""
     rows = warehouse.select(
         "SELECT a.*, e.event_time AS ev FROM {db:Identifier}.current_assessments AS a "
         "INNER JOIN (SELECT log_id, event_time FROM {db:Identifier}.refusal_events FINAL) AS e "
