@@ -18,7 +18,7 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 from processors.gap_text import describe_gap_sql
 from schemas.alerts import ALL, Alert
 from warehouse.client import Client, WarehouseError, validate_identifier
-from warehouse.named import DAY_MODEL_PRODUCT, QueryResult
+from warehouse.named import DAY_MODEL_PRODUCT, QueryResult, with_proportions
 
 
 @dataclass(frozen=True)
@@ -129,8 +129,9 @@ ORDER BY assessments DESC, policy_bundle, engine
 
 
 def false_positives_by_model(client: Client, database: str, slice_: ReportFilter) -> QueryResult:
-    """Per model over the whole period: ``audited`` and ``estimated_false_positives``."""
-    return _run(
+    """Per model over the whole period: ``audited``, ``estimated_false_positives``, ``rate``,
+    ``low``, ``high`` (Wilson 95%, ``warehouse.named.with_proportions``)."""
+    result = _run(
         client,
         f"""
 SELECT model, count() AS audited, countIf(is_estimated_false_positive) AS estimated_false_positives
@@ -141,6 +142,9 @@ ORDER BY model
 """,
         slice_.params(database),
     )
+    # named columns also for an empty result (chDB gives none then)
+    named = QueryResult(["model", "audited", "estimated_false_positives"], result.rows)
+    return with_proportions(("estimated_false_positives", "audited", "rate", "low", "high"))(named)
 
 
 def top_gap_flags(

@@ -105,11 +105,6 @@ def as_datetime(day: date) -> datetime:
     return datetime.combine(day, time())
 
 
-def day_grid(first: date, last: date) -> list[date]:
-    """Every day from ``first`` to ``last`` inclusive (empty when ``last`` < ``first``)."""
-    return [first + timedelta(days=i) for i in range((last - first).days + 1)]
-
-
 def date_axis(axes: Any, first: date, last: date, size: str = "day") -> None:
     """An x axis from half a bucket before ``first`` to half a bucket after ``last`` (bucket
     ``size``: day, week or month), at most ``MAX_TICKS`` ticks on bucket starts, labelled

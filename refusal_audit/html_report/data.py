@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from processors.sample_notes import ThinRate, thin_rate
@@ -46,10 +46,10 @@ class PeriodData:
     ``buckets.category_buckets``). Other rows are ``{column: value}`` dicts in the named
     queries' shapes: ``agreement``
     (``review_agreement``), ``verified`` (``verified_false_positive_rate``),
-    ``dead_letters`` (``dead_letters``, day of recording); ``fp_by_model`` adds ``rate``,
-    ``low``, ``high`` to ``warehouse.report_queries.false_positives_by_model``. ``thin_model``
-    and ``thin_series`` (per model and bucket, the widest first) are the notes on rates whose
-    interval is wider than ``max_width``.
+    ``dead_letters`` (``dead_letters``, day of recording); ``fp_by_model`` is
+    ``warehouse.report_queries.false_positives_by_model`` (with ``rate``, ``low``, ``high``).
+    ``thin_model`` and ``thin_series`` (per model and bucket, the widest first) are the
+    notes on rates whose interval is wider than ``max_width``.
     """
 
     slice: ReportFilter
@@ -81,17 +81,6 @@ def _named(client: Client, database: str, name: str, s: ReportFilter) -> list[di
     return run_named(client, database, name, since=s.since, until=s.until, **filters).as_dicts()
 
 
-def _with_rates(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from processors.stats import wilson_interval
-
-    out = []
-    for r in rows:
-        k, n = int(r["estimated_false_positives"]), int(r["audited"])
-        low, high = wilson_interval(k, n)
-        out.append(r | {"rate": k / n if n else None, "low": low, "high": high})
-    return out
-
-
 def _thin(
     rows: list[dict[str, Any]], label: Callable[[dict[str, Any]], str], max_width: float
 ) -> list[ThinRate]:
@@ -120,7 +109,7 @@ def collect(
     the widest Wilson 95% interval (proportion) read without a note; ``now``: the generation
     time (default: now, UTC). Raises ``WarehouseError`` when a query fails.
     """
-    by_model = _with_rates(false_positives_by_model(client, database, slice_).as_dicts())
+    by_model = false_positives_by_model(client, database, slice_).as_dicts()
     size = bucket_size(slice_.since, slice_.until)
     series = fp_buckets(_named(client, database, "false_positive_rate", slice_), size)
     thin_model = _thin(by_model, lambda r: str(r["model"]), max_width)
@@ -147,10 +136,3 @@ def collect(
         thin_model=thin_model,
         thin_series=thin_series,
     )
-
-
-def default_period(first_last: tuple[date, date] | None, today: date) -> tuple[date, date]:
-    """The period when the user gives none: every stored event day (``first_last``, from
-    ``warehouse.report_queries.event_day_range``), or ``today`` alone when the store is
-    empty."""
-    return first_last if first_last is not None else (today, today)
