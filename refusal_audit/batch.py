@@ -204,7 +204,28 @@ def run_batch(
             await close_engine(pipeline.engine)
 
     if progress_factory is None:
-        return asyncio.run(main(None))
-    with progress_factory() as progress:
-        task = progress.add_task("auditing", total=None)
-        return asyncio.run(main(lambda: progress.advance(task)))
+        report = asyncio.run(main(None))
+    else:
+        with progress_factory() as progress:
+            task = progress.add_task("auditing", total=None)
+            report = asyncio.run(main(lambda: progress.advance(task)))
+    if isinstance(target, Warehouse) and report.already_audited:
+        add_stored_results(report, target)
+        report.trends = pipeline.run_trends(report.all_assessments())
+    return report
+
+
+def add_stored_results(report: RunReport, store: Warehouse) -> None:
+    """Fill ``report.stored_assessments`` with the current assessments of the refusals the
+    run skipped as already audited (``report.already_audited``), and
+    ``report.stored_gap_flags`` with their batches' gap flags, each cut to those refusals
+    (a flag left without one is dropped): a re-run of the same input then reports what the
+    first run did. Raises ``WarehouseError``."""
+    stored = store.assessments_of(report.already_audited)
+    ids = {a.log_id for a in stored}
+    report.stored_assessments = stored
+    report.stored_gap_flags = [
+        flag.model_copy(update={"example_log_ids": kept})
+        for flag in store.gap_flags_of([a.batch_id for a in stored])
+        if (kept := [i for i in flag.example_log_ids if i in ids])
+    ]

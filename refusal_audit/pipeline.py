@@ -49,7 +49,7 @@ from processors.engines.base import AuditEngine, EngineError
 from processors.intake import IntakeSettings, make_dead_letter, prepare_many
 from processors.trends import trend_lines
 from processors.validation import AuditValidationError, recompute_summary
-from schemas.audit import AuditSummary, BatchRecord, StoredAssessment
+from schemas.audit import AuditSummary, BatchRecord, PolicyGapFlag, StoredAssessment
 from schemas.deadletter import DeadLetter
 from schemas.events import StoredEvent, StoredIdentity, audit_config_key
 from schemas.policy import PolicyBundle
@@ -90,6 +90,12 @@ class RunReport:
     failed); ``failed_events`` = events in failed batches; ``retired`` the log ids of
     events stored as refusals that this run judged non-refusals (their assessments stop
     counting); ``trends`` the run's trend lines (``processors.trends``, per policy bundle).
+
+    ``already_audited``: the ``(policy_bundle, log_id)`` of the refusals skipped because
+    their stored copy is identical and already audited with this configuration (a re-run
+    of the same input); the caller that holds the warehouse fills ``stored_assessments``
+    (their current assessments) and ``stored_gap_flags`` (their batches' gap flags), so the
+    run's summary and result list them like the ones audited now (``refusal_audit.batch``).
     """
 
     records: int = 0
@@ -109,6 +115,13 @@ class RunReport:
     batch_records: list[BatchRecord] = field(default_factory=list, repr=False)
     retired: list[str] = field(default_factory=list, repr=False)
     trends: list[str] = field(default_factory=list, repr=False)
+    already_audited: list[tuple[str, str]] = field(default_factory=list, repr=False)
+    stored_assessments: list[StoredAssessment] = field(default_factory=list, repr=False)
+    stored_gap_flags: list[PolicyGapFlag] = field(default_factory=list, repr=False)
+
+    def all_assessments(self) -> list[StoredAssessment]:
+        """The assessments of the run's refusals: audited now, then those already stored."""
+        return [*self.assessments, *self.stored_assessments]
 
     @property
     def failed(self) -> int:
@@ -121,9 +134,11 @@ class RunReport:
         return Counter(f.reason_code for f in self.failures)
 
     def summary(self) -> AuditSummary:
-        """The audit summary over every assessment of the run, recomputed from them."""
+        """The audit summary over every assessment of the run (audited now and already
+        stored: ``all_assessments``), recomputed from them."""
         flags = [f for b in self.batch_records for f in b.summary.policy_gap_flags]
-        return recompute_summary(self.assessments, flags, self.trends)
+        flags += self.stored_gap_flags
+        return recompute_summary(self.all_assessments(), flags, self.trends)
 
 
 Prepared = tuple[SourceRecord, StoredEvent | DeadLetter]
@@ -278,10 +293,10 @@ class AuditPipeline:
                 for task in run.audits:
                     task.cancel()
                 await asyncio.gather(*run.audits, return_exceptions=True)
-        run.report.trends = self._run_trends(run.report.assessments)
+        run.report.trends = self.run_trends(run.report.assessments)
         return run.report
 
-    def _run_trends(self, assessments: Sequence[StoredAssessment]) -> list[str]:
+    def run_trends(self, assessments: Sequence[StoredAssessment]) -> list[str]:
         """Trend lines of the whole run against each bundle's baseline (bundle-prefixed when
         the run spans several bundles)."""
         by_bundle: dict[str, list[StoredAssessment]] = {}
@@ -359,6 +374,8 @@ class AuditPipeline:
             elif known is not None and self._audited_already(outcome, known):
                 taken[log_id] = fingerprint  # a redelivery of what is stored and audited
                 report.identical_copies += 1
+                if outcome.is_refusal:
+                    report.already_audited.append((outcome.event.policy_bundle, log_id))
                 return []
             if first is None and known is not None and known.is_refusal and not outcome.is_refusal:
                 report.retired.append(log_id)

@@ -34,6 +34,7 @@ def print_report(report: RunReport, console: Console) -> None:
         ("records read", report.records),
         ("events (valid, unique)", report.events),
         ("refusals audited", len(report.assessments)),
+        ("refusals already audited (stored assessments listed)", len(report.stored_assessments)),
         ("non-refusals (stored, not audited)", report.non_refusals),
         ("identical copies of an event (skipped)", report.identical_copies),
         ("log_id reused with other content (dead-lettered)", report.duplicates),
@@ -58,8 +59,9 @@ def print_report(report: RunReport, console: Console) -> None:
     for name, n in sorted(summary.categorization.items(), key=lambda kv: (-kv[1], kv[0])):
         categories.add_row(name, str(n), f"{n / total:.3f}" if total else "")
     console.print(categories)
-    review = sum(a.requires_human_review for a in report.assessments)
-    reasons = Counter(a.review_reason for a in report.assessments if a.sampled_for_review)
+    assessments = report.all_assessments()
+    review = sum(a.requires_human_review for a in assessments)
+    reasons = Counter(a.review_reason for a in assessments if a.sampled_for_review)
     console.print(
         f"estimated false positives (over-refusals): "
         f"{_rate(summary.estimated_false_positives, total)}"
@@ -110,7 +112,12 @@ def print_failures(failures: Sequence[Failure], console: Console, *, stored: boo
 
 
 def report_document(report: RunReport) -> dict[str, Any]:
-    """The full result as a JSON-ready dict: counts, summary, batches, assessments, failures."""
+    """The full result as a JSON-ready dict: counts, summary, batches, assessments, failures.
+
+    ``individual_assessments`` (``StoredAssessment``s) lists the assessments made by this
+    run, then the stored ones of the refusals it skipped as already audited
+    (``RunReport.stored_assessments``); ``already_audited`` lists the log ids of the latter,
+    in order, and ``counts.already_audited`` counts them."""
     return {
         "counts": {
             "records": report.records,
@@ -123,10 +130,12 @@ def report_document(report: RunReport) -> dict[str, Any]:
             "batches": report.batches,
             "failed_batches": report.failed_batches,
             "failed_events": report.failed_events,
+            "already_audited": len(report.stored_assessments),
         },
         "audit_summary": report.summary().model_dump(mode="json"),
         "batches": [b.model_dump(mode="json") for b in report.batch_records],
-        "individual_assessments": [a.model_dump(mode="json") for a in report.assessments],
+        "individual_assessments": [a.model_dump(mode="json") for a in report.all_assessments()],
+        "already_audited": [a.log_id for a in report.stored_assessments],
         "failures": [vars(f) for f in report.failures],
         "retired": report.retired,
     }

@@ -6,6 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -271,3 +272,39 @@ def test_sql_prints_driver_types_as_json(env: dict[str, str]) -> None:
     assert json.loads(result.output) == {
         "ip": "::1", "u": "61f0c404-5cb3-11e7-907b-a6006ad3dba0", "d": "1.25",
     }  # fmt: skip
+
+
+def test_audit_rerun_lists_the_stored_assessments(env: dict[str, str], tmp_path: Path) -> None:
+    """A second run of the same file audits nothing again (every event an identical copy of
+    a stored, audited one) but its result lists the stored assessments, marked as already
+    audited, with the first run's summary figures (issue 23, item 12)."""
+    first_out, second_out = tmp_path / "first.json", tmp_path / "second.json"
+    for out in (first_out, second_out):
+        result = runner.invoke(
+            app, ["audit", "examples/refusal_log.jsonl", "--out", str(out)], env=env
+        )
+        assert result.exit_code == 0, result.output
+    first, second = json.loads(first_out.read_text()), json.loads(second_out.read_text())
+    assert second["batches"] == [] and second["counts"]["identical_copies"] > 0
+    audited = first["individual_assessments"]
+    assert audited and first["already_audited"] == [] and first["counts"]["already_audited"] == 0
+
+    def judged(items: list[dict[str, object]]) -> dict[object, tuple[object, ...]]:
+        keys = ("category", "is_estimated_false_positive", "policy_clause_cited", "batch_id")
+        return {a["log_id"]: tuple(a[k] for k in keys) for a in items}
+
+    assert judged(second["individual_assessments"]) == judged(audited)
+    assert sorted(second["already_audited"]) == sorted(a["log_id"] for a in audited)
+    assert second["counts"]["already_audited"] == len(audited)
+    figures = ("total_refusals", "categorization", "estimated_false_positives")
+    for name in figures:
+        assert second["audit_summary"][name] == first["audit_summary"][name], name
+
+    def gaps(doc: dict[str, Any]) -> dict[str, list[str]]:
+        return {
+            f["description"]: sorted(f["example_log_ids"])
+            for f in doc["audit_summary"]["policy_gap_flags"]
+        }
+
+    assert gaps(second) == gaps(first)
+    assert "refusals already audited" in result.output

@@ -28,6 +28,7 @@ from tenacity import (
 )
 
 from schemas import BatchRecord, DeadLetter, StoredAssessment, StoredEvent
+from schemas.audit import PolicyGapFlag
 from schemas.events import StoredIdentity
 from warehouse.client import Client, WarehouseError, connect, validate_identifier
 
@@ -258,6 +259,15 @@ def _batch_row(batch: BatchRecord) -> list[Any]:
         batch.usage.completion_tokens,
         batch.usage.latency_ms,
     ]
+
+
+def _gap_flag(value: Any) -> PolicyGapFlag:
+    """A stored ``policy_gap_flags`` element (a named tuple: a dict from chDB, a pair from a
+    server) as a ``PolicyGapFlag``."""
+    if isinstance(value, Mapping):
+        return PolicyGapFlag.model_validate(value)
+    description, examples = value
+    return PolicyGapFlag(description=description, example_log_ids=list(examples))
 
 
 def _dead_letter_row(item: DeadLetter) -> list[Any]:
@@ -648,6 +658,35 @@ class Warehouse:
             "ORDER BY policy_bundle, log_id",
             {"ids": list(log_ids)} if log_ids is not None else None,
         )
+
+    def assessments_of(self, keys: Sequence[tuple[str, str]]) -> list[StoredAssessment]:
+        """The current assessments of ``keys`` = ``(policy_bundle, log_id)`` pairs, in the
+        order of ``keys`` (pairs without one are left out). Raises ``WarehouseError``."""
+        pairs = list(dict.fromkeys(keys))
+        if not pairs:
+            return []
+        columns = ", ".join(ASSESSMENT_COLUMNS)
+        rows = self._dicts(
+            f"SELECT {columns} FROM {{db:Identifier}}.current_assessments "
+            "WHERE (policy_bundle, log_id) IN {pairs:Array(Tuple(String, String))}",
+            {"pairs": pairs},
+        )
+        found = {(r["policy_bundle"], r["log_id"]): StoredAssessment(**r) for r in rows}
+        return [found[p] for p in pairs if p in found]
+
+    def gap_flags_of(self, batch_ids: Sequence[str]) -> list[PolicyGapFlag]:
+        """The policy-gap flags of the stored batches ``batch_ids``, in the order of the ids
+        (each batch's flags in its order). Raises ``WarehouseError``."""
+        ids = list(dict.fromkeys(batch_ids))
+        if not ids:
+            return []
+        _, rows = self._select(
+            "SELECT batch_id, policy_gap_flags FROM {db:Identifier}.audit_batches FINAL "
+            "WHERE batch_id IN {ids:Array(String)}",
+            {"ids": ids},
+        )
+        flags = {str(r[0]): r[1] for r in rows}
+        return [_gap_flag(f) for batch_id in ids for f in flags.get(batch_id, [])]
 
     def assessment_counts_per_log_id(self) -> dict[str, int]:
         """Map log_id -> number of current assessments (1 each when every log_id is audited
