@@ -7,16 +7,18 @@ import secrets
 from pathlib import Path
 
 from refusal_audit.config import ConfigError
+from warehouse.private import make_private_dir
 
 
 def random_secret_file(path: Path, what: str) -> str:
     """The secret in ``path``, or a new random one (``secrets.token_urlsafe(48)``: 64
-    characters) written there with mode 0600 when the file does not exist. ``what`` names
+    characters) written there with mode 0600 when the file does not exist (its folder made
+    0700, ``warehouse.private.make_private_dir``). ``what`` names
     the secret in errors. Raises ``ConfigError`` when the file cannot be read or written."""
     try:
         if path.exists():
             return path.read_text().strip()
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dir(path.parent, "data directory")
         key = secrets.token_urlsafe(48)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:

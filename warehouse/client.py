@@ -23,6 +23,8 @@ import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
+from warehouse.private import make_private_dir
+
 __all__ = [
     "Client",
     "SqlStatement",
@@ -143,7 +145,9 @@ def connect(
 ) -> Client:
     """Open the warehouse at ``dsn`` and return a client bound to ``database``.
 
-    ``dsn`` is ``chdb:///absolute/path`` (embedded, created if missing), ``chdb://memory``
+    ``dsn`` is ``chdb:///absolute/path`` (embedded, created if missing with mode 0700, and
+    the process's umask made private before chDB writes: ``warehouse.private``; an existing
+    directory open to others is warned about once), ``chdb://memory``
     or ``http(s)://user@host:port``; ``password`` is used for HTTP(S) when given (it
     overrides one in the DSN) and ignored for chDB. The database is created when missing.
     Datetimes come back timezone-aware (UTC).
@@ -172,8 +176,8 @@ def connect(
         # made here, so a path that cannot be a directory fails with one clear line
         # instead of chDB's C++ stack trace
         path = Path(dsn[len("chdb://") :])
-        try:
-            path.mkdir(parents=True, exist_ok=True)
+        try:  # 0700, and the process's files 0600 from now on (warehouse.private)
+            make_private_dir(path, "embedded warehouse directory")
         except OSError as exc:
             raise WarehouseError(
                 f"cannot create the embedded warehouse directory {path}: "

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from schemas.clarification import ConversationState
+from warehouse.private import make_private_dir, warn_if_open
 
 
 class StaleStateError(RuntimeError):
@@ -97,11 +98,16 @@ CREATE TABLE IF NOT EXISTS conversations (
 class SqliteStore:
     """A :class:`StateStore` in a SQLite file (made with its folder on first use; WAL
     journal, ``synchronous=NORMAL``: a committed state survives a process crash). States are
-    stored as their JSON. Raises ``sqlite3.Error`` when the file cannot be opened."""
+    stored as their JSON. The folder is made ``0700`` and the files ``0600`` (the process's
+    umask is made private, ``warehouse.private``); an existing folder or file open to other
+    users is warned about once. Raises ``sqlite3.Error`` when the file cannot be opened,
+    ``OSError`` when its folder cannot be made."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # the folder 0700 when made, the file and its WAL 0600 (warehouse.private)
+        make_private_dir(self.path.parent, "clarification store directory")
+        warn_if_open(self.path, "clarification store")
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")

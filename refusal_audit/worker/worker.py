@@ -60,6 +60,7 @@ from streams.metrics import WorkerMetrics
 from streams.producer import TopicWriter, make_producer
 from streams.sink import StreamSink, kafka_location, window_originals
 from streams.topics import Topics, admin_client, require_topic
+from warehouse.private import make_private_dir
 from warehouse.remote import OWNER_PATH
 from warehouse.store import Warehouse
 
@@ -105,7 +106,7 @@ def faust_data_dir(cfg: Settings) -> Path:
     """
     path = cfg.data_dir / "faust"
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        make_private_dir(path, "worker's data directory")  # 0700 (warehouse.private)
     except OSError as exc:
         raise ConfigError(
             f"cannot create the worker's data directory {path.resolve()} "
