@@ -56,6 +56,13 @@ def content_fingerprint(event: RefusalEvent) -> str:
     return hashlib.blake2b(canonical, digest_size=16).hexdigest()
 
 
+def record_digest(record: SourceRecord) -> tuple[int, str]:
+    """``(length, SHA-256 hex)`` of ``record``'s whole original value: the reader's
+    ``full_length``/``full_sha256`` when it cut the record, else of ``raw``."""
+    full_length = record.full_length if record.full_length is not None else len(record.raw)
+    return full_length, record.full_sha256 or hashlib.sha256(record.raw).hexdigest()
+
+
 def make_dead_letter(
     record: SourceRecord,
     stage: DeadLetterStage,
@@ -74,8 +81,7 @@ def make_dead_letter(
     ``redactor``, PII in the kept bytes and the reason is replaced by placeholders (the id
     is still derived from the original bytes, so it stays stable).
     """
-    full_length = record.full_length if record.full_length is not None else len(record.raw)
-    full_sha256 = record.full_sha256 or hashlib.sha256(record.raw).hexdigest()
+    full_length, full_sha256 = record_digest(record)
     raw = record.raw[:max_raw_bytes]
     if redactor is not None:
         raw = redact_bytes(raw, redactor)

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from itertools import islice
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
@@ -65,6 +65,18 @@ class Sink(Protocol):
     def stored_identities(
         self, keys: Sequence[tuple[str, str]]
     ) -> Mapping[str, StoredIdentity]: ...
+
+
+@runtime_checkable
+class LocatingSink(Protocol):
+    """A sink that keeps where each stored event came from (the transactional worker's
+    ``TopicOutputs``: its warehouse sink describes a later copy refused there by its input
+    record). The pipeline then calls ``insert_located_events`` instead of
+    ``insert_events``, with each event's source record (same length and order)."""
+
+    def insert_located_events(
+        self, events: Sequence[StoredEvent], records: Sequence[SourceRecord]
+    ) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -180,6 +192,7 @@ class _Run:
     batcher: Batcher
     report: RunReport = field(default_factory=RunReport)
     events: list[StoredEvent] = field(default_factory=list)
+    origins: list[SourceRecord] = field(default_factory=list)  # each event's source record
     dead: list[DeadLetter] = field(default_factory=list)
     assessments: list[StoredAssessment] = field(default_factory=list)
     batches: list[BatchRecord] = field(default_factory=list)
@@ -396,6 +409,7 @@ class AuditPipeline:
         taken[log_id] = fingerprint
         report.events += 1
         run.events.append(outcome)
+        run.origins.append(record)
         if not outcome.is_refusal:
             report.non_refusals += 1
             return []
@@ -416,9 +430,12 @@ class AuditPipeline:
         audit still in flight adds its rows to the next flush, after its events (taken
         before the audit started) were written by this one."""
         events, dead, assessments, batches = run.events, run.dead, run.assessments, run.batches
+        origins, run.origins = run.origins, []
         run.events, run.dead, run.assessments, run.batches = [], [], [], []
         sink = run.sink
-        if events:
+        if events and isinstance(sink, LocatingSink):
+            await asyncio.to_thread(sink.insert_located_events, events, origins)
+        elif events:
             await asyncio.to_thread(sink.insert_events, events)
         if dead:
             await asyncio.to_thread(sink.insert_dead_letters, dead)

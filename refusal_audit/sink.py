@@ -17,7 +17,9 @@ read, not in the workers.
 
 The duplicate-log-id rule ("the first stored copy wins") is applied to every block against
 the warehouse (``refusal_audit.sink_rules``): a copy of a stored log id with other content is
-not stored, nor are its assessments; it becomes a ``duplicate_log_id`` dead letter.
+not stored, nor are its assessments; it becomes a ``duplicate_log_id`` dead letter that
+describes the copy's input record (topic, location, length and SHA-256 of the value, from the
+stored-events message's ``x-input-*`` headers).
 
 A message the sink cannot decode (it was not written by a worker of this version) is not
 dropped: it becomes a dead letter (stage ``store``, reason ``sink_decode``) in the
@@ -41,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -53,13 +56,21 @@ from pydantic import BaseModel, ValidationError
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
 
 from refusal_audit.config import Settings
-from refusal_audit.sink_rules import EPOCH, Fingerprinted, Located, judge_block, ms
+from refusal_audit.sink_rules import EPOCH, Fingerprinted, InputOrigin, Located, judge_block, ms
 from schemas.audit import BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
 from schemas.events import StoredEvent
 from streams.blocks import Block, BlockLimits, BlockReader
 from streams.membership import group_instance_id, leave_group
-from streams.sink import CONTENT_FINGERPRINT_HEADER, dead_letter_from_message, kafka_location
+from streams.sink import (
+    CONTENT_FINGERPRINT_HEADER,
+    INPUT_LENGTH_HEADER,
+    INPUT_LOCATION_HEADER,
+    INPUT_SHA256_HEADER,
+    INPUT_SOURCE_HEADER,
+    dead_letter_from_message,
+    kafka_location,
+)
 from streams.topics import Topics, admin_client, require_topic
 from warehouse.client import WarehouseError
 from warehouse.store import Warehouse, is_transient
@@ -101,6 +112,22 @@ def _header(msg: Message, name: str) -> str | None:
         if key == name:
             return value.decode("utf-8", "replace") if isinstance(value, bytes) else None
     return None
+
+
+_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _origin(msg: Message) -> InputOrigin | None:
+    """The input record's origin named by a stored-events message's ``x-input-*`` headers;
+    None when one is missing or malformed (a message of an older worker: its dead letter
+    then describes the message, ``refusal_audit.sink_rules``)."""
+    source, location = _header(msg, INPUT_SOURCE_HEADER), _header(msg, INPUT_LOCATION_HEADER)
+    length, sha256 = _header(msg, INPUT_LENGTH_HEADER), _header(msg, INPUT_SHA256_HEADER)
+    if not source or not location or length is None or not length.isdigit():
+        return None
+    if sha256 is None or not _SHA256_HEX.match(sha256):
+        return None
+    return InputOrigin(source, location, int(length), sha256)
 
 
 def _undecodable(msg: Message, why: str) -> DeadLetter:
@@ -239,7 +266,7 @@ class WarehouseSink:
             written = _written_at(msg)
             rows.copies.append(Located(msg.partition() or 0, msg.offset() or 0, msg.value() or b"",
                                        ms(event.ingested_at) if written is None else written,
-                                       event))  # fmt: skip
+                                       event, _origin(msg)))  # fmt: skip
         for msg, item in self._decode(block, t.assessments, StoredAssessment, rows.undecodable):
             rows.assessments.append(Fingerprinted(_header(msg, CONTENT_FINGERPRINT_HEADER), item))
         batches = self._decode(block, t.audit_batches, BatchRecord, rows.undecodable)

@@ -9,12 +9,21 @@ Events. Per log id the first copy is the one stored first: the copy in the wareh
 block's copy read first (lowest offset: a log id's copies share a partition, the message key
 being the log id; across partitions the lower partition). A copy with another non-empty
 ``content_fingerprint`` is not stored: it becomes a dead letter (stage ``validate``, reason
-code ``duplicate_log_id``, the pipeline's reason text) whose id (``stored-events`` topic,
-partition/offset, message bytes), ``raw`` (the redacted event as JSON, the input format) and
-``created_at`` (the message's timestamp) all come from the message, so a redelivered block
-yields the same row. A copy with the same fingerprint (a redelivery, or a block stored before
-its offsets were committed) or with none (written before fingerprints) is stored again,
-harmlessly (``ReplacingMergeTree``).
+code ``duplicate_log_id``, the pipeline's reason text) that describes the copy's input
+record: a worker sends each stored-events message with the ``x-input-*`` headers of the
+record the event came from (``refusal_audit.worker.outputs``: :class:`InputOrigin`), so the
+letter's ``source`` and ``location`` are the input topic and ``partition P offset O``,
+``raw_length`` and ``raw_sha256`` the whole input value's length and SHA-256, and its id is
+derived from those three (``dead_letter_id(source, location, sha256)``). Its ``raw`` is the
+redacted event as JSON (the input format: the sink never sees the input bytes, and the event
+as decoded is what was refused), so ``raw`` is not the bytes ``raw_sha256`` hashes;
+``raw_truncated`` stays false. A message without those headers (written by a worker from
+before them) gives the letter of old: the ``stored-events`` topic and the message's
+partition/offset, the id of topic, location and message bytes, length and hash of ``raw``.
+``created_at`` is the message's timestamp. Everything comes from the message, so a
+redelivered block yields the same row. A copy with the same fingerprint (a redelivery, or a
+block stored before its offsets were committed) or with none (written before fingerprints)
+is stored again, harmlessly (``ReplacingMergeTree``).
 
 Assessments. A worker sends each assessment message with the content fingerprint of the
 event copy it assessed (header ``x-content-fingerprint``, ``refusal_audit.worker.outputs``):
@@ -50,15 +59,29 @@ _MS = timedelta(milliseconds=1)
 
 
 @dataclass(frozen=True)
+class InputOrigin:
+    """Where a stored event's input record was, from its stored-events message's headers
+    (``streams.sink.INPUT_*_HEADER``): ``source`` (the input topic), ``location``
+    (``partition P offset O``), ``length`` and ``sha256`` (hex) of the whole input value."""
+
+    source: str
+    location: str
+    length: int
+    sha256: str
+
+
+@dataclass(frozen=True)
 class Located:
     """One ``stored-events`` message: its partition, offset, value, timestamp (ms since the
-    epoch) and decoded event."""
+    epoch), decoded event and its input record's origin (None: the message has no
+    ``x-input-*`` headers)."""
 
     partition: int
     offset: int
     value: bytes
     timestamp: int
     event: StoredEvent
+    origin: InputOrigin | None = None
 
 
 @dataclass(frozen=True)
@@ -96,14 +119,23 @@ def duplicate_reason(log_id: str) -> str:
 
 
 def duplicate_letter(copy: Located, topic: str) -> DeadLetter:
-    """The dead letter of a refused copy read from ``topic`` (module docstring)."""
-    event = copy.event
-    location = kafka_location(copy.partition, copy.offset)
+    """The dead letter of a refused copy read from ``topic``: it describes the copy's input
+    record when the message names it (``copy.origin``), else the message (module
+    docstring)."""
+    event, origin = copy.event, copy.origin
+    raw = event.event.model_dump_json().encode()
+    if origin is None:
+        location = kafka_location(copy.partition, copy.offset)
+        source, ident, described = topic, dead_letter_id(topic, location, copy.value), {}
+    else:
+        source, location = origin.source, origin.location
+        ident = dead_letter_id(source, location, origin.sha256.encode())
+        described = {"raw_length": origin.length, "raw_sha256": origin.sha256}
     return DeadLetter(
-        dead_letter_id=dead_letter_id(topic, location, copy.value), stage="validate",
-        reason_code="duplicate_log_id", reason=duplicate_reason(event.event.log_id),
-        source=topic, location=location, raw=event.event.model_dump_json().encode(),
-        log_id=event.event.log_id, created_at=EPOCH + copy.timestamp * _MS,
+        dead_letter_id=ident, stage="validate", reason_code="duplicate_log_id",
+        reason=duplicate_reason(event.event.log_id), source=source, location=location,
+        raw=raw, log_id=event.event.log_id, created_at=EPOCH + copy.timestamp * _MS,
+        **described,
     )  # fmt: skip
 
 

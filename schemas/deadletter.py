@@ -25,7 +25,11 @@ class DeadLetter(BaseModel):
     set. ``raw_length`` and ``raw_sha256`` always describe the whole original value (before
     redaction and truncation), and ``source`` + ``location`` say where it was (topic and
     ``partition P offset O``, or file and line), so a cut record can still be found and
-    verified. When not given, they are computed from ``raw`` (a value kept whole).
+    verified. When not given, they are computed from ``raw`` (a value kept whole). One
+    exception: the warehouse sink's ``duplicate_log_id`` letters keep in ``raw`` the refused
+    event as decoded and redacted (JSON), not the record's bytes, while ``raw_length``,
+    ``raw_sha256``, ``source`` and ``location`` describe the input record
+    (``refusal_audit.sink_rules``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

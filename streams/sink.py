@@ -49,6 +49,14 @@ ORIGINAL_HEADER_PREFIX = "x-original-header-"
 #: Header of a transactional worker's assessment message: the content fingerprint of the
 #: event copy it assessed (the warehouse sink ties the assessment to that copy).
 CONTENT_FINGERPRINT_HEADER = "x-content-fingerprint"
+#: Headers of a transactional worker's stored-events message: where the event's input
+#: record was (its ``SourceRecord.source`` and ``location``) and the whole original value's
+#: length and SHA-256 (hex), so the warehouse sink's ``duplicate_log_id`` dead letter of a
+#: refused copy describes the input record (``refusal_audit.sink_rules``).
+INPUT_SOURCE_HEADER = "x-input-source"
+INPUT_LOCATION_HEADER = "x-input-location"
+INPUT_LENGTH_HEADER = "x-input-length"
+INPUT_SHA256_HEADER = "x-input-sha256"
 _HEADER_OVERHEAD = 10  # varints and attributes of one serialized header, generously
 # room for x-raw-truncated and x-raw-sha256 (names, a 20-digit length, 64 hex) and slack
 _TRUNCATION_HEADERS_BYTES = 192

@@ -139,6 +139,8 @@ def test_bad_input_goes_to_the_dead_letter_topic_and_table(dep: Deployment, tmp_
     on_topic = {headers_of(m)["x-dead-letter-id"].decode(): m for m in letters}
     assert set(on_topic) <= set(by_id)
     assert {by_id[i]["reason_code"] for i in set(by_id) - set(on_topic)} <= {"duplicate_log_id"}
+    # and those describe the refused copy's input record, like every other dead letter
+    assert {by_id[i]["source"] for i in set(by_id) - set(on_topic)} <= {dep.input_topic}
     for ident, m in on_topic.items():
         headers, row = headers_of(m), by_id[ident]
         assert (row["stage"], row["reason_code"], row["source"], row["location"]) == (

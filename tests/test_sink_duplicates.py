@@ -7,6 +7,7 @@ no query result. Also the broker helpers tests/test_sink.py shares."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections import defaultdict
@@ -25,6 +26,7 @@ from refusal_audit.sink import WarehouseSink
 from refusal_audit.sink_rules import duplicate_reason, ms
 from refusal_audit.worker.transactional import TransactionalWorker
 from streams.blocks import Block, BlockLimits, BlockReader
+from streams.sink import kafka_location
 from streams.topics import Topics, admin_client, create_topics, topic_specs
 
 pytestmark = pytest.mark.kafka
@@ -170,6 +172,8 @@ class TwoWindows:
             by_id[self.resent],
             *({**e, "log_id": f"{e['log_id']}-new"} for e in self.first[:5]),
         ]
+        # the refused copies' input values: their dead letters describe these records
+        self.refused = {self.edited: orjson.dumps(second[0]), self.moved: orjson.dumps(second[1])}
         produce(self.bootstrap, self.topics.input, [orjson.dumps(e) for e in second])
         drain_worker(self.worker, len(self.first) + len(second))
         self.worker.close()
@@ -196,7 +200,16 @@ class TwoWindows:
         duplicates = [d for d in state["dead_letters"] if d["reason_code"] == "duplicate_log_id"]
         assert sorted(d["log_id"] for d in duplicates) == sorted([self.edited, self.moved])
         assert all(d["reason"] == duplicate_reason(d["log_id"]) and d["stage"] == "validate"
-                   and d["source"] == self.topics.stored_events for d in duplicates)  # fmt: skip
+                   for d in duplicates)  # fmt: skip
+        # each letter describes the refused copy's input record, as the dead-letter docs say:
+        # the input topic, where the record is, its whole value's length and SHA-256
+        where = {m.value(): kafka_location(m.partition() or 0, m.offset() or 0)
+                 for m in read(self.bootstrap, self.topics.input)}  # fmt: skip
+        for d in duplicates:
+            value = self.refused[d["log_id"]]
+            assert (d["source"], d["location"]) == (self.topics.input, where[value])
+            assert d["raw_length"] == len(value)
+            assert d["raw_sha256"] == hashlib.sha256(value).hexdigest()
         current = {r["log_id"]: r for r in state["current"]}
         assert len(current) == len(state["current"])  # one current assessment per log id
         for log_id, first in self.first_assessment.items():  # the first copy's, only
@@ -214,8 +227,8 @@ def snapshot(wh: Any) -> dict[str, Any]:
         "current": wh.select("SELECT log_id, audited_at, category, model FROM "
                              "{db:Identifier}.current_assessments ORDER BY log_id"),
         "dead_letters": wh.select("SELECT dead_letter_id, stage, reason_code, reason, source, "
-                                  "log_id, created_at FROM {db:Identifier}.dead_letters FINAL "
-                                  "ORDER BY dead_letter_id"),
+                                  "location, raw_length, raw_sha256, log_id, created_at FROM "
+                                  "{db:Identifier}.dead_letters FINAL ORDER BY dead_letter_id"),
     }  # fmt: skip
 
 

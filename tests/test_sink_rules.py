@@ -8,6 +8,7 @@ broker: tests/test_sink_duplicates.py."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 
 from refusal_audit.sink_rules import (
     Fingerprinted,
+    InputOrigin,
     Judgement,
     Located,
     duplicate_reason,
@@ -146,3 +148,19 @@ def test_unfingerprinted_copies_and_assessments_and_unknown_events_are_left_alon
     # an assessment without the header (a worker before it existed) is stored
     old = judge(warehouse, [], [assessment("a", None, "old worker")])
     assert len(old.assessments) == 1 and old.dropped == 0
+
+
+def test_a_refused_copy_is_described_by_its_input_record(warehouse: Any) -> None:
+    """A copy whose message names its input record (the worker's ``x-input-*`` headers)
+    gives a dead letter with that record's topic, location, length and SHA-256; its id
+    depends on them only, so a redelivered block gives the same row (issue 23, item D)."""
+    judge(warehouse, [copy("a", "f1", 1, 10)], [])
+    later = copy("a", "f2", 5, 20, response="Changed.")
+    origin = InputOrigin("t.input", "partition 2 offset 7", 1234, "ab" * 32)
+    (letter,) = judge(warehouse, [replace(later, origin=origin)], []).letters
+    assert (letter.source, letter.location) == ("t.input", "partition 2 offset 7")
+    assert (letter.raw_length, letter.raw_sha256) == (1234, "ab" * 32)
+    assert not letter.raw_truncated and letter.reason == duplicate_reason("a")
+    # the same input record in another stored-events message: the same dead letter id
+    moved = replace(later, offset=99, value=later.value + b" ", origin=origin)
+    assert judge(warehouse, [moved], []).letters[0].dead_letter_id == letter.dead_letter_id

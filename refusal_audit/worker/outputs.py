@@ -7,6 +7,9 @@ hands the window's messages to the transaction that commits them with the window
 with ``read_committed``.
 
 - ``insert_events`` -> role ``stored_events``, key the log id, value the ``StoredEvent``;
+  through ``insert_located_events`` (the pipeline's ``LocatingSink``) with the headers
+  ``x-input-source``, ``x-input-location``, ``x-input-length`` and ``x-input-sha256``: the
+  input record's topic, ``partition P offset O``, and its whole value's length and SHA-256;
 - ``insert_assessments`` -> ``assessments`` (and ``review_queue`` when sampled), key the log
   id, value the ``StoredAssessment``, header ``x-content-fingerprint`` the content fingerprint
   of the event copy assessed (from the window's ``insert_events``);
@@ -24,13 +27,35 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping, Sequence
 
+from processors.adapters import SourceRecord
+from processors.intake import record_digest
 from schemas.audit import BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
 from schemas.events import StoredEvent, StoredIdentity
 from streams.producer import Headers
-from streams.sink import CONTENT_FINGERPRINT_HEADER, OriginalRecord, dead_letter_message
+from streams.sink import (
+    CONTENT_FINGERPRINT_HEADER,
+    INPUT_LENGTH_HEADER,
+    INPUT_LOCATION_HEADER,
+    INPUT_SHA256_HEADER,
+    INPUT_SOURCE_HEADER,
+    OriginalRecord,
+    dead_letter_message,
+)
 from streams.topics import Topics
 from streams.transactional import OutputMessage
+
+
+def input_headers(record: SourceRecord) -> Headers:
+    """The ``x-input-*`` headers of a stored-events message whose event came from
+    ``record`` (module docstring)."""
+    length, sha256 = record_digest(record)
+    return [
+        (INPUT_SOURCE_HEADER, record.source),
+        (INPUT_LOCATION_HEADER, record.location),
+        (INPUT_LENGTH_HEADER, str(length)),
+        (INPUT_SHA256_HEADER, sha256),
+    ]
 
 
 class TopicOutputs:
@@ -55,12 +80,27 @@ class TopicOutputs:
 
     def insert_events(self, events: Sequence[StoredEvent]) -> None:
         """Queue the stored (redacted) events."""
+        self._queue_events(events, [None] * len(events))
+
+    def insert_located_events(
+        self, events: Sequence[StoredEvent], records: Sequence[SourceRecord]
+    ) -> None:
+        """Queue the stored (redacted) events, each with the ``x-input-*`` headers of its
+        source record (``records``, aligned with ``events``; module docstring). Raises
+        ``ValueError`` when the lengths differ."""
+        if len(events) != len(records):
+            raise ValueError(f"{len(events)} events but {len(records)} source records")
+        self._queue_events(events, [input_headers(r) for r in records])
+
+    def _queue_events(
+        self, events: Sequence[StoredEvent], headers: Sequence[Headers | None]
+    ) -> None:
         topic = self.topics.stored_events
         with self._lock:
             self._fingerprints.update((e.event.log_id, e.content_fingerprint) for e in events)
         self._add([
-            OutputMessage(topic, e.model_dump_json().encode(), e.event.log_id.encode())
-            for e in events
+            OutputMessage(topic, e.model_dump_json().encode(), e.event.log_id.encode(), h)
+            for e, h in zip(events, headers, strict=True)
         ])  # fmt: skip
 
     def insert_assessments(self, items: Sequence[StoredAssessment]) -> None:
