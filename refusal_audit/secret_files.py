@@ -18,7 +18,7 @@ def random_secret_file(path: Path, what: str) -> str:
     try:
         if path.exists():
             return path.read_text().strip()
-        make_private_dir(path.parent, "data directory")
+        make_private_dir(path.parent, None)  # the secret itself is 0600
         key = secrets.token_urlsafe(48)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:

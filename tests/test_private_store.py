@@ -90,15 +90,17 @@ def test_the_clarification_store_is_private(
     assert WARNING not in caplog.text
 
 
-def test_an_open_clarification_folder_is_warned_about_once(
+def test_an_open_clarification_store_is_warned_about_once(
     tmp_path: Path, restored_umask: None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    folder = tmp_path / "shared"
-    folder.mkdir(mode=0o755)
-    folder.chmod(0o755)
+    os.umask(0o022)
+    path = tmp_path / "shared" / "clarify.sqlite3"
+    SqliteStore(path).close()  # private from the start: nothing to say
+    assert WARNING not in caplog.text
+    path.chmod(0o644)  # as stores made before this rule were
     with caplog.at_level(logging.WARNING):
         for _ in range(2):
-            SqliteStore(folder / "clarify.sqlite3").close()
+            SqliteStore(path).close()
     warnings = [r for r in caplog.records if WARNING in r.getMessage()]
-    assert len(warnings) == 1 and str(folder.resolve()) in warnings[0].getMessage()
-    assert open_entries(folder) == [f"{folder} 0755"]
+    assert len(warnings) == 1 and str(path.resolve()) in warnings[0].getMessage()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644  # the operator's mode is kept

@@ -70,13 +70,15 @@ def warn_if_open(path: Path, what: str) -> bool:
     return True
 
 
-def make_private_dir(path: Path, what: str) -> None:
+def make_private_dir(path: Path, what: str | None) -> None:
     """Set the private umask (:func:`private_umask`) and create ``path`` (and its missing
     parents) with mode ``0700``; an existing ``path`` keeps its mode and is warned about
-    when open to others (:func:`warn_if_open`). Raises ``OSError`` when it cannot be
-    created."""
+    when open to others (:func:`warn_if_open`), ``what`` naming it in the warning (None: no
+    warning, for a folder whose private files are checked one by one). Raises ``OSError``
+    when it cannot be created."""
     private_umask()
     if path.is_dir():
-        warn_if_open(path, what)
+        if what is not None:
+            warn_if_open(path, what)
         return
     path.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -99,14 +99,14 @@ class SqliteStore:
     """A :class:`StateStore` in a SQLite file (made with its folder on first use; WAL
     journal, ``synchronous=NORMAL``: a committed state survives a process crash). States are
     stored as their JSON. The folder is made ``0700`` and the files ``0600`` (the process's
-    umask is made private, ``warehouse.private``); an existing folder or file open to other
-    users is warned about once. Raises ``sqlite3.Error`` when the file cannot be opened,
+    umask is made private, ``warehouse.private``); an existing file open to other users is
+    warned about once. Raises ``sqlite3.Error`` when the file cannot be opened,
     ``OSError`` when its folder cannot be made."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         # the folder 0700 when made, the file and its WAL 0600 (warehouse.private)
-        make_private_dir(self.path.parent, "clarification store directory")
+        make_private_dir(self.path.parent, None)
         warn_if_open(self.path, "clarification store")
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
