@@ -35,6 +35,7 @@ __all__ = ["SqlGuardError", "check_owner_statement", "checked_user_sql", "clickh
 MAX_SQL_CHARS = 100_000
 
 _READONLY = {"readonly": 1}
+_ACCESS_DENIED = 497
 
 #: ClickHouse error codes whose message describes the query, not the data: they are shown
 #: in full; any other failure is shown by its code and name only (the message of a failed
@@ -58,6 +59,7 @@ SAFE_MESSAGE_CODES = frozenset(
         241,  # MEMORY_LIMIT_EXCEEDED
         352,  # AMBIGUOUS_COLUMN_NAME
         456,  # UNKNOWN_QUERY_PARAMETER
+        497,  # ACCESS_DENIED (a server's grants, or the owner channel's check)
     }
 )
 
@@ -91,6 +93,8 @@ def _tree(client: Client, canonical: str, parameters: Any = None) -> AstNode:
     try:
         dump = client.command("EXPLAIN AST\n" + canonical, parameters=parameters)
     except ClickHouseError as exc:
+        if getattr(exc, "code", None) == _ACCESS_DENIED:  # the owner channel refused it
+            raise SqlGuardError(f"the query is refused: {clickhouse_reason(exc)}") from exc
         raise SqlGuardError(f"cannot parse the query: {clickhouse_reason(exc)}") from exc
     if not isinstance(dump, str):
         raise SqlGuardError("the query is refused: unexpected output from the parser")
