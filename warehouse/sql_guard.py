@@ -42,6 +42,7 @@ _ACCESS_DENIED = 497
 #: parse of data can quote the data, e.g. a file's first line).
 SAFE_MESSAGE_CODES = frozenset(
     {
+        20,  # NUMBER_OF_COLUMNS_DOESNT_MATCH
         36,  # BAD_ARGUMENTS
         42,  # NUMBER_OF_ARGUMENTS_DOESNT_MATCH
         43,  # ILLEGAL_TYPE_OF_ARGUMENT
