@@ -413,6 +413,30 @@ def owner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Owner]:
     started.proc.wait(30)
 
 
+def test_sql_through_the_owner_reads_no_file(owner: Owner, tmp_path: Path) -> None:
+    """Issue 23: ``sql "DESCRIBE file('<data_dir>/review-session.key','TSKV')"`` printed the
+    key, run by the store's owner. Neither the CLI nor a client holding the channel's token
+    gets a file read by the owner now."""
+    token = uuid.uuid4().hex
+    key = tmp_path / "review-session.key"
+    key.write_text(f"key={token}\n")
+    for statement in (f"DESCRIBE file('{key}','TSKV')", f"SELECT * FROM file('{key}','TSKV')"):
+        result = owner.cli("sql", statement)
+        assert result.returncode == 2, result.stdout + result.stderr
+        said = " ".join((result.stdout + result.stderr).split())  # rich wraps long lines
+        assert token not in said
+        assert "refused by the owner channel" in said and "file()" in said
+    remote = owner.remote()  # a crafted client: the token, no CLI check
+    try:
+        for sql in (f"DESCRIBE file('{key}','TSKV')", f"SELECT file('{key}')"):
+            with pytest.raises(DatabaseError) as info:
+                remote.query(sql)
+            assert info.value.code == 497 and token not in str(info.value)
+    finally:
+        remote.close()
+    assert owner.proc.poll() is None
+
+
 def test_cli_commands_work_while_another_process_owns_the_store(owner: Owner) -> None:
     read = owner.cli("sql", "SELECT 40 + 2 AS answer, currentDatabase() AS db", "-o", "csv")
     assert read.returncode == 0, read.stderr

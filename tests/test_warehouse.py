@@ -830,9 +830,9 @@ def test_readonly_other_read_statements(loaded: Warehouse) -> None:
         run_readonly(loaded.client, "SELECT * FROM no_such_table")
 
 
-def test_check_readonly_returns_the_statement_without_comments() -> None:
-    assert check_readonly("SELECT 1 -- x\n;") == "SELECT 1"
-    assert check_readonly("/* a */SELECT '/* b */' /* c */") == "SELECT '/* b */'"
+def test_check_readonly_returns_the_statement_without_comments(loaded: Warehouse) -> None:
+    assert check_readonly(loaded.client, "SELECT 1 -- x\n;") == "SELECT 1"
+    assert check_readonly(loaded.client, "/* a */SELECT '/* b */' /* c */") == "SELECT '/* b */'"
 
 
 @pytest.fixture

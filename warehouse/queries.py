@@ -12,7 +12,6 @@ batch's audit day and ``dead_letters`` the day the failure was recorded.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from datetime import date
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from processors.gap_text import describe_gap_sql
-from warehouse.client import Client, WarehouseError, split_sql, validate_identifier
+from warehouse.client import Client, WarehouseError, validate_identifier
 from warehouse.named import (
     DAY_MODEL_PRODUCT,
     MODEL_PRODUCT,
@@ -29,10 +28,10 @@ from warehouse.named import (
     with_proportions,
 )
 from warehouse.review_queries import REVIEW_QUERIES
+from warehouse.sql_guard import SqlGuardError, checked_user_sql, clickhouse_reason
 
 __all__ = [
     "NAMED_QUERIES",
-    "READ_KEYWORDS",
     "NamedQuery",
     "QueryResult",
     "ReadOnlyViolation",
@@ -46,9 +45,6 @@ __all__ = [
 _MIN_DATE = date(1970, 1, 1)
 _MAX_DATE = date(2149, 6, 6)  # ClickHouse Date range
 _READONLY_ERROR_CODE = 164  # READONLY
-
-#: Leading keywords accepted by ``run_readonly``.
-READ_KEYWORDS = ("SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXPLAIN")
 
 
 class UnknownQueryError(WarehouseError, KeyError):
@@ -68,7 +64,7 @@ class UnsupportedFilterError(WarehouseError, ValueError):
 
 
 class ReadOnlyViolation(WarehouseError):
-    """Ad hoc SQL that is not a single read-only statement (or the server refused it as such)."""
+    """Ad hoc SQL the guard refuses (``check_readonly``), or the server refused as a write."""
 
 
 NAMED_QUERIES: dict[str, NamedQuery] = {
@@ -368,39 +364,25 @@ def run_named(
     return result
 
 
-def check_readonly(sql: str) -> str:
-    """Check that ``sql`` is one read-only statement; return it as it should be sent.
+def check_readonly(client: Client, sql: str) -> str:
+    """Check ``sql`` with ClickHouse's own parser; return the text that should be sent.
 
-    Accepted: a single statement (an optional trailing ``;``) whose first keyword, after
-    comments and opening parentheses, is one of ``READ_KEYWORDS``, and that contains no
-    ``INTO OUTFILE`` (it writes files) and no ``INSERT INTO``. The returned text has the
-    comments removed, so the server runs exactly what was checked.
+    The guard (``warehouse.sql_guard.checked_user_sql``, rules in
+    ``processors.sql_policy``): one statement, a SELECT (``WITH``, ``UNION``, subqueries,
+    joins), ``SHOW TABLES``, ``DESCRIBE`` of a table or ``EXPLAIN`` of a SELECT, reading only
+    the warehouse database's own tables and views (never ``reviewers``, ``system.*``, table
+    functions but ``numbers``/``zeros``/``generate_series``, ``file()``, ``dictGet``...),
+    without ``SETTINGS``, ``FORMAT`` or ``INTO OUTFILE``. The returned text is ClickHouse's
+    canonical single-line form of the statement (comments dropped), so the server runs
+    exactly what was checked.
 
-    Raises ``ReadOnlyViolation`` with the reason otherwise.
+    Raises ``ReadOnlyViolation`` with the reason otherwise, ``WarehouseError`` when the
+    warehouse cannot be asked.
     """
     try:
-        statements = split_sql(sql)
-    except ValueError as exc:
-        raise ReadOnlyViolation(f"cannot parse the query: {exc}") from exc
-    if not statements:
-        raise ReadOnlyViolation("the query is empty")
-    if len(statements) > 1:
-        raise ReadOnlyViolation(
-            f"only a single statement is allowed, found {len(statements)} separated by ';'"
-        )
-    statement = statements[0]
-    match = re.match(r"[\s(]*([A-Za-z_]+)", statement.skeleton)
-    keyword = match.group(1).upper() if match else ""
-    if keyword not in READ_KEYWORDS:
-        shown = keyword or statement.text[:20]
-        raise ReadOnlyViolation(
-            f"only read-only statements are allowed ({', '.join(READ_KEYWORDS)}); got {shown!r}"
-        )
-    if re.search(r"\bINTO\s+OUTFILE\b", statement.skeleton, re.IGNORECASE):
-        raise ReadOnlyViolation("INTO OUTFILE writes a file and is not allowed")
-    if re.search(r"\bINSERT\s+INTO\b", statement.skeleton, re.IGNORECASE):
-        raise ReadOnlyViolation("INSERT is not allowed")
-    return statement.text
+        return checked_user_sql(client, sql)
+    except SqlGuardError as exc:
+        raise ReadOnlyViolation(str(exc)) from exc
 
 
 def _run_guarded(client: Client, statement: str) -> QueryResult:
@@ -411,16 +393,16 @@ def _run_guarded(client: Client, statement: str) -> QueryResult:
     with ``SET``, which cannot be undone once ``readonly=1``); reads leave it unchanged.
 
     Raises ``ReadOnlyViolation`` when the server refuses it as a write, ``WarehouseError``
-    for any other failure.
+    for any other failure; neither quotes data (``warehouse.sql_guard.clickhouse_reason``).
     """
     try:
         raw = client.query(statement, settings={"readonly": 1})
     except ClickHouseError as exc:
         if getattr(exc, "code", None) == _READONLY_ERROR_CODE:
             raise ReadOnlyViolation(
-                f"the warehouse refused a write in readonly mode: {exc}"
+                f"the warehouse refused a write in readonly mode: {clickhouse_reason(exc)}"
             ) from exc
-        raise WarehouseError(f"query failed: {exc}") from exc
+        raise WarehouseError(f"query failed: {clickhouse_reason(exc)}") from exc
     columns = list(raw.column_names)
     if not columns and not raw.result_rows:
         columns = _probe_columns(client, statement)
@@ -429,8 +411,7 @@ def _run_guarded(client: Client, statement: str) -> QueryResult:
 
 def _probe_columns(client: Client, statement: str) -> list[str]:
     """Column names of an empty SELECT/WITH result (chDB sends none); [] when unknown."""
-    match = re.match(r"[\s(]*([A-Za-z_]+)", statement)
-    if match is None or match.group(1).upper() not in ("SELECT", "WITH"):
+    if not statement.startswith(("SELECT", "WITH")):
         return []
     try:
         probe = client.query(f"SELECT * FROM ({statement}) LIMIT 0", settings={"readonly": 1})
@@ -442,12 +423,13 @@ def _probe_columns(client: Client, statement: str) -> list[str]:
 def run_readonly(client: Client, sql: str) -> QueryResult:
     """Run ad hoc read-only SQL and return its result.
 
-    Two guards: ``check_readonly`` (one statement starting with SELECT/WITH/SHOW/DESCRIBE/
-    DESC/EXPLAIN, no INTO OUTFILE) and the ClickHouse setting ``readonly=1`` on the query,
-    which both chDB and a server enforce (writes, DDL, SET and table functions such as
-    ``file()`` are refused). Unqualified table names resolve in the client's database.
+    Two guards: ``check_readonly`` (ClickHouse's parser and the allow-list of
+    ``processors.sql_policy``) and the ClickHouse setting ``readonly=1`` on the query, which
+    both chDB and a server enforce (writes, DDL, SET). Unqualified table names resolve in
+    the client's database. On an embedded store served by its owner, the owner also refuses
+    anything that reaches outside the store (``warehouse.remote``).
 
-    Raises ``ReadOnlyViolation`` for anything but a read, ``WarehouseError`` when the query
-    fails (syntax error, unknown table, ...).
+    Raises ``ReadOnlyViolation`` for anything the guard refuses, ``WarehouseError`` when the
+    query fails (unknown column or table, ...); messages never quote data.
     """
-    return _run_guarded(client, check_readonly(sql))
+    return _run_guarded(client, check_readonly(client, sql))

@@ -33,6 +33,7 @@ import ipaddress
 import logging
 import math
 import os
+import re
 import secrets
 import threading
 import weakref
@@ -65,6 +66,7 @@ from clickhouse_connect.driver.query import QueryResult
 from clickhouse_connect.driver.summary import QuerySummary
 
 from warehouse.client import Client, WarehouseError, validate_identifier
+from warehouse.sql_guard import SqlGuardError, check_owner_statement
 
 __all__ = [
     "OWNER_PATH",
@@ -93,6 +95,7 @@ DEFAULT_TIMEOUT = 300.0
 CONNECT_TIMEOUT = 5.0
 
 _TAG = "$t"
+_TABLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?$")
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # what orjson writes as a JSON number
 _JSON = "application/json"
 
@@ -236,6 +239,18 @@ def _error(
     return status, _dumps({"error": body})
 
 
+def _refused(exc: SqlGuardError) -> tuple[int, bytes]:
+    """422 for a statement the channel refuses: the ClickHouse error that refused it (a
+    syntax error, a second statement), else ``ACCESS_DENIED`` (code 497)."""
+    cause = exc.__cause__
+    if isinstance(cause, OperationalError):  # the check itself failed for a passing reason
+        return _error(503, "OperationalError", str(cause), cause.code, cause.name)
+    if isinstance(cause, Error) and cause.code is not None:
+        return _error(422, "DatabaseError", str(exc), cause.code, cause.name)
+    message = f"refused by the owner channel: {exc}"
+    return _error(422, "DatabaseError", message, 497, "ACCESS_DENIED")
+
+
 def check_bearer(header_value: str | None, token: str) -> bool:
     """Whether an ``Authorization`` header value is ``Bearer <token>`` (constant-time
     comparison; False for a missing header, another scheme or an empty ``token``)."""
@@ -260,17 +275,23 @@ def _field(
     return value
 
 
+def _identifier_field(req: Mapping[str, Any], name: str) -> str | None:
+    """An optional field holding a database name (a plain identifier)."""
+    value = _field(req, name, str)
+    if value is not None:
+        try:
+            validate_identifier(value)
+        except WarehouseError as exc:
+            raise _BadRequest(str(exc)) from exc
+    return value  # type: ignore[no-any-return]
+
+
 def _parse(req: Any) -> tuple[str, str | None, dict[str, Any]]:
     """(op, database, keyword arguments for the client call) of a decoded request."""
     if not isinstance(req, dict):
         raise _BadRequest("the request must be a JSON object")
     op = req.get("op")
-    database = _field(req, "database", str)
-    if database is not None:
-        try:
-            validate_identifier(database)
-        except WarehouseError as exc:
-            raise _BadRequest(str(exc)) from exc
+    database = _identifier_field(req, "database")
     settings = decode_value(_field(req, "settings", dict))
     if op == "ping":
         return op, database, {}
@@ -283,6 +304,10 @@ def _parse(req: Any) -> tuple[str, str | None, dict[str, Any]]:
             kwargs["column_formats"] = decode_value(_field(req, "column_formats", dict))
         return op, database, {"sql": _field(req, "sql", str, required=True), **kwargs}
     if op == "insert":
+        table = _field(req, "table", str, required=True)
+        if not _TABLE_NAME_RE.match(table):  # a dotted name reaches the SQL text unquoted
+            raise _BadRequest("field 'table' must be a table name (db.table or table)")
+        table_database = _identifier_field(req, "table_database")
         rows = decode_value(_field(req, "rows", list, required=True))
         if not all(isinstance(r, list | tuple) for r in rows):
             raise _BadRequest("field 'rows' must be a list of rows")
@@ -293,10 +318,10 @@ def _parse(req: Any) -> tuple[str, str | None, dict[str, Any]]:
             op,
             database,
             {
-                "table": _field(req, "table", str, required=True),
+                "table": table,
                 "data": rows,
                 "column_names": names if names is not None else "*",
-                "database": _field(req, "table_database", str),
+                "database": table_database,
                 "settings": settings,
             },
         )
@@ -304,6 +329,9 @@ def _parse(req: Any) -> tuple[str, str | None, dict[str, Any]]:
 
 
 def _execute(client: Client, op: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    if op in ("query", "command"):
+        # never on anyone's behalf: files, URLs, other servers, dictionaries, backups
+        check_owner_statement(client, kwargs["sql"], kwargs["parameters"])
     if op == "query":
         result = client.query(
             kwargs["sql"],
@@ -354,7 +382,12 @@ def serve_request(client: Client, body: bytes) -> tuple[int, bytes]:
     Blocking: run it in a thread from async code. Calls on the same ``client`` are
     serialised (each sets the client's database for its duration). A command, or an INSERT
     query, with the setting ``readonly`` is refused (422, code 164) without running: on chDB
-    it would leave the client read-only for every later request.
+    it would leave the client read-only for every later request. Every ``query`` and
+    ``command`` first passes ``warehouse.sql_guard.check_owner_statement`` (ClickHouse's
+    parser): one statement, nothing that reaches outside the store (table functions but
+    ``numbers``/``zeros``, ``file()``, dictionary sources, foreign table engines, backups);
+    a refused one answers 422 with code 497 (ACCESS_DENIED) and does not run. An insert's
+    ``table`` must be a plain ``[db.]table`` name.
     """
     try:
         op, database, kwargs = _parse(orjson.loads(body))
@@ -377,6 +410,8 @@ def serve_request(client: Client, body: bytes) -> tuple[int, bytes]:
         return _error(422, cls, str(exc), exc.code, exc.name)
     except ClickHouseError as exc:
         return _error(422, "DatabaseError", str(exc))
+    except SqlGuardError as exc:
+        return _refused(exc)
     except CodecError as exc:  # a result value the channel cannot carry
         log.exception("owner channel: %s result not sent", op)
         return _error(500, "InternalError", f"cannot send the result: {exc}")
