@@ -485,6 +485,12 @@ class Settings(BaseSettings):
     )
 
     # refusal-style calibration (refusal-audit calibrate, docs/calibration.md)
+    calibration_token: SecretStr | None = Field(
+        default=None,
+        description="API token of a review-app account (`review token create`) with which "
+        "`calibrate run` verifies its starter without a password (CI, scripts); unset: "
+        "`--token-file`, else the account's password.",
+    )
     calibrate_engine: Literal["local", "openai"] | None = Field(
         default=None,
         description="Engine that writes refusal variants; unset: as `engine`.",
