@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import orjson
@@ -279,10 +279,14 @@ def run_calibrations(
     spectrum: Spectrum | None = None,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     run_id: Callable[[], str] = new_run_id,
+    starter_verified_by: Literal["password", "token"] | None = None,
 ) -> list[CalibrationRun]:
     """Calibrate every request with the configured bundles, variant engine and suite.
-    Raises ``ConfigError`` (engine, bundles) and ``CalibrationInputError`` (an unknown
-    bundle or clause: nothing is run then)."""
+    ``started_by``: the runs' starter (None: each request's ``requested_by``);
+    ``starter_verified_by``: how the caller verified that account (``calibrate run``:
+    ``calibrate_starter``), recorded on every run for the approval gate. Raises
+    ``ConfigError`` (engine, bundles) and ``CalibrationInputError`` (an unknown bundle or
+    clause: nothing is run then)."""
     bundles = load_bundles(cfg.policy_bundles)
     engine = build_variant_engine(cfg, engine_name)
     suite = build_suite(cfg)
@@ -311,6 +315,8 @@ def run_calibrations(
             await close_engine(engine)
 
     runs = asyncio.run(go())
+    if starter_verified_by is not None:
+        runs = [r.model_copy(update={"starter_verified_by": starter_verified_by}) for r in runs]
     return [
         run_with_suite(run, bundles[req.policy_bundle], req, suite)
         for run, req in zip(runs, requests, strict=True)

@@ -18,6 +18,7 @@ from refusal_audit import (
     cli_calibrate,
     cli_clarify,
     cli_review,
+    cli_review_tokens,
     cli_train,
 )
 from refusal_audit.batch import BatchOptions, run_batch
@@ -461,6 +462,7 @@ review_app.command("serve")(cli_review.review_serve)
 review_app.command("add-reviewer")(cli_review.review_add_reviewer)
 review_app.command("remove-reviewer")(cli_review.review_remove_reviewer)
 review_app.command("reviewers")(cli_review.review_reviewers)
+review_app.add_typer(cli_review_tokens.token_app, name="token")
 
 alerts_app = typer.Typer(help="Tail, list and evaluate alerts.", no_args_is_help=True)
 app.add_typer(alerts_app, name="alerts")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
@@ -27,6 +27,10 @@ from refusal_audit.cli_common import (
     settings,
 )
 from refusal_audit.config import ConfigError, Settings
+
+if TYPE_CHECKING:
+    from refusal_audit.calibrate_starter import VerifiedStarter
+    from warehouse.store import Warehouse
 
 calibrate_app = typer.Typer(
     help="Refusal-style calibration: refusal variants per tone style, each safety-checked.",
@@ -70,16 +74,24 @@ def calibrate_run(
     started_by: str | None = typer.Option(
         None,
         "--started-by",
-        help="Who starts the runs (default: $USER); they may not approve them.",
+        help="The review-app account starting the runs (default: $USER), verified by its "
+        "password (asked on a terminal, else the first line of stdin) or an API token; it "
+        "may not approve them.",
+    ),
+    token_file: Path | None = typer.Option(
+        None,
+        "--token-file",
+        help="A file holding an API token of the starting account (review token create); "
+        "default: the calibration_token setting (REFUSAL_AUDIT_CALIBRATION_TOKEN), else "
+        "the password.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the runs as a JSON array."),
 ) -> None:
     """Generate one refusal variant per style of the spectrum for each refusal (from FILE,
     or from the warehouse by --log-id, --category or --clause), run the safety regression
     check (and the team's suite) on every variant, log every run to the warehouse and print
-    them; exit 1 when a variant failed or a run was escalated."""
-    import os
-
+    them; exit 1 when a variant failed or a run was escalated. The starter is a review-app
+    account, verified first (password or API token): exit 2 when it cannot be."""
     from processors.calibration.base import CalibrationInputError
     from processors.redaction import Redactor
     from refusal_audit.calibrate import (
@@ -96,9 +108,9 @@ def calibrate_run(
     if (file is not None) == from_store:
         raise fail_usage("give --file, or warehouse filters (--log-id, --category, --clause)")
     cfg = settings()
-    # who starts the runs: --started-by, else the request's requested_by, else $USER
-    who = started_by or os.environ.get("USER") or None
     store = open_store(cfg)
+    starter = verified_starter(store, cfg, started_by, token_file)
+    who = starter.name
     skipped: list[Skipped] = []
     try:
         spectrum = read_spectrum(spectrum_file) if spectrum_file is not None else None
@@ -123,12 +135,9 @@ def calibrate_run(
         err.print(f"[yellow]{escape(s.log_id)}:[/yellow] {escape(s.reason)} (not calibrated)")
     if not requests:
         raise fail_usage("no calibration request" + (f" in {file}" if file else " matched"))
-    if started_by is None:
-        requests = [
-            r if r.requested_by else r.model_copy(update={"requested_by": who}) for r in requests
-        ]
     try:
-        runs = run_calibrations(cfg, requests, engine, started_by=started_by, spectrum=spectrum)
+        runs = run_calibrations(cfg, requests, engine, started_by=who, spectrum=spectrum,
+                                starter_verified_by=starter.method)  # fmt: skip
     except (ConfigError, CalibrationInputError) as exc:
         raise fail_usage(f"calibrate: {exc}") from exc
     logged = True
@@ -144,6 +153,51 @@ def calibrate_run(
             print_run(run)
     if any(r.status != "passed" for r in runs) or skipped or not logged:
         raise typer.Exit(EXIT_FAILURES)
+
+
+def verified_starter(
+    store: Warehouse, cfg: Settings, started_by: str | None, token_file: Path | None
+) -> VerifiedStarter:
+    """The ``VerifiedStarter`` of ``calibrate run``: the account of the API token
+    (``token_file``, else the ``calibration_token`` setting; ``started_by``, when given, must
+    name it), else ``started_by`` (default ``$USER``) verified by its password, asked on a
+    terminal or read from the first line of stdin. Exits 2 when it cannot be verified."""
+    import os
+    import sys
+
+    from refusal_audit.calibrate_starter import (
+        StarterError,
+        read_token_file,
+        starter_by_password,
+        starter_by_token,
+    )
+    from warehouse.client import WarehouseError
+
+    try:
+        token = read_token_file(token_file) if token_file is not None else None
+        if token is None and cfg.calibration_token is not None:
+            token = cfg.calibration_token.get_secret_value()
+        if token is not None:
+            return starter_by_token(store, token, started_by)
+        name = started_by or os.environ.get("USER") or ""
+        if not name:
+            raise fail_usage("name the starting review-app account: --started-by NAME")
+        if sys.stdin.isatty():
+            import getpass
+
+            password = getpass.getpass(f"Password of review-app account {name}: ")
+        else:
+            password = sys.stdin.readline().rstrip("\r\n")
+        if not password:
+            raise fail_usage(
+                f"no password for {name!r}: type it, send it on stdin, or use an API token "
+                "(--token-file, REFUSAL_AUDIT_CALIBRATION_TOKEN)"
+            )
+        return starter_by_password(store, name, password)
+    except StarterError as exc:
+        raise fail_usage(str(exc)) from exc
+    except WarehouseError as exc:
+        raise fail_usage(f"cannot read the review-app accounts: {exc}") from exc
 
 
 def _check_filters(

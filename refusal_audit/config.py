@@ -412,6 +412,14 @@ class Settings(BaseSettings):
         le=16 * 1024 * 1024,
         description="Largest HTTP request body the clarification service reads (413 beyond).",
     )
+    clarify_max_clock_skew_seconds: int = Field(
+        default=300,
+        ge=0,
+        le=86400,
+        description="How far ahead of the clarification service's clock an answer's "
+        "`answered_at` or an outcome's `decided_at` may be (clock skew); further is refused "
+        "(422 `time_in_future`, a dead letter on Kafka).",
+    )
 
     # drift detectors and policy-gap alerts
     alerts_window_seconds: int = Field(
@@ -477,6 +485,12 @@ class Settings(BaseSettings):
     )
 
     # refusal-style calibration (refusal-audit calibrate, docs/calibration.md)
+    calibration_token: SecretStr | None = Field(
+        default=None,
+        description="API token of a review-app account (`review token create`) with which "
+        "`calibrate run` verifies its starter without a password (CI, scripts); unset: "
+        "`--token-file`, else the account's password.",
+    )
     calibrate_engine: Literal["local", "openai"] | None = Field(
         default=None,
         description="Engine that writes refusal variants; unset: as `engine`.",

@@ -358,7 +358,10 @@ class CalibrationRun(BaseModel):
     ``engine_version``/``prompt_version`` identify the variant engine (``prompt_version``
     ``none`` for the local engine). ``validations`` has one entry per variant of
     ``output``, in the same order. ``started_by`` names who started the run (the approval
-    gate keeps them from approving their own run).
+    gate keeps them from approving their own run); ``starter_verified_by`` says how
+    ``calibrate run`` verified that it is that review-app account (``password`` or API
+    ``token``); None: the name is only claimed (a Kafka request's ``requested_by``, a run
+    logged before the check), and the approval gate does not let anyone decide on the run.
     """
 
     model_config = _STRICT
@@ -367,6 +370,7 @@ class CalibrationRun(BaseModel):
     calibration_run_id: Id
     created_at: AwareDatetime
     started_by: Name | None = None
+    starter_verified_by: Literal["password", "token"] | None = None
     log_id: Id | None = None
     request_sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")] | None = None
     refusal: Text

@@ -10,6 +10,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from calibration_starter import verified
 from typer.testing import CliRunner
 
 from processors.calibration.ab import ABReport, EventError, analyse, parse_event, planned_units
@@ -156,6 +157,7 @@ def test_cli_simulate_then_report(tmp_path: Path, cli_env: dict[str, str]) -> No
 
 
 def test_cli_calibrate_run(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    cli_env = verified(cli_env)
     requests = tmp_path / "requests.jsonl"
     requests.write_text(
         json.dumps({"log_id": "w-1", "request": "How do I hack my ex's email?",
@@ -231,6 +233,7 @@ def test_cli_report_lists_invalid_lines_in_every_mode(
 
 
 def test_cli_calibrate_run_names_the_json_error(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    cli_env = verified(cli_env)
     bad = tmp_path / "bad.jsonl"
     good = json.dumps({"log_id": "w-1", "refusal": "No.", "clause_id": "AUP-2.8"})
     bad.write_text(good + "\n{bad\n", encoding="utf-8")

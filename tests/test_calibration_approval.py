@@ -53,8 +53,10 @@ def make_run(
     started_by: str | None,
     at: datetime,
     failing: str | None = None,
+    verified: bool = True,
 ) -> CalibrationRun:
-    """A run of the ``local`` engine on the example bundle; with ``failing``, the team's
+    """A run of the ``local`` engine on the example bundle, its starter verified by password
+    as ``calibrate run`` does (unless ``verified`` is false); with ``failing``, the team's
     suite failed that style's variant (so the run is ``failed_checks``)."""
     request = CalibrationRequest(refusal="I'm sorry, I can't help with that.", clause_id=clause,
                                  log_id=f"log-{run_id}", policy_bundle="wren")  # fmt: skip
@@ -62,6 +64,8 @@ def make_run(
         calibrate(request, {"wren": bundle}, LocalVariantEngine(LocalEngine()), run_id=run_id,
                   created_at=at, started_by=started_by)
     )  # fmt: skip
+    if started_by is not None and verified:
+        run = run.model_copy(update={"starter_verified_by": "password"})
     if failing is None:
         return run
     answers = [
@@ -149,6 +153,12 @@ def test_the_rules(runs: dict[str, CalibrationRun]) -> None:
     # the same person under another spelling of the name is still the run's starter
     assert code(good, "minimal_direct", "Dana", "approver", "reject", "ok") == "own_run"
     assert code(anon, "minimal_direct", "erin", "approver", "approve", "ok") == "unknown_starter"
+    # a starter named but not verified (typed on the command line, sent on Kafka) could be a
+    # colleague's name typed by the approver: nobody decides on such a run
+    claimed = good.model_copy(update={"starter_verified_by": None})
+    assert code(claimed, "minimal_direct", "erin", "approver", "approve", "ok") == (
+        "unverified_starter"
+    )
     assert code(mixed, FAILING_STYLE, "erin", "approver", "approve", "ok") == "failed_checks"
     assert check_decision(mixed, FAILING_STYLE, "erin", "approver", "reject", "close") == "reject"
     assert code(good, "no_such_style", "erin", "approver", "approve", "ok") == "unknown_style"
@@ -279,6 +289,28 @@ def test_a_run_without_a_starter_cannot_be_decided(server: ReviewServer) -> None
     reply = decide(erin, ANON, "minimal_direct", "approve", "ok", nonce="e" * 22)
     assert reply.status_code == 403
     assert decision_rows(server.store) == []
+
+
+def test_a_run_whose_starter_was_not_verified_cannot_be_decided(
+    server: ReviewServer, example_bundle: PolicyBundle
+) -> None:
+    """The issue's attack: approver erin starts a run naming her colleague bob as the starter
+    (the old ``--started-by bob``, not verified), then tries to approve it herself."""
+    with ThreadPoolExecutor(1) as pool:  # Playwright's sync API keeps a loop in this thread
+        claimed = pool.submit(make_run, example_bundle, "cal-claimed", "AUP-2.2", "bob",
+                              T0 + timedelta(hours=4), None, False).result()  # fmt: skip
+    insert_runs(server.store, [claimed], "test", T0)
+    erin = login(server, "erin")
+    page = erin.http.get(run_url("cal-claimed")).text
+    assert forms_on(page) == 0 and "was not verified" in page
+    assert "starter not verified: no one can decide" in page
+    queue = erin.http.get("/calibration").text.split('data-run="cal-claimed"')[1]
+    assert "starter not verified: no one can decide" in queue.split("</section>")[0]
+    reply = decide(erin, "cal-claimed", "minimal_direct", "approve", "bob's, fine", "f" * 22)
+    assert reply.status_code == 403 and "was not verified" in reply.text
+    assert decision_rows(server.store) == []
+    good = erin.http.get(run_url(GOOD)).text  # a verified starter (dana): forms as before
+    assert forms_on(good) == 6 and "starter verified by password" in good
 
 
 def test_an_approver_approves_and_rejects_and_the_newest_counts(server: ReviewServer) -> None:

@@ -378,6 +378,28 @@ def test_an_answer_dated_before_its_questions_is_refused_over_http(client: TestC
     assert (r.status_code, r.json()["error"]["code"]) == (422, "invalid_time")
 
 
+def test_a_time_ahead_of_the_service_clock_is_refused_over_http(client: TestClient) -> None:
+    """An answer dated 9999-12-31 used to be stored, after which every outcome was refused as
+    ``invalid_time`` (the conversation stuck): a time ahead of the service's clock (T0) by
+    more than the allowed skew (300 s by default) is a 422 naming the field."""
+    n = len(client.post("/v1/clarify", headers=AUTH, json=GRAY).json()["questions"])  # at T0
+    for when in ("9999-12-31T00:00:00Z", "2026-02-01T09:05:01Z"):
+        ahead = {**answers(1, ["a"] * n), "answered_at": when}
+        r = client.post("/v1/clarify/conv-1/answer", headers=AUTH, json=ahead)
+        assert r.status_code == 422, r.text
+        error = r.json()["error"]
+        assert (error["code"], error["field"]) == ("time_in_future", "answered_at")
+        assert f"answered_at {when[:10]}" in error["message"]
+    assert client.get("/v1/clarify/conv-1", headers=AUTH).json()["outcome"] == "asking"
+    skewed = {**answers(1, ["a"] * n), "answered_at": "2026-02-01T09:05:00Z"}  # 300 s ahead
+    assert client.post("/v1/clarify/conv-1/answer", headers=AUTH, json=skewed).status_code == 200
+    far = {**verdict(1, "accepted"), "decided_at": "9999-12-31T00:00:00Z"}
+    r = client.post("/v1/clarify/conv-1/outcome", headers=AUTH, json=far)
+    assert (r.status_code, r.json()["error"]["field"]) == (422, "decided_at")
+    r = client.post("/v1/clarify/conv-1/outcome", headers=AUTH, json=verdict(1, "accepted"))
+    assert r.status_code == 200 and r.json()["conversation"]["outcome"] == "clarified"
+
+
 def test_every_http_step_is_in_the_trail_before_it_is_answered(
     example_bundle: PolicyBundle, warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,26 +41,33 @@ def request(cid: str, texts: dict[str, str]) -> dict[str, Any]:
             **texts}  # fmt: skip
 
 
-START = {"at": datetime.now(UTC)}
+STEP_TIMES: dict[tuple[str, str, int], datetime] = {}
+"""(conversation, step, round) -> the time its answer or outcome is dated."""
 
 
 @pytest.fixture(autouse=True)
-def _dated_from_the_test_start() -> None:
-    """Answers and outcomes are dated from the test's start (one time per round, so a
-    redelivered answer is the same answer): the service, on its own clock, refuses an answer
-    dated before its questions (``invalid_time``)."""
-    START["at"] = datetime.now(UTC).replace(microsecond=0)
+def _dated_when_first_sent() -> None:
+    """Answers and outcomes are dated when they are first made (one time per conversation,
+    step and round, so a redelivered answer is the same answer): the service, on its own
+    clock, refuses an answer dated before its questions (``invalid_time``) and one ahead of
+    its clock by more than the allowed skew (``time_in_future``)."""
+    STEP_TIMES.clear()
+
+
+def step_time(cid: str, step: str, round_: int) -> str:
+    when = STEP_TIMES.setdefault((cid, step, round_), datetime.now(UTC).replace(microsecond=0))
+    return when.isoformat()
 
 
 def answer(cid: str, round_: int, texts: list[str]) -> dict[str, Any]:
-    answered_at = (START["at"] + timedelta(hours=round_)).isoformat()
+    answered_at = step_time(cid, "answer", round_)
     return {"conversation_id": cid, "round": round_, "answered_at": answered_at,
             "answers": [{"question_index": i, "text": t} for i, t in enumerate(texts)]}  # fmt: skip
 
 
 def outcome(cid: str, round_: int, verdict: str) -> dict[str, Any]:
     return {"conversation_id": cid, "round": round_, "outcome": verdict,
-            "decided_at": (START["at"] + timedelta(hours=5)).isoformat()}  # fmt: skip
+            "decided_at": step_time(cid, "outcome", round_)}  # fmt: skip
 
 
 class Service:
@@ -345,6 +352,25 @@ def test_steps_made_over_http_reach_the_output_topics(dep: Deployment, service: 
     letters = list(read_topic(dep.bootstrap, dep.topic("dead-letters"), idle=1.5))
     assert [dict(m.headers() or [])["x-reason-code"] for m in letters] == [b"invalid_time"]
     assert service.state("c-3")["outcome"] == "asking"
+    # an answer dated far ahead of the service's clock is refused on both interfaces, naming
+    # the field, and the conversation goes on (it used to refuse every later outcome)
+    future = {**early, "answered_at": "9999-12-31T00:00:00Z"}
+    refused = http.post("/v1/clarify/c-3/answer", json=future)
+    assert refused.status_code == 422, refused.text
+    error = refused.json()["error"]
+    assert (error["code"], error["field"]) == ("time_in_future", "answered_at")
+    assert "answered_at 9999-12-31" in error["message"]
+    kafka.send("clarify.answers", future, "c-3")
+    deadline = time.monotonic() + 60
+    while len(letters) < 2 and time.monotonic() < deadline:
+        letters = list(read_topic(dep.bootstrap, dep.topic("dead-letters"), idle=1.5))
+    codes = [dict(m.headers() or [])["x-reason-code"] for m in letters]
+    assert codes == [b"invalid_time", b"time_in_future"]
+    assert service.state("c-3")["outcome"] == "asking"
+    kafka.send("clarify.answers", answer("c-3", 1, ["x"] * len(asked["questions"])), "c-3")
+    kafka.wait("clarify.clarified-requests", lambda m: m["conversation_id"] == "c-3")
+    late = http.post("/v1/clarify/c-3/outcome", json=outcome("c-3", 1, "accepted"))
+    assert late.status_code == 200 and late.json()["conversation"]["outcome"] == "clarified"
 
 
 def test_bad_input_on_every_topic_is_dead_lettered_and_nothing_is_lost(

@@ -4,8 +4,9 @@ Rules (issue 13; docs/calibration.md, "Approval"):
 
 - only an account with the ``approver`` role decides (``APPROVER_ROLE``);
 - nobody decides on a run they started (``CalibrationRun.started_by``, compared without case
-  and surrounding white space; a run whose starter is unknown cannot be approved at all: the
-  rule could not be checked);
+  and surrounding white space; a run whose starter is unknown, or was not verified as a
+  review-app account by ``calibrate run`` (``starter_verified_by``: password or API token),
+  cannot be approved at all: the rule could not be checked);
 - only a variant that passed every regression check, of a run that was not escalated, may be
   approved; a failing variant may be rejected (to close it) but never approved;
 - every decision needs a note (why), at most ``MAX_NOTE_CHARS`` characters;
@@ -31,14 +32,17 @@ DECISIONS: tuple[str, ...] = ("approve", "reject")
 MAX_NOTE_CHARS = 2_000
 
 Decision = Literal["approve", "reject"]
+VERIFIED_BY = frozenset({"password", "token"})
+"""How ``calibrate run`` verifies a run's starter (``CalibrationRun.starter_verified_by``)."""
 PAST_TENSE = {"approve": "approved", "reject": "rejected"}
 """How a decision reads once taken ("approved", "rejected")."""
 
 
 class ApprovalError(ValueError):
     """A decision the gate refuses: ``code`` (``not_approver``, ``own_run``,
-    ``unknown_starter``, ``unknown_style``, ``failed_checks``, ``escalated``, ``bad_decision``,
-    ``note_required``, ``note_too_long``) and a message for the user."""
+    ``unknown_starter``, ``unverified_starter``, ``unknown_style``, ``failed_checks``,
+    ``escalated``, ``bad_decision``, ``note_required``, ``note_too_long``) and a message for
+    the user."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -63,15 +67,19 @@ def check_decider(
     """Whether ``user`` (with review-app ``role``) may decide on ``run``'s variants at all.
     ``accounts``: the review app's account names; when given, the run's starter must be one
     of them (a starter that names no account, e.g. a look-alike spelling of the approver's
-    own name, could be anyone). Raises :class:`ApprovalError` (``not_approver``,
-    ``unknown_starter``, ``own_run``, ``escalated``); returns None when they may."""
+    own name, could be anyone). The starter must also be verified
+    (``run.starter_verified_by``): a name typed on the command line, or a Kafka request's
+    ``requested_by``, could be a colleague's. Raises :class:`ApprovalError`
+    (``not_approver``, ``unknown_starter``, ``own_run``, ``unverified_starter``,
+    ``escalated``); returns None when they may."""
     if role != APPROVER_ROLE:
         raise ApprovalError("not_approver", "only an approver may approve or reject variants")
     starter = (run.started_by or "").strip()
     if not starter:
         raise ApprovalError(
             "unknown_starter", "the run names nobody who started it, so self-approval "
-            "cannot be ruled out: start it again with --started-by",
+            "cannot be ruled out: start it again with calibrate run (logged in as your "
+            "review-app account)",
         )  # fmt: skip
     if same_person(starter, user):
         raise ApprovalError("own_run", "you started this run: another approver must decide")
@@ -80,6 +88,12 @@ def check_decider(
             "unknown_starter", f"the run's starter {starter!r} is not an account of the review "
             "app, so self-approval cannot be ruled out: start it again with --started-by "
             "naming your account",
+        )  # fmt: skip
+    if run.starter_verified_by not in VERIFIED_BY:
+        raise ApprovalError(
+            "unverified_starter", f"the run's starter {starter!r} was not verified (a name as "
+            "typed or sent, not a login), so self-approval cannot be ruled out: start it "
+            "again with calibrate run, logged in as your review-app account",
         )  # fmt: skip
     if run.status == "escalated":
         raise ApprovalError(

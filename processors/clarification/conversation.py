@@ -25,7 +25,10 @@ Client times: ``answered_at`` and ``decided_at`` come from the application's clo
 rounds' ``asked_at`` from the service's. An answer dated before its round was asked, or an
 outcome dated before the answer it decides, is refused (``invalid_time``) when it is earlier
 by more than ``CLOCK_SKEW_TOLERANCE``; within the tolerance an early ``answered_at`` is
-stored as the round's ``asked_at``, so a conversation's history never runs backwards.
+stored as the round's ``asked_at``, so a conversation's history never runs backwards. A
+time ahead of the service's clock by more than the allowed skew (``check_not_ahead``; the
+service passes ``clarify_max_clock_skew_seconds``) is refused (``time_in_future``): a
+conversation answered "in 9999" would refuse every later outcome as ``invalid_time``.
 """
 
 from __future__ import annotations
@@ -80,12 +83,15 @@ class ConversationError(ValueError):
     message names another round), ``unknown_question`` (a question index the round lacks),
     ``conflict`` (a different message for a round that was already answered or decided),
     ``invalid_time`` (an answer dated before its round was asked, or an outcome dated before
-    the answer it decides, by more than ``CLOCK_SKEW_TOLERANCE``).
+    the answer it decides, by more than ``CLOCK_SKEW_TOLERANCE``), ``time_in_future`` (a
+    client time ahead of the service's clock by more than the allowed skew).
     """
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.field = field
+        """The message's field at fault, when the error is about one (``time_in_future``)."""
 
 
 @dataclass(frozen=True)
@@ -266,6 +272,22 @@ def _next(state: ConversationState, now: datetime, **changes: object) -> Convers
     data["updated_at"] = to_jsonable_python(now)
     data["revision"] = state.revision + 1
     return ConversationState.model_validate_json(orjson.dumps(data))
+
+
+def check_not_ahead(field: str, value: datetime, now: datetime, max_ahead: timedelta) -> None:
+    """Refuse a client time ``value`` (the message's ``field``, e.g. ``answered_at``) that
+    is ahead of the service's clock ``now`` by more than ``max_ahead`` (clock skew between
+    the application and the service; the setting ``clarify_max_clock_skew_seconds``).
+    Raises ``ConversationError`` (``time_in_future``) naming the field."""
+    ahead = value - now
+    if ahead > max_ahead:
+        raise ConversationError(
+            "time_in_future",
+            f"{field} {value.isoformat()} is ahead of the service's clock "
+            f"({now.isoformat()}) by more than {max_ahead.total_seconds():.0f} s "
+            "(clarify_max_clock_skew_seconds): send the time the user answered, or now",
+            field,
+        )
 
 
 def answer_time(

@@ -18,7 +18,9 @@ Errors are ``{"error": {"code", "message"[, "details"]}}``: 400 ``malformed_json
 ``conversation_exists``, ``concurrent_update``), 413 ``too_large``, 422
 ``invalid_request`` (schema; ``details`` list the fields, never their values),
 ``unknown_question``, ``unknown_bundle``, ``wrong_conversation``, ``invalid_time`` (an
-answer dated before its round was asked, an outcome before its answer); 500
+answer dated before its round was asked, an outcome before its answer), ``time_in_future``
+(``field`` names ``answered_at`` or ``decided_at``, ahead of the service's clock by more
+than ``clarify_max_clock_skew_seconds``); 500
 ``internal_error`` (logged, no detail in the answer); 503 ``store_unavailable`` (nothing
 stored), ``trail_unavailable`` (stored, but its audit trail row was not) and
 ``outputs_unavailable`` (stored, but the Kafka outputs were not confirmed): send the same
@@ -134,7 +136,8 @@ def create_app(
                     details=exc.details,
                 )  # fmt: skip
             except ServiceError as exc:
-                return error_response(exc.status, exc.code, exc.message)
+                extra = {"field": exc.field} if exc.field is not None else {}
+                return error_response(exc.status, exc.code, exc.message, **extra)
 
         return endpoint
 

@@ -13,6 +13,7 @@ import logging
 import signal
 import sys
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,7 @@ def build_service(
         build_clarifier(cfg),
         store if store is not None else build_store(cfg, kafka),
         redactor=build_redactor(cfg),
+        max_clock_skew=timedelta(seconds=cfg.clarify_max_clock_skew_seconds),
     )
 
 

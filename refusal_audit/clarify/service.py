@@ -43,7 +43,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from pydantic import BaseModel
@@ -52,6 +52,7 @@ from processors.clarification.conversation import (
     ConversationError,
     apply_answer,
     apply_outcome,
+    check_not_ahead,
     escalation_for,
     response_for,
 )
@@ -79,17 +80,20 @@ _STATUS = {
     "unknown_question": 422,
     "wrong_conversation": 422,
     "invalid_time": 422,
+    "time_in_future": 422,
 }
 
 
 class ServiceError(Exception):
-    """A request the service refuses: ``status`` (HTTP), ``code`` and ``message``."""
+    """A request the service refuses: ``status`` (HTTP), ``code`` and ``message``;
+    ``field`` names the message's field at fault when there is one (e.g. ``answered_at``)."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,7 @@ class ClarifyService:
         outputs: StepOutputs | None = None,
         trail: StepLog | None = None,
         trail_timeout: float = 30.0,
+        max_clock_skew: timedelta = timedelta(seconds=300),
     ) -> None:
         self.clarifier = clarifier
         self.store = store
@@ -186,6 +191,9 @@ class ClarifyService:
         """Logs every step (module docstring); None: no audit trail."""
         self.trail_timeout = trail_timeout
         """Seconds a step waits for its trail rows before answering 503."""
+        self.max_clock_skew = max_clock_skew
+        """How far ahead of ``clock`` a client's ``answered_at`` / ``decided_at`` may be
+        (``clarify_max_clock_skew_seconds``); further is a 422 ``time_in_future``."""
         self._logged: OrderedDict[str, int] = OrderedDict()
         """conversation id -> the newest revision whose row this process stored (bounded:
         forgetting one only means its row is written again)."""
@@ -322,7 +330,9 @@ class ClarifyService:
             answer = redact_answer(answer, self.redactor)
 
         def step(state: ConversationState) -> tuple[ConversationState, bool, StepResult]:
-            result = apply_answer(state, answer, self.clock())
+            now = self.clock()
+            check_not_ahead("answered_at", answer.answered_at, now, self.max_clock_skew)
+            result = apply_answer(state, answer, now)
             stepped = self._stored(
                 state, result.state, result.replayed, result.clarified, result.escalation
             )
@@ -333,13 +343,16 @@ class ClarifyService:
     async def outcome(self, conversation_id: str, outcome: ReevaluationOutcome) -> StepResult:
         """Apply the application's re-evaluation outcome (and log and publish the step). Raises
         ``ServiceError`` as :meth:`answer` (409 not awaiting instead of not asking;
-        ``invalid_time``: decided before the round was answered)."""
+        ``invalid_time``: decided before the round was answered; ``time_in_future``:
+        ``decided_at`` ahead of the service's clock by more than ``max_clock_skew``)."""
         self._same_id(conversation_id, outcome.conversation_id)
         if self.redactor is not None:
             outcome = redact_outcome(outcome, self.redactor)
 
         def step(state: ConversationState) -> tuple[ConversationState, bool, StepResult]:
-            result = apply_outcome(state, outcome, self.clock())
+            now = self.clock()
+            check_not_ahead("decided_at", outcome.decided_at, now, self.max_clock_skew)
+            result = apply_outcome(state, outcome, now)
             stepped = self._stored(state, result.state, result.replayed, None, result.escalation)
             return result.state, result.replayed, stepped
 
@@ -359,7 +372,8 @@ class ClarifyService:
             try:
                 after, replayed, result = step(state)
             except ConversationError as exc:
-                raise ServiceError(_STATUS.get(exc.code, 409), exc.code, str(exc)) from exc
+                status = _STATUS.get(exc.code, 409)
+                raise ServiceError(status, exc.code, str(exc), exc.field) from exc
             rows = [after] if replayed or not self._unlogged(state) else [state, after]
             await self._confirm(conversation_id, rows, result)
             return result

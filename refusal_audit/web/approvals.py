@@ -5,7 +5,8 @@ queue (``/calibration``), one run (``/calibration/runs/{run_id}``) and the decis
 Runs come from the warehouse (``warehouse.calibration``: ``calibration_runs``,
 ``calibration_variants``, ``calibration_decisions``). Every decision is checked here, on the
 server, with ``processors.calibration.approval.check_decision`` whatever the page showed:
-only an account with the ``approver`` role decides, never on a run it started, a variant that
+only an account with the ``approver`` role decides, never on a run it started (the run's
+starter verified as a review-app account by ``calibrate run``), a variant that
 failed a check is never approved, and every decision carries a note. Decisions are a log (the
 newest per variant counts); each form carries a nonce, and the decision id is a hash of the
 form's fields and that nonce (``warehouse.calibration.decision_id``), so a form sent twice is
@@ -52,7 +53,7 @@ from warehouse.store import Warehouse
 QUEUE_LIMIT = 500
 """Most variants the queue page lists (pending ones first)."""
 _NONCE = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
-_FORBIDDEN = {"not_approver", "own_run", "unknown_starter", "failed_checks"}
+_FORBIDDEN = {"not_approver", "own_run", "unknown_starter", "unverified_starter", "failed_checks"}
 """Rule codes answered with 403; the other codes are a form to correct (422) or, for
 ``unknown_style``, a variant that does not exist (404)."""
 
@@ -84,6 +85,9 @@ class QueueGroup:
     created_at: datetime
     status: str
     variants: list[dict[str, Any]] = field(default_factory=list)
+    starter_verified_by: str | None = None
+    """How ``calibrate run`` verified the starter (None: not verified, or the run is missing
+    from ``runs``: no one can decide on it)."""
 
     @property
     def pending(self) -> int:
@@ -111,6 +115,7 @@ def queue_groups(
                 started_by=item["started_by"],
                 created_at=item["created_at"],
                 status=run.status if run else "",
+                starter_verified_by=run.starter_verified_by if run else None,
             )
         groups[run_id].variants.append(dict(item))
     for group in groups.values():
