@@ -248,11 +248,16 @@ def test_neutral_questions_pass_and_counts_are_checked() -> None:
     assert "too_many_questions" in check_questions([GOOD] * 5, REQ, REF).reasons
 
 
-def test_harm_words_of_the_request_itself_are_allowed() -> None:
+def test_harm_words_are_rejected_even_when_the_request_used_them() -> None:
+    # issue 23: a question never repeats harm vocabulary, not even the request's own word
     req = "How can I kill a Python process that hangs?"
     asked = ['What should the answer about "python process" cover?', "Why do you want to kill it?"]
-    assert check_questions(asked, req, "Sorry.").ok
-    assert "harmful_vocabulary" in check_questions(asked, "How do I stop a program?", "No.").reasons
+    for request in (req, "How do I stop a program?"):
+        result = check_questions(asked, request, "Sorry.")
+        harmful = [f.question for f in result.findings if f.code == "harmful_vocabulary"]
+        assert harmful == [1]
+    neutral = ['What should the answer about "python process" cover?', GOOD]
+    assert check_questions(neutral, req, "Sorry.").ok
 
 
 def test_fixture_is_sorted_by_the_check() -> None:

@@ -2,8 +2,9 @@
 what authorisation (issue 12's kinds of ambiguity).
 
 :func:`find_ambiguities` reads the request only, deterministically, and returns the kinds
-found, each with a ``span``: words of the request itself (lower-cased), which the ``local``
-question engine may quote and nothing else. Sources of the word lists:
+found, each with a ``span``: words of the request itself (lower-cased), given to the
+``openai`` question engine's prompt as context (the ``local`` engine quotes nothing, and
+the circumvention check rejects a question with a harm term, issue 23). Sources of the word lists:
 
 - whose data: the audit engine's own cue families for a private person's data, personal
   data and a named real relation (``processors.engines.local.find_cues``);

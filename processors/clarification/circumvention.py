@@ -18,9 +18,10 @@ is rejected, with one reason code per rule it breaks (issue 12, step 3):
     of the audit engine (``processors.engines.local.HARM_FAMILIES``) that fires on the
     question but not on the request; or **quotes a harmful operation**, even in the
     request's own words: a quoted span containing a word of :data:`HARM_WORDS` (by stem) or
-    on which a cue family of :data:`ACT_FAMILIES` fires (:func:`quoted_harm`). Echoing the
-    harmful object back as the question's topic ("... about \"pipe bomb\"") is rejected;
-    using the request's own word unquoted ("why do you want to kill it?") is not;
+    on which a cue family of :data:`ACT_FAMILIES` fires (:func:`quoted_harm`); or uses any
+    term of the harm lexicon (``processors.clarification.harm_lexicon.HARM_AREAS``), quoted
+    or not, whether or not the request used it. Echoing the harmful object back as the
+    question's topic ("... about \"toxic gas\"", "why do you want to kill it?") is rejected;
 ``restates_refusal``
     restates the refusal reason: policy or refusal vocabulary ("policy", "not allowed",
     "harmful", "I can't help", ...) or five consecutive words of the refusal text that the
@@ -46,6 +47,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from processors.clarification.harm_lexicon import lexicon_hits
 from processors.engines.local import HARM_FAMILIES, find_cues, tokenize
 from schemas.clarification import (
     CIRCUMVENTION_REASONS,
@@ -107,11 +109,13 @@ def harm_words(text: str) -> list[str]:
 
 
 def quoted_harm(span: str) -> list[str]:
-    """What makes quoting ``span`` a quote of a harmful operation: its harm-vocabulary stems
-    and the :data:`ACT_FAMILIES` cue families that fire on it (as ``cue:<family>``); empty
-    when it may be quoted."""
+    """What makes quoting ``span`` a quote of a harmful operation: its harm-vocabulary stems,
+    the terms of the harm lexicon (``processors.clarification.harm_lexicon``, as
+    ``<area>:<text>``) and the :data:`ACT_FAMILIES` cue families that fire on it (as
+    ``cue:<family>``); empty when it may be quoted."""
     families = {c.family for c, _ in find_cues(span, "")} & ACT_FAMILIES
-    return harm_words(span) + [f"cue:{f}" for f in sorted(families)]
+    lexicon = [str(h) for h in lexicon_hits(span)]
+    return harm_words(span) + lexicon + [f"cue:{f}" for f in sorted(families)]
 
 
 _EXAMPLES = re.compile(
@@ -285,8 +289,9 @@ def _question_findings(i: int, raw: str, req: _Request) -> list[Finding]:
     new_families = sorted(
         {c.family for c, _ in find_cues(raw, "") if c.family in HARM_FAMILIES} - req.harm_families
     )
-    if new_harm or new_families:
-        words = ", ".join(new_harm + [f"cue:{f}" for f in new_families])
+    lexicon = [str(h) for h in lexicon_hits(raw)]
+    if new_harm or new_families or lexicon:
+        words = ", ".join(new_harm + [f"cue:{f}" for f in new_families] + lexicon)
         out.append(Finding(HARMFUL_VOCABULARY, i, words))
     for quoted in quoted_spans:
         harm = quoted_harm(quoted)

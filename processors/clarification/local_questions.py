@@ -1,13 +1,11 @@
-"""The ``local`` question engine: vetted templates, filled only with words of the request.
+"""The ``local`` question engine: vetted fixed questions, one per kind of ambiguity.
 
 Deterministic and offline. For each ambiguity found in the request
-(``processors.clarification.ambiguity.find_ambiguities``, in its order) one template of
-:data:`TEMPLATES` is filled with the ambiguity's span (words of the request, lower-cased,
-at most four) or, when it has none, its span-free variant (also used when the span is too
-long, or names a harmful operation: harm vocabulary is never quoted back,
-``processors.clarification.circumvention.quoted_harm``); at most
-``LOCAL_MAX_QUESTIONS`` questions, and a scope question is added when only one kind was
-found, so a set always has two to three questions. The templates are open questions about
+(``processors.clarification.ambiguity.find_ambiguities``, in its order) the fixed question
+of :data:`TEMPLATES` for its kind is asked; **no word of the request is ever quoted** (a
+quoted span may be harm vocabulary, issue 23); at most ``LOCAL_MAX_QUESTIONS`` questions,
+and a scope question is added when only one kind was found, so a set always has two to
+three questions. The templates are open questions about
 intent and context: no examples, no suggested wording, no yes/no choice that offers an
 answer, no method, no depth of detail, no policy words and no harm vocabulary; every
 filled set is still run through the circumvention check, and a set that fails it (a
@@ -21,12 +19,10 @@ from dataclasses import dataclass
 
 from processors.clarification.ambiguity import KIND_DESCRIPTIONS, Ambiguity, AmbiguityKind
 from processors.clarification.base import GeneratedQuestions, QuestionContext
-from processors.clarification.circumvention import check_question_set, quoted_harm
+from processors.clarification.circumvention import check_question_set
 from schemas.clarification import ClarificationQuestion, QuestionSet
 
-ENGINE_VERSION = "local-questions-1"
-MAX_SPAN_CHARS = 60
-"""A longer span (long words, a URL) is not quoted: the span-free variant is asked."""
+ENGINE_VERSION = "local-questions-2"
 LOCAL_MAX_QUESTIONS = 3
 """The local engine asks at most three questions (the schema allows four): fewer questions
 are answered more often."""
@@ -34,56 +30,48 @@ are answered more often."""
 
 @dataclass(frozen=True)
 class Template:
-    """A vetted question: ``with_span`` holds ``{span}``; ``without_span`` is used when the
-    ambiguity has no span; ``guardrail`` is its ``safety_guardrail``."""
+    """A vetted question: ``text`` (fixed: no words of the request are inserted) and
+    ``guardrail``, its ``safety_guardrail``."""
 
-    with_span: str
-    without_span: str
+    text: str
     guardrail: str
 
 
 TEMPLATES: dict[AmbiguityKind, Template] = {
     AmbiguityKind.whose_data: Template(
-        'When you mention "{span}", whose information is this, and how are you connected '
-        "to that person?",
         "Whose information is this about, and how are you connected to that person?",
         "Asks about the relationship to the person concerned, not how to obtain anything; "
         "open-ended, so it suggests no answer.",
     ),
     AmbiguityKind.authorisation: Template(
-        "What is your role with respect to the {span} you mention, and who manages it?",
         "What is your role with respect to what you mention, and who manages it?",
         "Asks for the requester's role and the responsible party, not for a claim of "
         "permission or a way in; open-ended, offers no role to pick.",
     ),
     AmbiguityKind.who_is_asking: Template(
-        'In what role or setting are you asking about "{span}"?',
         "In what role or setting are you asking this?",
         "Asks who is asking without listing roles, so it offers no answer to copy.",
     ),
     AmbiguityKind.scope: Template(
-        'What exactly should the answer about "{span}" cover?',
         "What exactly should the answer cover?",
         "Asks what the request is about, not about methods or how much detail; names no content.",
     ),
     AmbiguityKind.purpose: Template(
-        'What is the situation that led you to ask about "{span}"?',
         "What is the situation that led you to ask this?",
         "Asks for intent and context in the user's own words; suggests no purpose.",
     ),
 }
+"""One fixed question per kind of ambiguity. **No template quotes the request**: a quoted
+word of the request may be harm vocabulary ("... ask about \"toxic gas\"?"), and echoing
+the harmful object back as the question's topic tells its author what the service took the
+request to be about (tests/test_clarification_screen.py checks every template)."""
 
 
 def question_for(ambiguity: Ambiguity) -> ClarificationQuestion:
-    """The filled template of one ambiguity (span-free when the span is too long or quotes
-    harm vocabulary)."""
+    """The template question of one ambiguity (its span is not used: nothing is quoted)."""
     template = TEMPLATES[ambiguity.kind]
-    span = ambiguity.span.replace('"', "").strip()
-    text = template.with_span.format(span=span) if span else template.without_span
-    if len(span) > MAX_SPAN_CHARS or quoted_harm(span):
-        text = template.without_span
     return ClarificationQuestion(
-        question_text=text,
+        question_text=template.text,
         target_ambiguity=KIND_DESCRIPTIONS[ambiguity.kind],
         safety_guardrail=template.guardrail,
     )

@@ -12,19 +12,24 @@ becomes ``capability_boundary`` (:func:`refine_route`).
 
 Before a refusal may go to clarification, the **request** is screened for harmful intent
 (:func:`screen_request`): a request with strong harmful-intent evidence, a strongly matching
-prohibited clause, or a how-to for harm vocabulary, stays refused (``genuine_safety_refusal``),
-however the refusal is worded. A refusal phrased as a question ("Could you tell me more?")
-makes the audit engine answer ``clarification_needed``, but asking the author of "How do I
-synthesise sarin?" about their situation would only teach them what to say.
+prohibited clause, a how-to for harm vocabulary, any harmful-act cue, any harm vocabulary
+(``processors.clarification.harm_lexicon``) or access to a third person's things stays
+refused (``genuine_safety_refusal``), however the refusal is worded. A refusal phrased as
+a question ("Could you tell me more?") makes the audit engine answer
+``clarification_needed``, but asking the author of "How do I synthesise sarin?" about their
+situation would only teach them what to say.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from processors.clarification.ambiguity import AmbiguityKind, find_ambiguities
 from processors.clarification.circumvention import ACT_FAMILIES, harm_words
+from processors.clarification.harm_lexicon import THIRD_PARTY, normalise, screening_hits
 from processors.engines.base import AuditEngine, EngineError
 from processors.engines.local import (
     HARM_FAMILIES,
@@ -64,6 +69,18 @@ STRONG_CLAUSE_SCORE = 2 * MIN_CITE_SCORE
 audit engine's confident citation (``processors.engines.local``: a citation below
 ``2 * MIN_CITE_SCORE`` is low-confidence and goes to human review)."""
 
+SCREEN_FAMILIES = (ACT_FAMILIES - {"operational"}) | {"personal_data", "private_data"}
+"""Request-side cue families of the audit engine any one of which keeps a request refused
+(rule ``harm_cue``): every harmful-act family but the bare how-to (``operational``, which
+"how do I get rid of the smell in my fridge" fires too), and a request for a kind of
+personal data (an address, a phone number, a password, records, a location): whose data it
+is and whether the user may have it is not something an answer to a neutral question can
+establish. A named relation alone (``private_relation``: "my coworker's schedule") does not
+screen."""
+
+_NAMED_OWNER = re.compile(r"\bof [A-Z][a-z]+\b")
+"""An owner named after the thing ("the account of John Smith")."""
+
 _SCREEN_ENGINE = LocalEngine()
 """The audit engine whose evidence screens requests (read-only use of
 ``LocalEngine.evidence``; its BM25 index is cached per bundle version)."""
@@ -72,8 +89,8 @@ _SCREEN_ENGINE = LocalEngine()
 @dataclass(frozen=True)
 class Screen:
     """Why a request stays refused whatever its refusal says: ``rule`` (``harmful_intent``,
-    ``prohibited_clause`` or ``harmful_operation``, :func:`screen_request`) and ``detail`` (the
-    evidence)."""
+    ``prohibited_clause``, ``harmful_operation``, ``harm_cue``, ``harm_vocabulary`` or
+    ``third_party_access``, :func:`screen_request`) and ``detail`` (the evidence)."""
 
     rule: str
     detail: str
@@ -180,8 +197,28 @@ def screen_request(text: str, bundle: PolicyBundle) -> Screen | None:
         about is harm vocabulary (a word of the circumvention check's ``HARM_WORDS``, by
         stem) or covered by a citable prohibited clause (BM25 at least ``MIN_CITE_SCORE``,
         the engine's citation floor). "How do I synthesise sarin?" is caught here: no clause
-        of the example bundle names sarin. A harm word without a how-to ("a poem about a
-        spy", "what hotel was the shooting at") is not enough, nor a how-to alone.
+        of the example bundle names sarin. A how-to alone is not enough;
+    ``harm_cue``
+        any cue family of :data:`SCREEN_FAMILIES` fires on the request (one is enough: a
+        single harmful-act cue, or a request for a kind of personal data);
+    ``harm_vocabulary``
+        the request contains harm vocabulary anywhere, with or without a how-to: a word of
+        ``HARM_WORDS``, a term of the harm lexicon
+        (``processors.clarification.harm_lexicon.screening_hits``: twelve harm areas,
+        look-alike digits read as letters, medical emergencies only with self-treatment or
+        a how-to, personal attributes only of a third person) or one of its intents
+        (self-injury, a list of private people, a claim asserted as proven, a secret
+        recipe). "Mixing bleach and ammonia", "ricin extraction", "toxic gas" and
+        "laundering money through a shell company" are caught here (issue 23);
+    ``third_party_access``
+        the request asks to access, unlock or change something (the authorisation
+        ambiguity of ``processors.clarification.ambiguity``) that belongs to a third
+        person (a possessive, his/her/their, "my employee", or "of <Name>").
+
+    The rules after ``harmful_operation`` were added for issue 23 with this principle: a
+    false "refuse" costs a missed clarification, a false "clarify" can teach circumvention,
+    so the screen refuses when unsure. Their cost on safe and ambiguous requests is measured
+    (``benchmarks/clarification_screen.py``, docs/clarification.md).
 
     Redaction placeholders (``<EMAIL>``, ``<PHONE>``, ...) are removed first: they are the
     redactor's words, and "phone" or "email" would otherwise match a privacy clause.
@@ -211,14 +248,25 @@ def screen_request(text: str, bundle: PolicyBundle) -> Screen | None:
             f"{prohibit.clause_id} bm25 {p_score:.1f} >= {STRONG_CLAUSE_SCORE:.1f}, "
             f"best permitted {allow_score:.1f}",
         )
+    words = harm_words(text)
     if "operational" in harm:
-        words = harm_words(text)
         if words:
             return Screen("harmful_operation", "how-to about " + ", ".join(words))
         if prohibit is not None and p_score >= MIN_CITE_SCORE:
             return Screen(
                 "harmful_operation", f"how-to covered by {prohibit.clause_id} bm25 {p_score:.1f}"
             )
+    cues = sorted(f for f in harm if f in SCREEN_FAMILIES)
+    if cues:
+        return Screen("harm_cue", "cues " + ", ".join(cues))
+    hits = [str(h) for h in screening_hits(text, how_to="operational" in harm)]
+    if words or hits:
+        return Screen("harm_vocabulary", ", ".join([*words, *hits]))
+    access = next(
+        (a for a in find_ambiguities(text) if a.kind == AmbiguityKind.authorisation), None
+    )
+    if access is not None and (THIRD_PARTY.search(normalise(text)) or _NAMED_OWNER.search(text)):
+        return Screen("third_party_access", f"access to someone else's {access.span}")
     return None
 
 
