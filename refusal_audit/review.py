@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from processors.agreement import DEFAULT_MIN_ITEMS, Agreement, agreement
+from processors.csv_cells import neutralise_cell, restore_cell
 from processors.review import (
     CONTEXT_COLUMNS,
     IMPORT_COLUMNS,
@@ -51,7 +52,9 @@ class ImportReport:
 
 def read_rows(path: Path) -> Iterator[tuple[int, Mapping[str, Any] | RowError]]:
     """``(line, fields)`` per data row of a CSV (``.csv``) or JSON Lines file; a row that
-    cannot be read comes as ``(line, RowError)``. Raises ``OSError``."""
+    cannot be read comes as ``(line, RowError)``. CSV cells are read back through
+    ``processors.csv_cells.restore_cell`` (the quote ``write_items`` puts before a cell
+    starting like a formula is removed). Raises ``OSError``."""
     data = path.read_bytes()
     if path.suffix.lower() == ".csv":
         text = data.decode("utf-8-sig", errors="surrogateescape")
@@ -60,8 +63,8 @@ def read_rows(path: Path) -> Iterator[tuple[int, Mapping[str, Any] | RowError]]:
             line = reader.line_num
             if None in row or any(v is None for v in row.values()):
                 yield line, RowError("wrong number of cells for the header")
-            else:
-                yield line, row
+            else:  # undo the export's quote against formula injection
+                yield line, {k: restore_cell(v) for k, v in row.items()}
         return
     for number, raw in enumerate(data.splitlines(), start=1):
         if not raw.strip():
@@ -290,14 +293,17 @@ EXPORT_COLUMNS = (*IMPORT_COLUMNS, *OPTIONAL_COLUMNS, *CONTEXT_COLUMNS)
 
 
 def write_items(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
-    """Write export rows as CSV (``.csv``) or JSON Lines (any other suffix). Raises
-    ``OSError``."""
+    """Write export rows as CSV (``.csv``) or JSON Lines (any other suffix). CSV cells that
+    a spreadsheet would run as a formula get a leading single quote
+    (``processors.csv_cells``; ``read_rows`` removes it again); JSON Lines are written as
+    they are. Raises ``OSError``."""
     if path.suffix.lower() == ".csv":
         with path.open("w", encoding="utf-8", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=EXPORT_COLUMNS)
             writer.writeheader()
             for row in rows:
-                writer.writerow({k: "" if row[k] is None else row[k] for k in EXPORT_COLUMNS})
+                cells = {k: "" if row[k] is None else str(row[k]) for k in EXPORT_COLUMNS}
+                writer.writerow({k: neutralise_cell(v) for k, v in cells.items()})
         return
     with path.open("wb") as f:
         for row in rows:
