@@ -7,6 +7,7 @@ Set ``REFUSAL_AUDIT_SCREENSHOT_DIR`` to keep the screenshots (the README's come 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from warehouse.review import current_verdicts
 
 pytestmark = pytest.mark.integration
 
+REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("REFUSAL_AUDIT_CHROMIUM") or shutil.which("chromium") or ""
 # no background traffic (this machine's network is closed), no sandbox (CI runs as root)
 CHROMIUM_ARGS = [
@@ -203,4 +205,53 @@ def test_pages_render_for_an_admin(browser: Any, server: ReviewServer, tmp_path:
     assert "gaps" in page.locator("table.queues").inner_text()
     page.click("text=My verdicts")
     assert "No verdicts yet" in page.inner_text("main")
+    assert not page.errors
+
+
+# "agree: a, Enter; disagree: d, a category number, y or n, Enter" in the README's quick start
+# and in docs/review.md; each documented step and the key it stands for
+DOCUMENTED = re.compile(r"press r\W.*?agree: (?P<agree>[^;]+?); disagree: (?P<disagree>.+?, Enter)")
+STEP_KEYS = {"a": "a", "d": "d", "Enter": "Enter", "a category number": "1", "y or n": "y"}
+
+
+def documented_sequences() -> tuple[list[str], list[str]]:
+    """The agree and disagree key sequences as the README and docs/review.md write them
+    (both must say the same)."""
+    found = []
+    for path in (REPO / "README.md", REPO / "docs" / "review.md"):
+        text = " ".join(path.read_text(encoding="utf-8").replace("`", "").split())
+        match = DOCUMENTED.search(text)
+        assert match, f"{path.name} does not document the review key sequence"
+        found.append((match["agree"].split(", "), match["disagree"].split(", ")))
+    assert found[0] == found[1], found
+    return found[0]
+
+
+def test_the_documented_key_sequence_judges_items(
+    browser: Any, server: ReviewServer, tmp_path: Path
+) -> None:
+    """Exactly the keys the README and docs/review.md give: r, then agree and disagree."""
+    agree, disagree = documented_sequences()
+    assert set(agree + disagree) <= set(STEP_KEYS), agree + disagree
+    page = open_page(browser, server, "bob")
+    with page.expect_navigation():
+        page.keyboard.press("r")
+    judged = []
+    for steps in (agree, disagree):
+        judged.append(log_id_of(page))
+        *keys, last = [STEP_KEYS[step] for step in steps]
+        for key in keys:
+            page.keyboard.press(key)
+        with page.expect_navigation():
+            page.keyboard.press(last)
+        assert not page.locator("#form-error").count(), page.locator("#form-error").inner_text()
+        assert log_id_of(page) not in judged  # stored, and the next item is open
+    stored = {v.log_id: v for v in current_verdicts(server.store) if v.reviewer == "bob"}
+    assert set(stored) == set(judged)
+    assert stored[judged[0]].verdict == "agree"
+    fix = stored[judged[1]]
+    category_1 = page.locator('input[name="corrected_category"][data-key="1"]')
+    assert (fix.verdict, fix.corrected_category, fix.corrected_false_positive) == (
+        "disagree", category_1.get_attribute("value"), True,
+    )  # fmt: skip
     assert not page.errors
