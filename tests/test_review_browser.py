@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -255,3 +256,44 @@ def test_the_documented_key_sequence_judges_items(
         "disagree", category_1.get_attribute("value"), True,
     )  # fmt: skip
     assert not page.errors
+
+
+_LEFT_EDGES = """([selector, needle]) => {
+  const walker = document.createTreeWalker(document.querySelector(selector), NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const at = node.data.indexOf(needle);
+    if (at < 0) continue;
+    const left = (k) => {
+      const range = document.createRange();
+      range.setStart(node, at + k);
+      range.setEnd(node, at + k + 1);
+      return range.getBoundingClientRect().left;
+    };
+    return [left(0), left(needle.length - 1)];
+  }
+  return null;
+}"""
+
+
+def test_a_right_to_left_override_does_not_reverse_the_following_text(
+    browser: Any, warehouse: Warehouse, tmp_path: Path
+) -> None:
+    """A logged U+202E before "AFTER-TEXT" (in the request) and in the model name (before the
+    page's own "product:" chip): both read left to right in Chromium (issue 23, item 7)."""
+    from review_app_harness import audit_in_review
+    from test_review_app import bidi_docs
+
+    with ThreadPoolExecutor(1) as pool:  # Playwright's sync API keeps an event loop here
+        pool.submit(audit_in_review, warehouse, bidi_docs(), tmp_path / "bidi.jsonl").result()
+    with serve(warehouse, tmp_path / "data", audit_log=False) as running:
+        page = open_page(browser, running, "bob")
+        with page.expect_navigation():
+            page.keyboard.press("r")
+        screenshot(page, tmp_path, "review-bidi.png")
+        for selector, needle in (("#request", "AFTER-TEXT"), (".item-head .meta", "product")):
+            edges = page.evaluate(_LEFT_EDGES, [selector, needle])
+            assert edges is not None, (selector, needle)
+            first, last = edges
+            assert first < last, f"{needle!r} in {selector} is drawn right to left"
+        assert page.locator("#request .invisible-char").first.is_visible()
+        assert not page.errors
