@@ -121,7 +121,8 @@ def review_export(
 ) -> None:
     """Write the open review items (flagged or sampled assessments still short of verdicts)
     with the texts and the model's verdict, for review in a spreadsheet tool; fill in
-    reviewer, verdict and corrections and `review import` the file."""
+    reviewer, verdict and corrections and `review import` the file. In CSV, a cell that would
+    start like a formula (= + - @, tab, CR) gets a leading ' that `review import` removes."""
     from refusal_audit.review import ItemFilter, open_items, write_items
 
     cfg = settings()
