@@ -944,9 +944,43 @@ def decode_record(
         )
     try:
         _check_size(record.raw, options)
-        return decoder(record, options, ctx)
+        event = decoder(record, options, ctx)
+        _refuse_nul(event)
+        return event
     except _Reject as failure:
         return DecodeFailure(failure.code, failure.reason, ctx.log_id)
+
+
+def _nul_path(value: object, path: str) -> str | None:
+    """Where in ``value`` (a dumped event) a NUL character is, or None."""
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if "\x00" in str(key):
+                return f"{path}.{key!r}" if path else repr(key)
+            found = _nul_path(item, f"{path}.{key}" if path else str(key))
+            if found:
+                return found
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _nul_path(item, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def _refuse_nul(event: RefusalEvent) -> None:
+    """Reject an event with a NUL character anywhere (``invalid_value``): a raw NUL byte is
+    not valid JSON (``not_json``), so its escaped form ``\\u0000`` (or a NUL in a CSV cell)
+    must not slip in either; no reader of the stored text expects one."""
+    found = _nul_path(event.model_dump(mode="json"), "")
+    if found:
+        _reject(
+            "invalid_value",
+            f"field '{found}' contains a NUL character (U+0000, JSON \\u0000); refused like "
+            "a raw NUL byte",
+        )
 
 
 _MAP_HINTS: Final[dict[str, tuple[str, ...]]] = {

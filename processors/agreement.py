@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
 
 import numpy as np
 from scipy.stats import norm
@@ -27,6 +28,30 @@ from scipy.stats import norm
 from processors.stats import wilson_interval
 
 DEFAULT_MIN_ITEMS = 30
+"""Fewer compared items than this in a group: no rate or kappa (the reason above). The one
+threshold of ``review stats``, the ``review_agreement`` and ``verified_false_positive_rate``
+queries and the report."""
+
+
+def event_week(moment: datetime) -> date:
+    """The Monday (UTC) of the ISO week of ``moment``: the week every review-agreement figure
+    is grouped by (``review stats``, the trend queries' ``toMonday(event_time)``, the report).
+    """
+    day = moment.astimezone(UTC).date()
+    return day - timedelta(days=day.weekday())
+
+
+def insufficient_note(n: int, min_items: int = DEFAULT_MIN_ITEMS) -> str:
+    """The one wording of a group with too few compared items (``n`` < ``min_items``)."""
+    return f"insufficient data: {n} compared item(s), at least {min_items} needed"
+
+
+def grouping_rule(min_items: int = DEFAULT_MIN_ITEMS) -> str:
+    """The rule, in words, stated wherever review-agreement figures are shown."""
+    return (
+        "Grouped by the ISO week of the event time (its Monday, UTC); a group with fewer than "
+        f"{min_items} compared items shows no rate or kappa (insufficient data)."
+    )
 
 
 @dataclass(frozen=True)
@@ -88,7 +113,7 @@ def agreement(
     if n < min_items:
         return Agreement(
             n, agreed, None, None, None, None, None, None, labels, table, True,
-            f"insufficient data: {n} compared item(s), at least {min_items} needed",
+            insufficient_note(n, min_items),
         )  # fmt: skip
     low, high = wilson_interval(agreed, n, confidence)
     if len(labels) < 2:

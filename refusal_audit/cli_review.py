@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from processors.agreement import DEFAULT_MIN_ITEMS, Agreement
+from processors.agreement import DEFAULT_MIN_ITEMS, Agreement, grouping_rule
 from refusal_audit.bundles import load_bundles
 from refusal_audit.cli_common import (
     EXIT_FAILURES,
@@ -55,7 +55,7 @@ def review_import(
 
 def _agreement_cells(a: Agreement) -> list[Any]:
     if a.insufficient_data:
-        return [a.n, "insufficient data", ""]
+        return [a.n, a.note, ""]
     rate = f"{a.rate:.3f} [{a.rate_low:.3f}, {a.rate_high:.3f}]"
     kappa = "n/a" if a.kappa is None else f"{a.kappa:.3f} [{a.kappa_low:.3f}, {a.kappa_high:.3f}]"
     return [a.n, rate, kappa]
@@ -68,7 +68,8 @@ def review_stats(
     as_json: bool = typer.Option(False, "--json", help="One JSON object per group."),
 ) -> None:
     """Agreement of reviewers with the model per model, bundle, engine, prompt version and
-    audit week (and a roll-up per bundle, engine and prompt version): on the false-positive
+    event week (the Monday of the judged event's ISO week, UTC, as in the report and `query
+    review_agreement`; and a roll-up per bundle, engine and prompt version): on the false-positive
     judgement and the top-level category, each with a Wilson 95% interval and Cohen's kappa
     with its 95% interval; and the share of over-refusals reviewers found among the randomly
     sampled unflagged items (what the model missed)."""
@@ -95,7 +96,7 @@ def review_stats(
              *_agreement_cells(g.category)[1:], verified]
         )  # fmt: skip
     render(
-        ["model", "bundle", "engine", "prompt", "audit week", "items",
+        ["model", "bundle", "engine", "prompt", "event week", "items",
          "false-positive agreement", "fp kappa", "category agreement", "category kappa",
          "missed over-refusals (random sample)"],
         table_rows,
@@ -103,6 +104,7 @@ def review_stats(
         console,
         "Human review: agreement with the model",
     )  # fmt: skip
+    console.print(grouping_rule(min_items))
 
 
 def review_export(
@@ -119,7 +121,8 @@ def review_export(
 ) -> None:
     """Write the open review items (flagged or sampled assessments still short of verdicts)
     with the texts and the model's verdict, for review in a spreadsheet tool; fill in
-    reviewer, verdict and corrections and `review import` the file."""
+    reviewer, verdict and corrections and `review import` the file. In CSV, a cell that would
+    start like a formula (= + - @, tab, CR) gets a leading ' that `review import` removes."""
     from refusal_audit.review import ItemFilter, open_items, write_items
 
     cfg = settings()

@@ -20,7 +20,8 @@ from typing import Any
 
 import orjson
 
-from processors.agreement import DEFAULT_MIN_ITEMS, Agreement, agreement
+from processors.agreement import DEFAULT_MIN_ITEMS, Agreement, agreement, event_week
+from processors.csv_cells import neutralise_cell, restore_cell
 from processors.review import (
     CONTEXT_COLUMNS,
     IMPORT_COLUMNS,
@@ -33,7 +34,12 @@ from processors.review_queue import reasons_of
 from processors.stats import wilson_interval
 from schemas.policy import PolicyBundle
 from schemas.review import Verdict, VerdictInput
-from warehouse.review import current_verdicts, existing_verdict_ids, insert_verdicts
+from warehouse.review import (
+    current_verdicts,
+    event_times,
+    existing_verdict_ids,
+    insert_verdicts,
+)
 from warehouse.store import Warehouse
 
 
@@ -51,7 +57,9 @@ class ImportReport:
 
 def read_rows(path: Path) -> Iterator[tuple[int, Mapping[str, Any] | RowError]]:
     """``(line, fields)`` per data row of a CSV (``.csv``) or JSON Lines file; a row that
-    cannot be read comes as ``(line, RowError)``. Raises ``OSError``."""
+    cannot be read comes as ``(line, RowError)``. CSV cells are read back through
+    ``processors.csv_cells.restore_cell`` (the quote ``write_items`` puts before a cell
+    starting like a formula is removed). Raises ``OSError``."""
     data = path.read_bytes()
     if path.suffix.lower() == ".csv":
         text = data.decode("utf-8-sig", errors="surrogateescape")
@@ -60,8 +68,8 @@ def read_rows(path: Path) -> Iterator[tuple[int, Mapping[str, Any] | RowError]]:
             line = reader.line_num
             if None in row or any(v is None for v in row.values()):
                 yield line, RowError("wrong number of cells for the header")
-            else:
-                yield line, row
+            else:  # undo the export's quote against formula injection
+                yield line, {k: restore_cell(v) for k, v in row.items()}
         return
     for number, raw in enumerate(data.splitlines(), start=1):
         if not raw.strip():
@@ -143,14 +151,16 @@ def _assessment_of(
 class GroupStats:
     """Agreement of reviewers with the model in one group of verdicts.
 
-    ``key`` = (model, policy bundle, engine, prompt version, ISO week of the audit);
-    ``false_positive`` and ``category`` (top-level codes) are ``processors.agreement``
-    results over the group's current verdicts; ``verified_fp`` is the reviewers' share of
-    false positives among the randomly sampled items (``successes, trials, low, high``):
-    the sample is drawn from the assessments nobody flagged, so it estimates the
-    over-refusals the model missed, without the bias of the flagged items (every estimated
-    false positive is flagged). Items sampled for ``uncertainty`` (chosen by their score) are
-    never part of it.
+    ``key`` = (model, policy bundle, engine, prompt version, event week): the week is the
+    Monday (UTC, ``YYYY-MM-DD``) of the ISO week of the judged event's time
+    (``processors.agreement.event_week``), the week the ``review_agreement`` query and the
+    report group by; ``false_positive`` and ``category`` (top-level codes) are
+    ``processors.agreement`` results over the group's current verdicts; ``verified_fp`` is
+    the reviewers' share of false positives among the randomly sampled items
+    (``successes, trials, low, high``): the sample is drawn from the assessments nobody
+    flagged, so it estimates the over-refusals the model missed, without the bias of the
+    flagged items (every estimated false positive is flagged). Items sampled for
+    ``uncertainty`` (chosen by their score) are never part of it.
     """
 
     key: tuple[str, str, str, str, str]
@@ -159,23 +169,26 @@ class GroupStats:
     verified_fp: tuple[int, int, float, float]
 
 
-def iso_week(moment: datetime) -> str:
-    """``2026-W48`` for a moment (UTC)."""
-    year, week, _ = moment.astimezone(UTC).isocalendar()
-    return f"{year}-W{week:02d}"
+NO_EVENT_WEEK = "event not stored"
+"""The week of a verdict whose event is not in the warehouse (events are never deleted, so
+only a store edited by hand has one)."""
 
 
 def review_stats(
     verdicts: Sequence[Verdict],
     bundles: Mapping[str, PolicyBundle],
+    event_times: Mapping[str, datetime],
     min_items: int = DEFAULT_MIN_ITEMS,
 ) -> list[GroupStats]:
-    """Agreement per (model, bundle, engine, prompt version, audit week), plus one roll-up
+    """Agreement per (model, bundle, engine, prompt version, event week), plus one roll-up
     per (bundle, engine, prompt version) over all models and weeks (``all`` in the key).
-    Categories are compared at the taxonomy's top level of each bundle."""
+    ``event_times`` maps each log id to its event time (a log id missing there is grouped
+    under ``NO_EVENT_WEEK``). Categories are compared at the taxonomy's top level of each
+    bundle."""
     groups: dict[tuple[str, str, str, str, str], list[Verdict]] = defaultdict(list)
     for v in verdicts:
-        week = iso_week(v.assessment_audited_at)
+        when = event_times.get(v.log_id)
+        week = NO_EVENT_WEEK if when is None else event_week(when).isoformat()
         groups[(v.model, v.policy_bundle, v.engine, v.prompt_version, week)].append(v)
         groups[("all", v.policy_bundle, v.engine, v.prompt_version, "all")].append(v)
     out = []
@@ -200,8 +213,11 @@ def review_stats(
 def stats_from_store(
     store: Warehouse, bundles: Mapping[str, PolicyBundle], min_items: int = DEFAULT_MIN_ITEMS
 ) -> list[GroupStats]:
-    """``review_stats`` over the warehouse's current verdicts. Raises ``WarehouseError``."""
-    return review_stats(current_verdicts(store), bundles, min_items)
+    """``review_stats`` over the warehouse's current verdicts, grouped by the time of the
+    events they judge. Raises ``WarehouseError``."""
+    verdicts = current_verdicts(store)
+    times = event_times(store, sorted({v.log_id for v in verdicts}))
+    return review_stats(verdicts, bundles, times, min_items)
 
 
 @dataclass(frozen=True)
@@ -290,14 +306,17 @@ EXPORT_COLUMNS = (*IMPORT_COLUMNS, *OPTIONAL_COLUMNS, *CONTEXT_COLUMNS)
 
 
 def write_items(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
-    """Write export rows as CSV (``.csv``) or JSON Lines (any other suffix). Raises
-    ``OSError``."""
+    """Write export rows as CSV (``.csv``) or JSON Lines (any other suffix). CSV cells that
+    a spreadsheet would run as a formula get a leading single quote
+    (``processors.csv_cells``; ``read_rows`` removes it again); JSON Lines are written as
+    they are. Raises ``OSError``."""
     if path.suffix.lower() == ".csv":
         with path.open("w", encoding="utf-8", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=EXPORT_COLUMNS)
             writer.writeheader()
             for row in rows:
-                writer.writerow({k: "" if row[k] is None else row[k] for k in EXPORT_COLUMNS})
+                cells = {k: "" if row[k] is None else str(row[k]) for k in EXPORT_COLUMNS}
+                writer.writerow({k: neutralise_cell(v) for k, v in cells.items()})
         return
     with path.open("wb") as f:
         for row in rows:

@@ -63,6 +63,26 @@ def add_accounts(store: Warehouse, names: dict[str, str] = PASSWORDS) -> None:
         add_reviewer(store, name, ROLES.get(name, "reviewer"), password)  # type: ignore[arg-type]
 
 
+def example_docs(n: int) -> list[dict[str, Any]]:
+    """The first ``n`` events of the example log as dicts (to change and audit)."""
+    import orjson
+
+    return [orjson.loads(line) for line in EXAMPLE_LOG.read_text().splitlines()[:n]]
+
+
+def audit_in_review(store: Warehouse, docs: list[dict[str, Any]], path: Path) -> None:
+    """Write ``docs`` to ``path`` as JSON Lines, audit them into ``store`` and put every
+    assessment in review (``requires_human_review``), whatever the engine decided."""
+    import orjson
+
+    path.write_bytes(b"\n".join(orjson.dumps(d) for d in docs) + b"\n")
+    audit([path], store)
+    store.client.command(
+        f"ALTER TABLE {store.database}.assessments UPDATE requires_human_review = true "
+        "WHERE 1 SETTINGS mutations_sync = 1"
+    )
+
+
 @contextmanager
 def serve(
     store: Warehouse, data_dir: Path, audit_log: bool = True, **overrides: Any

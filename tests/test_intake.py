@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 
 import orjson
@@ -114,3 +115,32 @@ def test_an_event_time_outside_the_warehouse_day_range_is_a_dead_letter() -> Non
         assert out.reason_code == "bad_timestamp" and "1970-01-01 .. 2149-06-05" in out.reason
     for moment in ("1970-01-01T00:00:00Z", "2149-06-05T23:59:59Z"):
         assert isinstance(prepare(record(event_time=moment), "jsonl", settings(), NOW), StoredEvent)
+
+
+def test_an_escaped_nul_is_dead_lettered_like_a_raw_one() -> None:
+    """A raw NUL byte in JSON is refused (not valid JSON); its escape ``\\u0000`` and a NUL in
+    a CSV cell are refused the same way, the record kept whole in the dead letter (issue 23)."""
+    good = record().raw
+    raw_nul = good.replace(b"Email me", b"Email\x00me")
+    escaped = good.replace(b"Email me", b"Email\\u0000me")
+    in_attribute = record(attributes={"client": "web\u0000"}).raw
+    in_key = record(attributes={"cli\u0000ent": "web"}).raw
+    outcomes = [
+        prepare(SourceRecord("file.jsonl", "line 3", raw), "jsonl", settings(), NOW)
+        for raw in (raw_nul, escaped, in_attribute, in_key)
+    ]
+    assert all(isinstance(o, DeadLetter) for o in outcomes), outcomes
+    assert outcomes[0].reason_code == "not_json"  # type: ignore[union-attr]
+    reasons = [(o.reason_code, o.reason) for o in outcomes[1:]]  # type: ignore[union-attr]
+    assert [code for code, _ in reasons] == ["invalid_value"] * 3
+    assert "'request'" in reasons[0][1] and "\\u0000" in reasons[0][1]
+    assert "attributes.client" in reasons[1][1] and "attributes" in reasons[2][1]
+    kept = outcomes[1]
+    assert isinstance(kept, DeadLetter) and b"\\u0000" in kept.raw  # the bytes (redacted)
+    assert kept.raw_sha256 == hashlib.sha256(escaped).hexdigest()
+    header = b"id,type,prompt,completion,annotation_1,annotation_2,agreement,final_label\n"
+    row = b"1,t,How do I kill\x00 a python process,No.,a,b,c,d\n"
+    cell = SourceRecord("xstest_v2_completions_gpt4.csv", "row 1", header + row)
+    with_time = settings(decode=DecodeOptions(default_event_time=NOW))
+    csv_out = prepare(cell, "xstest-csv", with_time, NOW)
+    assert isinstance(csv_out, DeadLetter) and csv_out.reason_code == "invalid_value"

@@ -248,3 +248,63 @@ def test_reviewed_events_export_as_labels_eval_reads(
         r.category == ("over_refusal" if human[k] else docs[k]["attributes"]["expected_category"])
         for k, r in labelled.items()
     )
+
+
+FORMULAS = ["=HYPERLINK(\"http://evil.example/\",\"open\")", "=cmd|' /C calc'!A0", "@SUM(1+1)",
+            "+1+2", "-3+4", "\t=1", "\r=2", "'=already quoted", "'plain quote"]  # fmt: skip
+
+
+def test_csv_export_neutralises_formulas_and_the_import_restores_them(
+    warehouse: Warehouse, tmp_path: Path
+) -> None:
+    """Logged texts and log ids that start like spreadsheet formulas are quoted in the CSV
+    export (never in JSON Lines), and the filled-in file imports them back exactly."""
+    from processors.csv_cells import FORMULA_TRIGGERS
+    from refusal_audit.review import ItemFilter, open_items, write_items
+
+    lines = EXAMPLE_LOG.read_bytes().splitlines()
+    events = []
+    for i, line in enumerate(lines):
+        doc = orjson.loads(line)
+        formula = FORMULAS[i % len(FORMULAS)]
+        doc["log_id"] = f"{formula}{i}"
+        doc["request"] = f"{formula} {doc['request']}"
+        events.append(orjson.dumps(doc))
+    source = tmp_path / "formulas.jsonl"
+    source.write_bytes(b"\n".join(events) + b"\n")
+    audit([source], warehouse)
+    items = open_items(warehouse, ItemFilter(), reviews_per_item=1, bundles=bundles())
+    assert {r["log_id"][0] for r in items} >= {"=", "@", "+", "-", "'"}  # ids are stripped
+    assert {r["request"][0] for r in items} >= {"\t", "\r"}
+
+    path = tmp_path / "items.csv"
+    write_items(items, path)
+    with path.open(encoding="utf-8", newline="") as f:
+        cells = list(csv.reader(f))
+    assert len(cells) == len(items) + 1
+    assert all(cell[:1] not in FORMULA_TRIGGERS for row in cells for cell in row)
+    exported = {row[0] for row in cells[1:]}
+    assert any(cell.startswith("'=cmd|' /C calc'!A0") for cell in exported)
+    assert any(cell.startswith("''=already quoted") for cell in exported)
+    assert any(cell.startswith("'plain quote") for cell in exported)  # no trigger: as it is
+
+    jsonl = tmp_path / "items.jsonl"
+    write_items(items, jsonl)
+    assert [orjson.loads(x)["request"] for x in jsonl.read_bytes().splitlines()] == [
+        r["request"] for r in items
+    ]
+
+    with path.open(encoding="utf-8", newline="") as f:
+        filled = list(csv.DictReader(f))
+    for row in filled:
+        row.update(reviewer="ann", verdict="agree", note="'-- reads fine")
+    out = tmp_path / "filled.csv"
+    with out.open("w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(filled[0]))
+        writer.writeheader()
+        writer.writerows(filled)
+    report = import_verdicts(warehouse, bundles(), out, NOW)
+    assert report.errors == [] and report.imported == len(items)
+    stored = {v.log_id: v for v in current_verdicts(warehouse)}
+    assert set(stored) == {r["log_id"] for r in items}
+    assert {v.note for v in stored.values()} == {"-- reads fine"}

@@ -10,6 +10,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -18,7 +19,9 @@ from review_app_harness import (
     Reviewer,
     ReviewServer,
     add_accounts,
+    audit_in_review,
     audited_at,
+    example_docs,
     key_of,
     plain,
     serve,
@@ -489,21 +492,11 @@ def test_logout_ends_a_copied_session(server: ReviewServer) -> None:
 def test_log_ids_with_slashes_and_dots_can_be_reviewed(
     warehouse: Warehouse, tmp_path: Path
 ) -> None:
-    import orjson
-    from review_app_harness import EXAMPLE_LOG as LOG
-    from test_pipeline import audit
-
-    docs = [orjson.loads(line) for line in LOG.read_text().splitlines()][:12]
+    docs = example_docs(12)
     shapes = ["..", "a/b/../c", "?#%2F x", "/lead", "../../etc/passwd", "é/ü"]
     for i, doc in enumerate(docs):
         doc["log_id"] = f"{shapes[i % len(shapes)]}{'' if i < len(shapes) else i}"
-    path = tmp_path / "odd.jsonl"
-    path.write_bytes(b"\n".join(orjson.dumps(d) for d in docs) + b"\n")
-    audit([path], warehouse)
-    warehouse.client.command(
-        f"ALTER TABLE {warehouse.database}.assessments UPDATE requires_human_review = true "
-        "WHERE 1 SETTINGS mutations_sync = 1"
-    )  # every one of them in review
+    audit_in_review(warehouse, docs, tmp_path / "odd.jsonl")
     with serve(warehouse, tmp_path / "data", audit_log=False) as server:
         bob = login(server, "bob")
         seen = set()
@@ -515,3 +508,43 @@ def test_log_ids_with_slashes_and_dots_can_be_reviewed(
         assert seen == assessed and len(seen) >= 6 and ".." in {x[:2] for x in seen}
         assert any("/" in x for x in seen)
         assert {v.log_id for v in current_verdicts(server.store)} == assessed
+
+
+# a right-to-left override, a zero-width space and a tag character in logged text
+RLO_REQUEST = "Ignore this \u202eAFTER-TEXT\u200b and \U000e0041 that"
+
+
+def bidi_docs() -> list[dict[str, Any]]:
+    """Three example events whose request, model and log id carry invisible characters."""
+    docs = example_docs(3)
+    for i, doc in enumerate(docs):
+        doc.update(log_id=f"rlo-\u202e{i}", request=f"{RLO_REQUEST} {doc['request']}",
+                   model=f"acme\u202e-{i}")  # fmt: skip
+    return docs
+
+
+def test_bidi_controls_are_isolated_and_shown_as_markers(
+    warehouse: Warehouse, tmp_path: Path
+) -> None:
+    """Logged text cannot reorder the page (U+202E) or hide characters: it is isolated in
+    <bdi> and every invisible character is a visible marker; the hidden form fields keep the
+    exact log id, so the item can still be judged (issue 23, item 7)."""
+    audit_in_review(warehouse, bidi_docs(), tmp_path / "bidi.jsonl")
+    with serve(warehouse, tmp_path / "data", audit_log=False) as server:
+        bob = login(server, "bob")
+        item = bob.claim()
+        assert item is not None and key_of(item)[1].startswith("rlo-\u202e")
+        page = bob.http.get(item).text
+        body = page.split('name="log_id" value=')[0]  # the page before the hidden fields
+        assert not any(ch in body for ch in "\u202e\u200b\U000e0041"), "raw invisible char"
+        marker = '<span class="invisible-char" title="RIGHT-TO-LEFT OVERRIDE">⟨U+202E⟩</span>'
+        assert f'<pre class="text" id="request"><bdi>Ignore this {marker}AFTER-TEXT' in page
+        assert f"<h1>Item <code><bdi>rlo-{marker}" in page
+        assert f"model: <bdi>acme{marker}-" in page
+        assert "⟨U+200B⟩" in page and "⟨U+E0041⟩" in page
+        assert "<title>rlo-⟨U+202E⟩" in page  # the title takes no markup: the marker as text
+        assert f'name="log_id" value="{key_of(item)[1]}"' in page  # exact, for the submit
+        assert bob.submit(item, verdict="agree").status_code == 303
+        assert [v.log_id for v in current_verdicts(server.store)] == [key_of(item)[1]]
+        history = bob.http.get("/history").text
+        assert f"<bdi>rlo-{marker}" in history and "\u202e" not in history

@@ -7,8 +7,10 @@ Set ``REFUSAL_AUDIT_SCREENSHOT_DIR`` to keep the screenshots (the README's come 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from warehouse.review import current_verdicts
 
 pytestmark = pytest.mark.integration
 
+REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("REFUSAL_AUDIT_CHROMIUM") or shutil.which("chromium") or ""
 # no background traffic (this machine's network is closed), no sandbox (CI runs as root)
 CHROMIUM_ARGS = [
@@ -204,3 +207,93 @@ def test_pages_render_for_an_admin(browser: Any, server: ReviewServer, tmp_path:
     page.click("text=My verdicts")
     assert "No verdicts yet" in page.inner_text("main")
     assert not page.errors
+
+
+# "agree: a, Enter; disagree: d, a category number, y or n, Enter" in the README's quick start
+# and in docs/review.md; each documented step and the key it stands for
+DOCUMENTED = re.compile(r"press r\W.*?agree: (?P<agree>[^;]+?); disagree: (?P<disagree>.+?, Enter)")
+STEP_KEYS = {"a": "a", "d": "d", "Enter": "Enter", "a category number": "1", "y or n": "y"}
+
+
+def documented_sequences() -> tuple[list[str], list[str]]:
+    """The agree and disagree key sequences as the README and docs/review.md write them
+    (both must say the same)."""
+    found = []
+    for path in (REPO / "README.md", REPO / "docs" / "review.md"):
+        text = " ".join(path.read_text(encoding="utf-8").replace("`", "").split())
+        match = DOCUMENTED.search(text)
+        assert match, f"{path.name} does not document the review key sequence"
+        found.append((match["agree"].split(", "), match["disagree"].split(", ")))
+    assert found[0] == found[1], found
+    return found[0]
+
+
+def test_the_documented_key_sequence_judges_items(
+    browser: Any, server: ReviewServer, tmp_path: Path
+) -> None:
+    """Exactly the keys the README and docs/review.md give: r, then agree and disagree."""
+    agree, disagree = documented_sequences()
+    assert set(agree + disagree) <= set(STEP_KEYS), agree + disagree
+    page = open_page(browser, server, "bob")
+    with page.expect_navigation():
+        page.keyboard.press("r")
+    judged = []
+    for steps in (agree, disagree):
+        judged.append(log_id_of(page))
+        *keys, last = [STEP_KEYS[step] for step in steps]
+        for key in keys:
+            page.keyboard.press(key)
+        with page.expect_navigation():
+            page.keyboard.press(last)
+        assert not page.locator("#form-error").count(), page.locator("#form-error").inner_text()
+        assert log_id_of(page) not in judged  # stored, and the next item is open
+    stored = {v.log_id: v for v in current_verdicts(server.store) if v.reviewer == "bob"}
+    assert set(stored) == set(judged)
+    assert stored[judged[0]].verdict == "agree"
+    fix = stored[judged[1]]
+    category_1 = page.locator('input[name="corrected_category"][data-key="1"]')
+    assert (fix.verdict, fix.corrected_category, fix.corrected_false_positive) == (
+        "disagree", category_1.get_attribute("value"), True,
+    )  # fmt: skip
+    assert not page.errors
+
+
+_LEFT_EDGES = """([selector, needle]) => {
+  const walker = document.createTreeWalker(document.querySelector(selector), NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const at = node.data.indexOf(needle);
+    if (at < 0) continue;
+    const left = (k) => {
+      const range = document.createRange();
+      range.setStart(node, at + k);
+      range.setEnd(node, at + k + 1);
+      return range.getBoundingClientRect().left;
+    };
+    return [left(0), left(needle.length - 1)];
+  }
+  return null;
+}"""
+
+
+def test_a_right_to_left_override_does_not_reverse_the_following_text(
+    browser: Any, warehouse: Warehouse, tmp_path: Path
+) -> None:
+    """A logged U+202E before "AFTER-TEXT" (in the request) and in the model name (before the
+    page's own "product:" chip): both read left to right in Chromium (issue 23, item 7)."""
+    from review_app_harness import audit_in_review
+    from test_review_app import bidi_docs
+
+    with ThreadPoolExecutor(1) as pool:  # Playwright's sync API keeps an event loop here
+        pool.submit(audit_in_review, warehouse, bidi_docs(), tmp_path / "bidi.jsonl").result()
+    with serve(warehouse, tmp_path / "data", audit_log=False) as running:
+        page = open_page(browser, running, "bob")
+        with page.expect_navigation():
+            page.keyboard.press("r")
+        screenshot(page, tmp_path, "review-bidi.png")
+        for selector, needle in (("#request", "AFTER-TEXT"), (".item-head .meta", "product")):
+            edges = page.evaluate(_LEFT_EDGES, [selector, needle])
+            assert edges is not None, (selector, needle)
+            first, last = edges
+            assert first < last, f"{needle!r} in {selector} is drawn right to left"
+        assert page.locator("#request .invisible-char").first.is_visible()
+        assert not page.errors

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from test_pipeline import audit, options, settings
 
@@ -216,3 +217,61 @@ def test_uncertainty_sampled_items_never_feed_the_random_stratum(
     assert sample_after == sample_before
     compared = sum(r["compared"] for r in agreement_after)
     assert compared == sum(r["compared"] for r in agreement_before) + len(near) == len(rows)
+
+
+def test_review_stats_and_the_report_group_by_event_week_with_one_wording(
+    warehouse: Warehouse, reviewed: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    """`review stats` and the report's review section (the ``review_agreement`` query) on the
+    same verdicts: the same groups keyed by the event's week, the same counts and
+    false-positive figures, and the same note for a group below the threshold; the rule is
+    written on the report beside the figures (issue 23, item 16)."""
+    from refusal_audit.html_report import collect, render_html
+    from warehouse.report_queries import ReportFilter, event_day_range
+
+    # a later week with a few reviewed events: a group below the threshold
+    late = tmp_path / "late.jsonl"
+    docs = [orjson.loads(line) for line in EXAMPLE_LOG.read_bytes().splitlines()[:5]]
+    for doc in docs:
+        doc.update(log_id="late-" + doc["log_id"], event_time="2025-06-18T23:30:00-02:00")
+    late.write_bytes(b"".join(orjson.dumps(doc) + b"\n" for doc in docs))
+    audit([late], warehouse)
+    assessed = [a["log_id"] for a in warehouse.current_assessments()
+                if a["log_id"].startswith("late-")]  # fmt: skip
+    verdicts = tmp_path / "late.csv"
+    verdicts.write_text("log_id,reviewer,verdict\n" + "".join(
+        f"{log_id},ann,agree\n" for log_id in assessed))  # fmt: skip
+    bundles = load_bundles(settings().policy_bundles)
+    assert 0 < import_verdicts(warehouse, bundles, verdicts, T_IMPORT).imported < 30
+    span = event_day_range(warehouse.client, warehouse.database)
+    assert span is not None
+    data = collect(warehouse.client, warehouse.database, ReportFilter(span[0], span[1]),
+                   warehouse="chdb (test)", max_width=0.2)  # fmt: skip
+    report = {(str(r["week"]), *(str(r[c]) for c in ("model", "policy_bundle", "engine",
+              "prompt_version"))): r for r in data.agreement}  # fmt: skip
+    stats = {(g.key[4], *g.key[:4]): g for g in stats_from_store(warehouse, bundles)
+             if g.key[0] != "all"}  # fmt: skip
+    # the audit ran today, the events are from 2025 (the late ones on Thursday 2025-06-19
+    # UTC: Monday 2025-06-16): only the event week can match
+    assert set(stats) == set(report)
+    assert {key[0] for key in stats} == {monday(r["ev"]).isoformat() for r in reviewed} | {
+        "2025-06-16"
+    }
+    thin = full = 0
+    for key, group in stats.items():
+        row, fp = report[key], group.false_positive
+        assert fp.n == row["compared"]
+        if fp.insufficient_data:
+            thin += 1
+            assert row["fp_agreement"] is None and fp.note == row["note"]
+            assert fp.note == f"insufficient data: {fp.n} compared item(s), at least 30 needed"
+        else:
+            full += 1
+            assert (fp.rate, fp.rate_low, fp.rate_high, fp.kappa) == pytest.approx(
+                (row["fp_agreement"], row["fp_low"], row["fp_high"], row["fp_kappa"])
+            )
+    assert thin and full
+    from processors.agreement import grouping_rule
+
+    html = render_html(data, charts={})
+    assert grouping_rule() in html and "ISO week of the event time" in grouping_rule()

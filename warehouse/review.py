@@ -52,6 +52,19 @@ def current_verdicts(store: Warehouse) -> list[Verdict]:
     return [Verdict.model_validate(row) for row in rows]
 
 
+def event_times(store: Warehouse, log_ids: Sequence[str]) -> dict[str, datetime]:
+    """The event time (UTC) of each of ``log_ids`` that has a stored event. Raises
+    ``WarehouseError``."""
+    if not log_ids:
+        return {}
+    rows = store.select(
+        "SELECT log_id, event_time FROM {db:Identifier}.refusal_events FINAL "
+        "WHERE log_id IN {ids:Array(String)}",
+        {"ids": list(log_ids)},
+    )
+    return {r["log_id"]: to_utc(r["event_time"]) for r in rows}
+
+
 # ---- the review app: items, accounts, queues ------------------------------------------
 
 _ITEM_COLUMNS = (

@@ -2,8 +2,9 @@
 ``query verified_false_positive_rate``; registered in ``warehouse.queries.NAMED_QUERIES``).
 
 Both take the usual filters: ``since``/``until`` on the event day, ``model`` and ``product``.
-Weeks are ISO weeks of the event time (their Monday). Below ``MIN_COMPARED`` compared items
-a group's rates are left empty with a note, as ``review stats`` does.
+Weeks are ISO weeks of the event time (their Monday, ``processors.agreement.event_week``).
+Below ``MIN_COMPARED`` compared items a group's rates are left empty with the note
+``processors.agreement.insufficient_note``, as ``review stats`` does.
 
 ``verified_false_positive_rate`` is a stratified estimate over two strata: the flagged
 assessments (``requires_human_review``) and the unflagged ones. The unflagged stratum is
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from processors.agreement import DEFAULT_MIN_ITEMS, agreement
+from processors.agreement import DEFAULT_MIN_ITEMS, agreement, insufficient_note
 from processors.stats import stratified_proportion, wilson_interval
 from warehouse.named import DAY_MODEL_PRODUCT, MODEL_PRODUCT, NamedQuery, QueryResult
 
@@ -33,7 +34,7 @@ _AGREEMENT_COLUMNS = (
 
 
 def _insufficient(n: int) -> str:
-    return f"insufficient data: {n} compared item(s), at least {MIN_COMPARED} needed"
+    return insufficient_note(n, MIN_COMPARED)
 
 
 def _agreement_rows(result: QueryResult) -> QueryResult:

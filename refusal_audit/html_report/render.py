@@ -14,6 +14,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
+from processors.agreement import grouping_rule
 from processors.stats import wilson_interval
 from refusal_audit.html_report.chart_base import Chart, clean_text
 from refusal_audit.html_report.charts import draw
@@ -97,6 +98,7 @@ def render_html(data: PeriodData, charts: dict[str, Chart] | None = None) -> str
             widest=widest,
             max_listed=MAX_THIN_LISTED,
             per_bucket={"day": "daily", "week": "weekly", "month": "monthly"}[data.bucket],
+            review_rule=grouping_rule(),
         )
     )
 

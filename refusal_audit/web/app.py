@@ -40,6 +40,7 @@ from refusal_audit.review_accounts import AccountBook, LoginThrottle, fingerprin
 from refusal_audit.review_service import ReviewRefused, ReviewService
 from refusal_audit.web.approvals import approval_routes
 from refusal_audit.web.clarifications import clarification_routes
+from refusal_audit.web.visible_text import visible, visible_plain
 from schemas.review import REVIEW_REASONS, ReviewerAccount, ReviewQueue, VerdictInput
 from warehouse.client import WarehouseError
 
@@ -264,6 +265,8 @@ def create_app(
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.trim_blocks = True
     templates.env.lstrip_blocks = True
+    # logged text: isolated, invisible and bidirectional controls shown as markers
+    templates.env.filters.update(visible=visible, visible_plain=visible_plain)
     throttle = LoginThrottle(options.login_attempts_per_minute)
     proxy_header = options.proxy_user_header.lower() if options.proxy_user_header else None
 
