@@ -73,8 +73,9 @@ USER_TABLES = frozenset(
     }
 )
 
-#: Tables never open to ad hoc SQL: the review accounts' argon2id password hashes.
-SECRET_TABLES = frozenset({"reviewers"})
+#: Tables never open to ad hoc SQL: the review accounts' argon2id password hashes and the
+#: argon2id hashes of their API tokens.
+SECRET_TABLES = frozenset({"reviewers", "reviewer_tokens"})
 
 #: Table functions allowed in FROM (lower case): they generate numbers, read nothing.
 ALLOWED_TABLE_FUNCTIONS = frozenset(

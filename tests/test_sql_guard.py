@@ -177,6 +177,7 @@ def _escapes(secret: str, url: str) -> list[str]:
         "SELECT * FROM system.settings",
         "SELECT * FROM INFORMATION_SCHEMA.TABLES",
         "SELECT * FROM reviewers",
+        "SELECT token_hash FROM reviewer_tokens",
         "SELECT password_hash FROM `reviewers`",
         "SELECT * FROM {db}.reviewers",
         "SELECT * FROM assessments WHERE log_id IN reviewers",
