@@ -15,7 +15,8 @@ protocol with:
   ``http_max_connections`` in all (the latter also at most half the process's open-file
   limit): a connection over either cap is answered 503 and closed at once;
 * uvicorn's own keep-alive timeout (``http_keep_alive_seconds``) and header size cap
-  (h11, 16 KiB).
+  (h11, 16 KiB), and a listen backlog of at most a quarter of the open-file limit (the
+  event loop accepts up to that many connections at once, before any is checked).
 
 Repeated log records of the event loop and of uvicorn (e.g. accept errors) are folded to
 one line per interval with a count (``streams.logs.RepeatFilter``, as the worker does).
@@ -57,22 +58,30 @@ class HttpLimits:
     keep_alive: float = 5.0
     max_connections: int = 1000
     max_connections_per_client: int = 50
+    #: the listen queue, also the most connections the event loop accepts in one go (each
+    #: holds a file descriptor until the cap check closes it): at most a quarter of the
+    #: open-file limit, so a burst cannot exhaust it
+    backlog: int = 2048
 
     @classmethod
     def from_settings(cls, cfg: Settings) -> HttpLimits:
         """The ``http_*`` settings; ``max_connections`` lowered to half the process's
         open-file limit (the rest stays for the store, logs and Kafka)."""
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        total = cfg.http_max_connections
-        if soft != resource.RLIM_INFINITY and total > soft // 2:
-            total = max(1, soft // 2)
-            log.info("http: at most %d connections (half the open-file limit %d)", total, soft)
+        total, backlog = cfg.http_max_connections, cls.backlog
+        if soft != resource.RLIM_INFINITY:
+            backlog = min(backlog, max(16, soft // 4))
+            if total > soft // 2:
+                total = max(1, soft // 2)
+                log.info("http: at most %d connections (half the open-file limit %d)",
+                         total, soft)  # fmt: skip
         return cls(
             header_timeout=cfg.http_header_timeout_seconds,
             body_timeout=cfg.http_body_timeout_seconds,
             keep_alive=cfg.http_keep_alive_seconds,
             max_connections=total,
             max_connections_per_client=min(cfg.http_max_connections_per_client, total),
+            backlog=backlog,
         )
 
 
@@ -114,7 +123,7 @@ def guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
         _phase: str | None = None
         _deadline: asyncio.TimerHandle | None = None
 
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
             peer = transport.get_extra_info("peername")
             client = str(peer[0]) if isinstance(peer, tuple) and peer else ""
             if not count.admit(client):
@@ -192,6 +201,7 @@ def bounded_config(app: Any, host: str, port: int, limits: HttpLimits) -> uvicor
         proxy_headers=False,
         http=guarded_protocol(limits),
         timeout_keep_alive=max(1, round(limits.keep_alive)),
+        backlog=limits.backlog,
     )
 
 
