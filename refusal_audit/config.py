@@ -303,7 +303,7 @@ class Settings(BaseSettings):
     )
     review_session_secret: SecretStr | None = Field(
         default=None,
-        description="Key signing the review app's session and CSRF cookies; unset: a random "
+        description="Key signing the review app's session cookie and CSRF tokens; unset: a random "
         "key kept in <data_dir>/review-session.key (mode 0600).",
     )
     review_session_max_age_seconds: int = Field(
@@ -362,7 +362,7 @@ class Settings(BaseSettings):
         "open-file limit); more are answered 503 and closed.",
     )
     http_max_connections_per_client: int = Field(
-        default=50,
+        default=100,
         ge=1,
         le=1_000_000,
         description="Open connections a server accepts from one peer address (behind a "

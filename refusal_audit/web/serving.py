@@ -57,7 +57,7 @@ class HttpLimits:
     body_timeout: float = 30.0
     keep_alive: float = 5.0
     max_connections: int = 1000
-    max_connections_per_client: int = 50
+    max_connections_per_client: int = 100
     #: the listen queue, also the most connections the event loop accepts in one go (each
     #: holds a file descriptor until the cap check closes it): at most a quarter of the
     #: open-file limit, so a burst cannot exhaust it
