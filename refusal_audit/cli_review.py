@@ -248,9 +248,8 @@ def review_serve(
     import signal
     import sys
 
-    import uvicorn
-
     from refusal_audit.web.server import build_app, owner_routes
+    from refusal_audit.web.serving import serve_bounded
     from warehouse.client import redact_dsn
 
     overrides: dict[str, object] = {}
@@ -280,16 +279,9 @@ def review_serve(
     # finally below (which withdraws the owner file) instead of dying on it
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        uvicorn.run(
-            app,
-            host=cfg.review_web_host,
-            port=cfg.review_web_port,
-            log_level="info",
-            server_header=False,
-            # the app decides whom to believe (review_trusted_proxies); uvicorn must not
-            # rewrite the client address from X-Forwarded-For
-            proxy_headers=False,
-        )
+        # bounded against slow and greedy clients (http_* settings); proxy headers off: the
+        # app decides whom to believe (review_trusted_proxies)
+        serve_bounded(app, cfg.review_web_host, cfg.review_web_port, cfg)
     finally:
         if channel is not None:
             channel.close()

@@ -303,7 +303,7 @@ class Settings(BaseSettings):
     )
     review_session_secret: SecretStr | None = Field(
         default=None,
-        description="Key signing the review app's session and CSRF cookies; unset: a random "
+        description="Key signing the review app's session cookie and CSRF tokens; unset: a random "
         "key kept in <data_dir>/review-session.key (mode 0600).",
     )
     review_session_max_age_seconds: int = Field(
@@ -317,8 +317,10 @@ class Settings(BaseSettings):
         default=5,
         ge=1,
         le=1000,
-        description="Failed-or-not login attempts allowed per account name and per client "
-        "address in a moving minute; more are refused with 429.",
+        description="Wrong passwords in a row allowed per account name and client address "
+        "together before each further attempt from that address waits 60 s, doubling per "
+        "further failure (at most 1 h); four times this many attempts per client address in "
+        "a moving minute. More are refused with 429.",
     )
     review_proxy_user_header: str | None = Field(
         default=None,
@@ -327,8 +329,45 @@ class Settings(BaseSettings):
         "with a password.",
     )
     review_trusted_proxies: list[str] = Field(
-        default_factory=lambda: ["127.0.0.1", "::1"],
-        description="Client addresses whose review_proxy_user_header is believed.",
+        default_factory=list,
+        description="Addresses of the reverse proxies whose forwarding headers are believed: "
+        "X-Forwarded-For (the client address for the login limit), X-Forwarded-Host (the "
+        "origin check) and review_proxy_user_header. Empty (default): none, the connection's "
+        "peer is the client.",
+    )
+
+    # the HTTP servers (refusal-audit review serve, clarify serve)
+    http_header_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description="Seconds a client has to send a request's line and headers (from the "
+        "connection's start or the previous response); then the connection is closed.",
+    )
+    http_body_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Seconds a client has to send a request's body after its headers; then "
+        "the connection is closed.",
+    )
+    http_keep_alive_seconds: int = Field(
+        default=5, ge=1, le=600, description="Seconds an idle keep-alive connection is kept."
+    )
+    http_max_connections: int = Field(
+        default=1000,
+        ge=1,
+        le=1_000_000,
+        description="Open connections a server accepts in all (at most half the process's "
+        "open-file limit); more are answered 503 and closed.",
+    )
+    http_max_connections_per_client: int = Field(
+        default=100,
+        ge=1,
+        le=1_000_000,
+        description="Open connections a server accepts from one peer address (behind a "
+        "reverse proxy every connection comes from the proxy: raise it to the proxy's pool); "
+        "more are answered 503 and closed.",
     )
 
     # the clarification service (refusal-audit clarify serve)

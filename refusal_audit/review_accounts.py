@@ -2,8 +2,8 @@
 
 Passwords are hashed with argon2-cffi's ``PasswordHasher`` (argon2id, RFC 9106's
 low-memory profile: t=3, m=64 MiB, p=4), salted per hash. Login attempts are limited per
-account name and per client address with ``limits``' moving-window limiter (in memory, so
-per server process).
+client address (``limits``' moving-window limiter) and, with growing delays, per account
+name and address together (``LoginThrottle``; in memory, so per server process).
 """
 
 from __future__ import annotations
@@ -155,19 +155,69 @@ class AccountBook:
 
 
 class LoginThrottle:
-    """At most ``per_minute`` login attempts per account name and ``4 * per_minute`` per
-    client address in any moving minute (``limits``' moving window, in memory)."""
+    """Login limits that a third party cannot turn against an account's owner.
 
-    def __init__(self, per_minute: int) -> None:
+    Per client address: at most ``4 * per_minute`` attempts (right or wrong) in any moving
+    minute (``limits``' moving window). Per account name *and* address together: after
+    ``per_minute`` wrong passwords in a row, each further attempt from that address for that
+    name waits a delay that doubles with every further failure: 60 s, 120 s, ... up to
+    ``MAX_DELAY_SECONDS`` (growing delays, NIST SP 800-63B 5.2.2); a right password resets
+    the count. A failure streak at one address never delays the same name from another
+    address, so wrong guesses cannot lock the owner out. In memory, so per server process;
+    ``clock`` is monotonic seconds.
+    """
+
+    #: the longest wait one (name, address) pair is given, in seconds
+    MAX_DELAY_SECONDS = 3600.0
+    #: pairs remembered at most (older streaks are forgotten first)
+    MAX_PAIRS = 100_000
+    #: a streak without a failure for this long is forgotten, in seconds
+    FORGET_AFTER_SECONDS = 86400.0
+
+    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_minute = per_minute
+        self.clock = clock
         self._limiter = MovingWindowRateLimiter(MemoryStorage())
-        self._per_name = RateLimitItemPerMinute(per_minute)
         self._per_client = RateLimitItemPerMinute(4 * per_minute)
+        self._lock = threading.Lock()
+        # (name, client) -> (wrong passwords in a row, monotonic time of the last one)
+        self._failures: dict[tuple[str, str], tuple[int, float]] = {}
+
+    def _delay(self, failures: int) -> float:
+        if failures < self.per_minute:
+            return 0.0
+        return min(60.0 * 2.0 ** (failures - self.per_minute), self.MAX_DELAY_SECONDS)
+
+    def _streak(self, key: tuple[str, str]) -> tuple[int, float]:
+        failures, last = self._failures.get(key, (0, 0.0))
+        if failures and self.clock() - last > self.FORGET_AFTER_SECONDS:
+            return 0, 0.0
+        return failures, last
 
     def attempt(self, name: str, client: str) -> float | None:
-        """Count an attempt; None when allowed, else the seconds until one is allowed."""
-        checks = ((self._per_name, "name", name.lower()), (self._per_client, "client", client))
-        for item, kind, key in checks:
-            if not self._limiter.hit(item, kind, key):
-                stats = self._limiter.get_window_stats(item, kind, key)
-                return max(1.0, stats.reset_time - time.time())
+        """Count an attempt of ``client`` at ``name``; None when allowed, else the seconds
+        until one is allowed."""
+        with self._lock:
+            failures, last = self._streak((name.lower(), client))
+        wait = last + self._delay(failures) - self.clock()
+        if failures >= self.per_minute and wait > 0:
+            return max(1.0, wait)
+        if not self._limiter.hit(self._per_client, "client", client):
+            stats = self._limiter.get_window_stats(self._per_client, "client", client)
+            return max(1.0, stats.reset_time - time.time())
         return None
+
+    def failed(self, name: str, client: str) -> None:
+        """Record a wrong password (or unknown name) of ``client`` at ``name``."""
+        key = (name.lower(), client)
+        with self._lock:
+            if key not in self._failures and len(self._failures) >= self.MAX_PAIRS:
+                oldest = min(self._failures, key=lambda k: self._failures[k][1])
+                del self._failures[oldest]
+            failures = self._streak(key)[0]
+            self._failures[key] = (failures + 1, self.clock())
+
+    def succeeded(self, name: str, client: str) -> None:
+        """A right password: the streak of ``client`` at ``name`` starts again."""
+        with self._lock:
+            self._failures.pop((name.lower(), client), None)

@@ -156,7 +156,10 @@ class Reviewer:
 
     def __init__(self, url: str, name: str, password: str | None = None) -> None:
         self.name = name
-        self.http = httpx.Client(base_url=url, follow_redirects=False, timeout=30)
+        # a browser sends its page's origin with every form (the app's CSRF origin check)
+        self.http = httpx.Client(
+            base_url=url, follow_redirects=False, timeout=30, headers={"Origin": url}
+        )
         page = self.http.get("/login")
         self.token = csrf_token(page.text)
         if password is not None:
@@ -164,10 +167,15 @@ class Reviewer:
             assert reply.status_code == 303, reply.text
 
     def login(self, password: str) -> httpx.Response:
-        return self.http.post(
+        """POST the login form; on success the token of the new session is kept (a login
+        starts a new session, and the anonymous session's token no longer works)."""
+        reply = self.http.post(
             "/login",
             data={"csrftoken": self.token, "name": self.name, "password": password, "next": "/"},
         )
+        if reply.status_code == 303:
+            self.token = csrf_token(self.http.get("/login").text)
+        return reply
 
     def post(self, path: str, **data: str) -> httpx.Response:
         return self.http.post(path, data={"csrftoken": self.token, **data})

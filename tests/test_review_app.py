@@ -463,8 +463,10 @@ def test_odd_requests_are_refused_cleanly(server: ReviewServer) -> None:
         headers={"content-type": "application/x-www-form-urlencoded"},
     )  # fmt: skip
     assert not_utf8.status_code == 400
-    csrf_cookie = httpx.get(server.url + "/login").headers["set-cookie"]
-    assert "refusal_review_csrf=" in csrf_cookie and "HttpOnly" in csrf_cookie
+    # the CSRF token lives in the session: the one cookie a login page sets is HttpOnly
+    cookies = httpx.get(server.url + "/login").headers.get_list("set-cookie")
+    assert len(cookies) == 1 and "refusal_review_session=" in cookies[0]
+    assert "httponly" in cookies[0].lower()
     # skipping an item one does not hold
     row = review_item_rows(server.store)[0]
     made_up = bob.post("/item/skip", bundle="default", log_id=row["log_id"],

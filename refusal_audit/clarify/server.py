@@ -245,11 +245,11 @@ def serve(
     import contextlib
     from collections.abc import AsyncIterator
 
-    import uvicorn
     from starlette.applications import Starlette
 
     from refusal_audit.clarify.app import create_app
     from refusal_audit.clarify.trail import StepTrail
+    from refusal_audit.web.serving import serve_bounded
 
     host = host or cfg.clarify_web_host
     port = port if port is not None else cfg.clarify_web_port
@@ -328,7 +328,7 @@ def serve(
     # finally below (trail written, owner file withdrawn)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        uvicorn.run(app, host=host, port=port, log_level="info", server_header=False)
+        serve_bounded(app, host, port, cfg)  # bounded against slow clients (http_* settings)
     finally:
         if trail is not None:
             trail.close()

@@ -3,8 +3,9 @@
 
 Every page but ``/login``, ``/healthz`` and ``/static`` needs a logged-in, active reviewer.
 Sessions are signed cookies (Starlette's ``SessionMiddleware``: HttpOnly, SameSite=Lax,
-Secure when ``review_cookie_secure``); every POST carries a CSRF token checked by
-``asgi-csrf`` (double-submit cookie, signed); logins are throttled (``LoginThrottle``);
+Secure when ``review_cookie_secure``); every POST carries a CSRF token bound to the session
+and must come from the app's own origin (``refusal_audit.web.csrf``); logins are throttled
+(``LoginThrottle``);
 responses carry a strict Content-Security-Policy (scripts and styles only from the app).
 The basic flow works without JavaScript; ``static/review.js`` adds keyboard shortcuts.
 """
@@ -21,7 +22,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from asgi_csrf import asgi_csrf
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -40,6 +40,7 @@ from refusal_audit.review_accounts import AccountBook, LoginThrottle, fingerprin
 from refusal_audit.review_service import ReviewRefused, ReviewService
 from refusal_audit.web.approvals import approval_routes
 from refusal_audit.web.clarifications import clarification_routes
+from refusal_audit.web.csrf import CSRF_MESSAGE, SessionCsrf, plain_reply
 from refusal_audit.web.visible_text import visible, visible_plain
 from schemas.review import REVIEW_REASONS, ReviewerAccount, ReviewQueue, VerdictInput
 from warehouse.client import WarehouseError
@@ -49,7 +50,6 @@ MAX_NOTE = 4000
 #: Largest request body the app reads (forms); the owner channel has its own cap.
 MAX_FORM_BYTES = 256 * 1024
 SESSION_COOKIE = "refusal_review_session"
-CSRF_COOKIE = "refusal_review_csrf"
 _HEADERS = {
     "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
     "img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
@@ -63,15 +63,16 @@ _HEADERS = {
 @dataclass(frozen=True)
 class WebOptions:
     """How the app authenticates: ``secret`` signs sessions and CSRF tokens;
-    ``proxy_user_header`` (lower-case header name or None) is believed only from
-    ``trusted_proxies``."""
+    ``proxy_user_header`` (lower-case header name or None) and the forwarding headers
+    (``X-Forwarded-For``, ``X-Forwarded-Host``) are believed only from ``trusted_proxies``
+    (peer addresses; none by default)."""
 
     secret: str
     session_max_age: int = 12 * 3600
     cookie_secure: bool = False
     login_attempts_per_minute: int = 5
     proxy_user_header: str | None = None
-    trusted_proxies: tuple[str, ...] = ("127.0.0.1", "::1")
+    trusted_proxies: tuple[str, ...] = ()
 
 
 def _derive(secret: str, label: str) -> str:
@@ -91,7 +92,7 @@ class _SecurityHeaders:
 
         async def with_headers(message: Any) -> None:
             if message["type"] == "http.response.start":
-                headers = [_http_only_csrf(k, v) for k, v in message.get("headers", [])]
+                headers = list(message.get("headers", []))
                 present = {k.lower() for k, _ in headers}
                 for name, value in _HEADERS.items():
                     if name.encode() not in present:
@@ -102,18 +103,10 @@ class _SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
-def _http_only_csrf(name: bytes, value: bytes) -> tuple[bytes, bytes]:
-    """The CSRF cookie made HttpOnly: the forms carry the token, no script needs the cookie
-    (and a page on another port of the host must not read it)."""
-    if name.lower() == b"set-cookie" and value.startswith(CSRF_COOKIE.encode() + b"="):
-        return name, value + b"; HttpOnly"
-    return name, value
-
-
 class _RequestGuard:
     """Before the CSRF check: every state-changing request (but the owner channel, which
     checks its own token) must be a URL-encoded form of at most ``MAX_FORM_BYTES`` in UTF-8,
-    sent with cookies (the CSRF cookie at least), and never skips the CSRF check through an
+    sent with cookies (the session cookie at least), and never skips the CSRF check through an
     ``Authorization`` header. Answers 400, 403, 413 or 415 otherwise."""
 
     def __init__(self, app: ASGIApp) -> None:
@@ -131,17 +124,17 @@ class _RequestGuard:
         given = dict(headers)
         kind = given.get(b"content-type", b"").split(b";")[0].strip().lower()
         if kind != b"application/x-www-form-urlencoded":
-            await _plain_reply(send, 415, "Send the app's own forms (URL-encoded).")
+            await plain_reply(send, 415, "Send the app's own forms (URL-encoded).")
             return
         if b"cookie" not in given:
-            await _plain_reply(send, 403, _CSRF_MESSAGE)
+            await plain_reply(send, 403, CSRF_MESSAGE)
             return
         try:
             length = int(given.get(b"content-length", b"0"))
         except ValueError:
             length = 0
         if length > MAX_FORM_BYTES:
-            await _plain_reply(send, 413, "The form is too large.")
+            await plain_reply(send, 413, "The form is too large.")
             return
         chunks: list[bytes] = []
         size = 0
@@ -154,13 +147,13 @@ class _RequestGuard:
             size += len(chunks[-1])
             more = message.get("more_body", False)
             if size > MAX_FORM_BYTES:
-                await _plain_reply(send, 413, "The form is too large.")
+                await plain_reply(send, 413, "The form is too large.")
                 return
         body = b"".join(chunks)
         try:
             body.decode("utf-8")
         except UnicodeDecodeError:
-            await _plain_reply(send, 400, "The form is not UTF-8 text.")
+            await plain_reply(send, 400, "The form is not UTF-8 text.")
             return
         sent = False
 
@@ -172,19 +165,6 @@ class _RequestGuard:
             return await receive()
 
         await self.app({**scope, "headers": headers}, replay, send)
-
-
-_CSRF_MESSAGE = (
-    "This form is out of date or did not come from the review app (CSRF check failed). "
-    "Go back, reload the page and try again."
-)
-
-
-async def _plain_reply(send: Send, status: int, text: str) -> None:
-    body = f"<!doctype html><title>Refused</title><p>{text}</p>".encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"text/html; charset=utf-8")]})  # fmt: skip
-    await send({"type": "http.response.body", "body": body})
 
 
 def item_url(bundle: str, log_id: str, queue: str | None = None) -> str:
@@ -356,8 +336,10 @@ def create_app(
             return render(request, "login.html", 503, next=target, name=name,
                           error=_unavailable(exc, kept=False))  # fmt: skip
         if account is None:
+            throttle.failed(name, client_address(request))
             return render(request, "login.html", 401, next=target, name=name,
                           error="Wrong name or password.")  # fmt: skip
+        throttle.succeeded(name, client_address(request))
         request.session.clear()
         request.session.update({"reviewer": account.name, "fp": fingerprint(account)})
         return RedirectResponse(target, 303)
@@ -564,23 +546,16 @@ def create_app(
                 max_age=options.session_max_age,
                 same_site="lax",
                 https_only=options.cookie_secure,
-            )
+            ),
+            Middleware(
+                SessionCsrf,
+                key=_derive(options.secret, "csrf").encode(),
+                trusted_proxies=options.trusted_proxies,
+                exempt_prefixes=("/_owner/",),
+            ),
         ],
     )
-    protected = asgi_csrf(
-        app,
-        cookie_name=CSRF_COOKIE,
-        signing_secret=_derive(options.secret, "csrf"),
-        always_protect={"/login", "/logout"},
-        cookie_secure=options.cookie_secure,
-        skip_if_scope=lambda scope: str(scope.get("path", "")).startswith("/_owner/"),
-        send_csrf_failed=_csrf_failed,
-    )
-    return _SecurityHeaders(_RequestGuard(protected))
-
-
-async def _csrf_failed(scope: Scope, send: Send, message_id: Any) -> None:
-    await _plain_reply(send, 403, _CSRF_MESSAGE)
+    return _SecurityHeaders(_RequestGuard(app))
 
 
 def _safe_next(target: str | None) -> str:

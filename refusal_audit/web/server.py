@@ -20,7 +20,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from refusal_audit.bundles import load_bundles
-from refusal_audit.config import Settings
+from refusal_audit.config import ConfigError, Settings
 from refusal_audit.owner import MAX_REQUEST_BYTES, UNAUTHORIZED, OwnerSlot
 from refusal_audit.review_accounts import AccountBook
 from refusal_audit.review_service import ReviewService
@@ -40,7 +40,13 @@ def session_secret(cfg: Settings) -> str:
 
 
 def web_options(cfg: Settings) -> WebOptions:
-    """``WebOptions`` from the review_* settings. Raises ``ConfigError``."""
+    """``WebOptions`` from the review_* settings. Raises ``ConfigError`` (also for a proxy
+    user header without a trusted proxy: it would never be believed)."""
+    if cfg.review_proxy_user_header and not cfg.review_trusted_proxies:
+        raise ConfigError(
+            "review_proxy_user_header is set but review_trusted_proxies is empty: name the "
+            "authenticating proxy's address (e.g. 127.0.0.1) in review_trusted_proxies"
+        )
     return WebOptions(
         secret=session_secret(cfg),
         session_max_age=cfg.review_session_max_age_seconds,
