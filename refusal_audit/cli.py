@@ -290,6 +290,12 @@ def migrate() -> None:
     console.print(f"applied: {', '.join(applied) if applied else 'nothing (up to date)'}")
 
 
+GAPS_NOTE = (
+    "Each gap is named after its most common flag description; first/last_event are the "
+    "event times (UTC) of its flagged refusals, as in the report and the gap alerts."
+)
+
+
 @app.command()
 def gaps(
     bundle: str | None = typer.Option(None, "--bundle", "-b", help="Only this policy bundle."),
@@ -302,20 +308,14 @@ def gaps(
     """List the open policy gaps (grouped policy-gap flags) with counts and example log ids."""
     from datetime import UTC
 
-    from refusal_audit.gaps import list_open_gaps, track_gaps
+    from refusal_audit.gaps import list_open_gaps, track_configured_gaps
 
     cfg = settings()
     store = open_store(cfg)
     try:
         # group the flags audited since the last run first (idempotent; alerts are left to
         # the worker or `alerts evaluate --store/--publish`)
-        track_gaps(
-            store,
-            now=datetime.now(UTC),
-            similarity=cfg.gaps_similarity,
-            cooldown=cfg.gaps_cooldown_seconds,
-            margin=cfg.gaps_reread_margin_seconds,
-        )
+        track_configured_gaps(store, cfg, now=datetime.now(UTC))
         found = list_open_gaps(
             store, bundle, since.replace(tzinfo=UTC) if since is not None else None, limit
         )
@@ -328,7 +328,7 @@ def gaps(
     if not found:
         console.print("no open policy gaps")
         return
-    columns = ["bundle", "gap_id", "log_ids", "batches", "first_seen", "last_seen"]
+    columns = ["bundle", "gap_id", "log_ids", "batches", "first_event", "last_event"]
     rows = [
         (
             g.policy_bundle,
@@ -343,6 +343,7 @@ def gaps(
         for g in found
     ]
     render([*columns, "description", "examples"], rows, OutputFormat.table, console)
+    console.print(GAPS_NOTE)
 
 
 topics_app = typer.Typer(help="Provision and list the Kafka topics.", no_args_is_help=True)

@@ -29,6 +29,7 @@ from typer.testing import CliRunner
 from processors.stats import wilson_interval
 from refusal_audit.alerting import alert_row
 from refusal_audit.cli import app
+from refusal_audit.gaps import track_gaps
 from refusal_audit.html_report import PeriodData, collect, render_html, write_report
 from refusal_audit.html_report.charts import draw
 from warehouse import Warehouse
@@ -46,6 +47,8 @@ EVERY_CHART = (
 
 
 def _collect(store: Warehouse, **filters: Any) -> PeriodData:
+    """``collect`` over every stored event day, after tracking the gaps (as the command)."""
+    track_gaps(store, now=datetime.now(UTC))
     span = event_day_range(store.client, store.database)
     assert span is not None
     return collect(
