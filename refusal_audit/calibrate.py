@@ -283,7 +283,7 @@ def run_calibrations(
     """Calibrate every request with the configured bundles, variant engine and suite.
     Raises ``ConfigError`` (engine, bundles) and ``CalibrationInputError`` (an unknown
     bundle or clause: nothing is run then)."""
-    bundles = load_bundles(cfg.policy_bundles)
+    bundles = load_bundles(cfg.policy_bundles, cfg.data_dir)
     engine = build_variant_engine(cfg, engine_name)
     suite = build_suite(cfg)
     auditor = LocalEngine()

@@ -11,7 +11,15 @@ from pathlib import Path
 
 import orjson
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.text import Text
 
 from refusal_audit import (
     cli_alerts,
@@ -203,11 +211,21 @@ def reaudit(
         raise typer.Exit(EXIT_FAILURES)
 
 
+class _Count(MofNCompleteColumn):
+    """``done/total`` when the total is known, else just ``done`` (never ``done/?``)."""
+
+    def render(self, task: Task) -> Text:
+        if task.total is None:
+            return Text(str(int(task.completed)), style="progress.download")
+        return super().render(task)
+
+
 def _progress() -> Progress:
+    """The record counter of ``audit`` and ``produce`` (on stderr)."""
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
-        MofNCompleteColumn(),
+        _Count(),
         TimeElapsedColumn(),
         console=err,
         transient=False,
@@ -415,7 +433,7 @@ def produce(
     raw: bool = typer.Option(False, help="Send JSON Lines records byte for byte, unvalidated."),
 ) -> None:
     """Replay log files into the input topic (key: conversation id, else log id)."""
-    from refusal_audit.batch import file_source
+    from refusal_audit.batch import file_source, record_total
     from refusal_audit.replay import replay
     from streams.producer import TopicWriter, make_producer
     from streams.topics import TopicError, Topics, admin_client, require_topic
@@ -433,7 +451,7 @@ def produce(
         raise fail_usage(str(exc)) from exc
     writer = TopicWriter(make_producer(cfg.kafka_bootstrap_servers))
     with _progress() as progress:
-        task = progress.add_task(f"producing to {topic}", total=None)
+        task = progress.add_task(f"producing to {topic}", total=record_total(files, sources))
         report = replay(sources, writer, topic, raw=raw, on_record=lambda: progress.advance(task))
     console.print(
         f"sent {report.sent}, delivered {report.delivered}, undelivered {report.undelivered} "

@@ -20,6 +20,7 @@ from refusal_audit.cli_common import (
     EXIT_FAILURES,
     as_utc,
     console,
+    default_of,
     fail_usage,
     open_store,
     settings,
@@ -39,7 +40,7 @@ def review_import(
 
     cfg = settings()
     try:
-        bundles = load_bundles(cfg.policy_bundles)
+        bundles = load_bundles(cfg.policy_bundles, cfg.data_dir)
         report = import_verdicts(open_store(cfg), bundles, file)
     except (ConfigError, OSError, WarehouseError) as exc:
         raise fail_usage(f"review import {file}: {exc}") from exc
@@ -76,7 +77,8 @@ def review_stats(
 
     cfg = settings()
     try:
-        groups = stats_from_store(open_store(cfg), load_bundles(cfg.policy_bundles), min_items)
+        bundles = load_bundles(cfg.policy_bundles, cfg.data_dir)
+        groups = stats_from_store(open_store(cfg), bundles, min_items)
     except (ConfigError, WarehouseError) as exc:
         raise fail_usage(str(exc)) from exc
     if as_json:
@@ -127,7 +129,7 @@ def review_export(
     needed = reviews_per_item or cfg.review_reviews_per_item
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        bundles = load_bundles(cfg.policy_bundles)
+        bundles = load_bundles(cfg.policy_bundles, cfg.data_dir)
         rows = open_items(open_store(cfg), where, needed, bundles)
         write_items(rows, out)
     except (ConfigError, OSError, WarehouseError) as exc:
@@ -144,7 +146,7 @@ def review_labels(
 
     cfg = settings()
     try:
-        lines = labelled_events(open_store(cfg), load_bundles(cfg.policy_bundles))
+        lines = labelled_events(open_store(cfg), load_bundles(cfg.policy_bundles, cfg.data_dir))
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(b"".join(line + b"\n" for line in lines))
     except (ConfigError, OSError, WarehouseError) as exc:
@@ -238,15 +240,14 @@ def review_reviewers() -> None:
 
 
 def review_serve(
-    host: str | None = typer.Option(None, help="Bind address (default: review_web_host)."),
-    port: int | None = typer.Option(None, help="Port (default: review_web_port)."),
+    host: str | None = typer.Option(None, help=f"Bind address {default_of('review_web_host')}."),
+    port: int | None = typer.Option(None, help=f"Port {default_of('review_web_port')}."),
 ) -> None:
     """Serve the review web app (login, queues, items, verdicts) until stopped."""
     import signal
     import sys
 
-    import uvicorn
-
+    from refusal_audit.web.listen import ListenError, bind_listener, serve_uvicorn
     from refusal_audit.web.server import build_app, owner_routes
     from warehouse.client import redact_dsn
 
@@ -264,6 +265,13 @@ def review_serve(
     except (ConfigError, WarehouseError) as exc:
         store.close()
         raise fail_usage(str(exc)) from exc
+    try:  # listen before saying so: a port in use is one error, no "review app on" line
+        listener = bind_listener(cfg.review_web_host, cfg.review_web_port)
+    except ListenError as exc:
+        if channel is not None:
+            channel.close()
+        store.close()
+        raise fail_usage(str(exc)) from exc
     where = "owned here" if channel is not None and channel.owns else "through its owner"
     if channel is None:
         where = "server"
@@ -277,8 +285,9 @@ def review_serve(
     # finally below (which withdraws the owner file) instead of dying on it
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        uvicorn.run(
+        serve_uvicorn(
             app,
+            listener,
             host=cfg.review_web_host,
             port=cfg.review_web_port,
             log_level="info",

@@ -124,7 +124,7 @@ def build_clarifier(
     return Clarifier(
         build_classifier(cfg, classifier),
         build_question_engine(cfg, questions),
-        load_bundles(cfg.policy_bundles),
+        load_bundles(cfg.policy_bundles, cfg.data_dir),
         build_judge(cfg),
     )
 
@@ -238,16 +238,17 @@ def serve(
     is reached through its owner, and taken over when that process stops). With ``kafka`` it
     refuses to start while another instance consumes with the same group
     (``InstanceConflictError``, a ``TopicError``). Raises ``ConfigError``,
-    ``WarehouseError``, ``streams.topics.TopicError``."""
+    ``WarehouseError``, ``streams.topics.TopicError``, ``refusal_audit.web.listen.ListenError``
+    (the address cannot be listened on; nothing says the service is up then)."""
     import asyncio
     import contextlib
     from collections.abc import AsyncIterator
 
-    import uvicorn
     from starlette.applications import Starlette
 
     from refusal_audit.clarify.app import create_app
     from refusal_audit.clarify.trail import StepTrail
+    from refusal_audit.web.listen import bind_listener, serve_uvicorn
 
     host = host or cfg.clarify_web_host
     port = port if port is not None else cfg.clarify_web_port
@@ -309,24 +310,27 @@ def serve(
                     await loop_task
 
     app = create_app(service, token, cfg.clarify_max_body_bytes, routes, lifespan)
-    logger.info(
-        "clarification service on http://%s:%d (API token from %s; engines: classifier %s, "
-        "questions %s; store %s%s)",
-        host,
-        port,
-        source,
-        service.clarifier.classifier.name,
-        service.clarifier.questions.name,
-        store_kind(cfg, kafka),
-        "; Kafka topics " + cfg.kafka_topic_prefix + "clarify.*" if kafka else "",
-    )
-    if slot is not None:
-        slot.announce_when_listening()
-    # uvicorn re-raises the signal that stopped it after its shutdown: leave through the
-    # finally below (trail written, owner file withdrawn)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        uvicorn.run(app, host=host, port=port, log_level="info", server_header=False)
+        listener = bind_listener(host, port)  # before saying so: a port in use is one error
+        logger.info(
+            "clarification service on http://%s:%d (API token from %s; engines: classifier %s, "
+            "questions %s; store %s%s)",
+            host,
+            port,
+            source,
+            service.clarifier.classifier.name,
+            service.clarifier.questions.name,
+            store_kind(cfg, kafka),
+            "; Kafka topics " + cfg.kafka_topic_prefix + "clarify.*" if kafka else "",
+        )
+        if slot is not None:
+            slot.announce_when_listening()
+        # uvicorn re-raises the signal that stopped it after its shutdown: leave through the
+        # finally below (trail written, owner file withdrawn)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        serve_uvicorn(
+            app, listener, host=host, port=port, log_level="info", server_header=False
+        )
     finally:
         if trail is not None:
             trail.close()
