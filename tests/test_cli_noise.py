@@ -142,3 +142,26 @@ def test_a_csv_total_is_not_guessed_from_its_lines(tmp_path: Path) -> None:
     options = BatchOptions.build("xstest-csv", None, None, None, None)
     sources = [file_source(csv, options, Settings())]
     assert record_total([csv], sources) is None
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "GETPID [rdkafka#producer-2] [thrd:main]: Failed to acquire transactional PID from "
+        "broker TxnCoordinator/1: Broker: Not coordinator: retrying",
+        "GETPID [rdkafka#producer-2] [thrd:main]: Failed to acquire idempotence PID from "
+        "broker 127.0.0.1:19592/1: Broker: Coordinator load in progress: retrying",
+    ],
+)
+def test_librdkafka_s_start_up_retries_are_not_warnings(
+    message: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The two lines a worker and `produce` printed against a fresh broker (seen live)."""
+    from streams.producer import KAFKA_LOGGER
+
+    caplog.set_level(logging.DEBUG, logger=KAFKA_LOGGER.name)
+    KAFKA_LOGGER.warning(message)
+    other = f"FAIL [rdkafka#producer-{len(message)}]: Connect to ipv4#127.0.0.1:9 failed"
+    KAFKA_LOGGER.warning(other)  # a real problem stays a warning
+    levels = [(r.levelname, r.getMessage()[:4]) for r in caplog.records]
+    assert levels == [("INFO", "GETP"), ("WARNING", "FAIL")]
