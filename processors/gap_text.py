@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["LEGACY_COUNT_PREFIX", "describe_gap", "describe_gap_sql"]
+__all__ = ["LEGACY_COUNT_PREFIX", "describe_gap", "describe_gap_sql", "gap_topic"]
 
 LEGACY_COUNT_PREFIX = "^[0-9]+ refusal[(]s[)] categorised "
 """The start of a ``local`` engine flag description written before it stopped stating the
@@ -19,6 +19,14 @@ flag's count (``"3 refusal(s) categorised 'policy_gray_zone' of requests about: 
 regular expression valid in Python and in ClickHouse (RE2), without quotes or backslashes."""
 
 _LEGACY_COUNT_RE = re.compile(LEGACY_COUNT_PREFIX)
+# the ``local`` engine's flag text (processors.engines.local), any casing and spacing, with or
+# without the legacy count: only the category and the listed request words differ between
+# flags; the rest is the same boilerplate in every flag of this engine
+_LOCAL_FLAG_RE = re.compile(
+    r"^\s*(?:[0-9]+ refusal[(]s[)]|refusals) categorised '(?P<category>[^']*)'"
+    r"(?: of requests about: (?P<words>.*?))?\.\s+no policy clause matches them.*$",
+    re.IGNORECASE | re.DOTALL,
+)
 _REPLACEMENT = "Refusals categorised "
 
 
@@ -35,3 +43,19 @@ def describe_gap(description: str) -> str:
 def describe_gap_sql(expression: str) -> str:
     """``describe_gap`` in ClickHouse SQL, applied to the String SQL ``expression``."""
     return f"replaceRegexpOne({expression}, '{LEGACY_COUNT_PREFIX}', '{_REPLACEMENT}')"
+
+
+def gap_topic(description: str) -> str:
+    """What a flag's ``description`` is about, for grouping flags into gaps.
+
+    For the ``local`` engine's flag text ("Refusals categorised 'C' of requests about: w1,
+    w2. No policy clause matches them ..."), only the listed request words ("w1, w2"), or
+    the category when no words are listed: the rest of that text is the same in every one
+    of its flags, so comparing it would make every two of them look alike. Any other
+    description is its own topic (returned unchanged).
+    """
+    match = _LOCAL_FLAG_RE.match(description)
+    if match is None:
+        return description
+    words = (match.group("words") or "").strip()
+    return words or f"category {match.group('category')}"

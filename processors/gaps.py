@@ -6,16 +6,19 @@ grouped into *gaps*: within one policy bundle, a flag joins the existing gap who
 descriptions are most similar to its own (cosine similarity of TF-IDF vectors of character
 n-grams, see ``GapMatcher``) when that similarity reaches a threshold, else it opens a new
 gap. A gap's id is derived from its bundle and the description of the flag that opened it
-(``gap_id``), so it is stable across restarts. A gap is described by that opening description
-(``processors.gap_text.describe_gap``); its counts are its distinct log ids, never a
-number in the text.
+(``gap_id``), so it is stable across restarts. Only what a flag is about is compared
+(``processors.gap_text.gap_topic``: the words a ``local`` engine flag lists, not the
+boilerplate every such flag shares). A gap is shown under its most common member description
+(the one holding the most distinct log ids, ``refusal_audit.gaps``), through
+``processors.gap_text.describe_gap``; its counts are its distinct log ids, never a number in
+the text.
 
 ``gap_alert`` decides, from a gap's evidence (``GapEvidence``) and what was already alerted,
 whether the gap needs an alert now and builds it (``schemas.alerts.Alert``): the first
 sighting alerts; later sightings within the cooldown only add evidence; a gap that keeps
 growing is alerted again at most once per cooldown period. Periods are counted from the
-gap's first sighting in data time (period ``k`` is ``floor((t - first_seen) / cooldown)``
-for a sighting at ``t``), and the alert id is
+gap's first flagged event in event time (period ``k`` is ``floor((t - first_seen) / cooldown)``
+for a flagged refusal whose event is at ``t``), and the alert id is
 ``alert_id("policy_gap", scope, gap_id, period)``, so a recomputation gives the same ids.
 
 ``refusal_audit.gaps`` does the I/O (reading batches, storing sightings, reading alerts).
@@ -34,6 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
 
+from processors.gap_text import gap_topic
 from schemas.alerts import ALL, Alert, Scope, Statistic, TimeWindow, alert_id
 
 __all__ = [
@@ -157,8 +161,10 @@ def gap_id(bundle: str, description: str) -> str:
 
 
 def _preprocess(text: str) -> str:
-    # numbers vary between rewordings of one gap ("3 refusals", "12 refusals")
-    return _DIGITS_RE.sub("0", normalise_description(text))
+    # only what the flag is about is compared (``gap_topic``: the local engine's boilerplate
+    # would make any two of its flags alike); numbers vary between rewordings of one gap
+    # ("3 refusals", "12 refusals")
+    return _DIGITS_RE.sub("0", normalise_description(gap_topic(text)))
 
 
 _VECTORIZER = HashingVectorizer(
@@ -318,9 +324,10 @@ class GapEvidence:
     """A gap's evidence as stored (distinct counts over its sightings).
 
     ``description``: the text that describes the gap (``processors.gap_text.describe_gap`` of its
-    opening flag's).
-    ``first_seen``/``last_seen``: the earliest/latest sighting (the audit time of the batch
-    that flagged it, aware UTC). ``period``: ``floor((last_seen - first_seen) / cooldown)``,
+    most common member description).
+    ``first_seen``/``last_seen``: the earliest/latest event time of its flagged refusals
+    (aware UTC; the audit time of the sighting for a log id without a stored event).
+    ``period``: ``floor((last_seen - first_seen) / cooldown)``,
     the period the gap is in now. ``log_ids``/``batches``: distinct log ids and batches of all
     sightings; ``log_ids_before_period``: distinct log ids first seen before the period began.
     ``example_log_ids``: log ids in order of first sighting, those first seen in the current

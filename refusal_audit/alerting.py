@@ -187,19 +187,13 @@ def run_detectors(
     Blocking (ClickHouse and the producer): run it off the event loop. Raises what
     ``evaluate_windows``, ``track_gaps`` and ``AlertPublisher.publish`` raise.
     """
-    from refusal_audit.gaps import track_gaps
+    from refusal_audit.gaps import track_configured_gaps
 
     store = publisher.warehouse
     evaluations = evaluate_windows(
         store.client, store.database, DriftConfig.from_settings(cfg), now=now, windows=windows
     )
-    gap_alerts = track_gaps(
-        store.client,
-        now=now,
-        similarity=cfg.gaps_similarity,
-        cooldown=cfg.gaps_cooldown_seconds,
-        margin=cfg.gaps_reread_margin_seconds,
-    )
+    gap_alerts = track_configured_gaps(store.client, cfg, now=now)
     drift_alerts = [a for e in evaluations for a in e.alerts]
     published = publisher.publish([*drift_alerts, *gap_alerts])
     return DetectorRun(evaluations, gap_alerts, published)

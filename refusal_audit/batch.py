@@ -126,6 +126,23 @@ def file_source(path: Path, options: BatchOptions, cfg: Settings) -> InputSource
     )
 
 
+LINE_FORMATS = ("jsonl", "mapped-jsonl", "openai")
+"""Input formats with one record per non-blank line (``refusal_audit.readers``)."""
+
+
+def record_total(paths: Sequence[Path], sources: Sequence[InputSource]) -> int | None:
+    """How many records ``sources`` (read from ``paths``) hold, for a progress bar: the
+    non-blank lines when every source is a one-record-per-line format (``LINE_FORMATS``),
+    else None (a CSV record may span lines). Raises ``OSError`` when a file cannot be read."""
+    if any(source.fmt not in LINE_FORMATS for source in sources):
+        return None
+    total = 0
+    for path in paths:
+        with path.open("rb") as lines:
+            total += sum(1 for line in lines if line.strip())
+    return total
+
+
 def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) -> AuditPipeline:
     """The pipeline configured from ``cfg``.
 
@@ -135,7 +152,7 @@ def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) ->
     (``tag_prefilter``). Raises ``ConfigError`` for bad bundles/engine or a missing/corrupt
     model artifact.
     """
-    bundles = load_bundles(cfg.policy_bundles)
+    bundles = load_bundles(cfg.policy_bundles, cfg.data_dir)
     redactor = Redactor(cfg.redaction_kinds) if cfg.redaction_enabled else None
     refusal_model = None
     if cfg.prefilter_enabled and cfg.prefilter_model == "trained":
@@ -207,7 +224,7 @@ def run_batch(
         report = asyncio.run(main(None))
     else:
         with progress_factory() as progress:
-            task = progress.add_task("auditing", total=None)
+            task = progress.add_task("auditing", total=record_total(files, sources))
             report = asyncio.run(main(lambda: progress.advance(task)))
     if isinstance(target, Warehouse) and report.already_audited:
         add_stored_results(report, target)

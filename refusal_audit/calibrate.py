@@ -287,7 +287,7 @@ def run_calibrations(
     ``calibrate_starter``), recorded on every run for the approval gate. Raises
     ``ConfigError`` (engine, bundles) and ``CalibrationInputError`` (an unknown bundle or
     clause: nothing is run then)."""
-    bundles = load_bundles(cfg.policy_bundles)
+    bundles = load_bundles(cfg.policy_bundles, cfg.data_dir)
     engine = build_variant_engine(cfg, engine_name)
     suite = build_suite(cfg)
     auditor = LocalEngine()

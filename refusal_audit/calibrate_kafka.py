@@ -231,7 +231,7 @@ class Calibrator:
     def __init__(
         self, cfg: Settings, engine_name: str | None = None, spectrum: Spectrum | None = None
     ) -> None:
-        self.bundles = load_bundles(cfg.policy_bundles)
+        self.bundles = load_bundles(cfg.policy_bundles, cfg.data_dir)
         self.engine = build_variant_engine(cfg, engine_name)
         self.suite = build_suite(cfg)
         self.spectrum = spectrum

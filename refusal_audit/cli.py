@@ -11,7 +11,15 @@ from pathlib import Path
 
 import orjson
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.text import Text
 
 from refusal_audit import (
     cli_alerts,
@@ -204,11 +212,21 @@ def reaudit(
         raise typer.Exit(EXIT_FAILURES)
 
 
+class _Count(MofNCompleteColumn):
+    """``done/total`` when the total is known, else just ``done`` (never ``done/?``)."""
+
+    def render(self, task: Task) -> Text:
+        if task.total is None:
+            return Text(str(int(task.completed)), style="progress.download")
+        return super().render(task)
+
+
 def _progress() -> Progress:
+    """The record counter of ``audit`` and ``produce`` (on stderr)."""
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
-        MofNCompleteColumn(),
+        _Count(),
         TimeElapsedColumn(),
         console=err,
         transient=False,
@@ -291,6 +309,12 @@ def migrate() -> None:
     console.print(f"applied: {', '.join(applied) if applied else 'nothing (up to date)'}")
 
 
+GAPS_NOTE = (
+    "Each gap is named after its most common flag description; first/last_event are the "
+    "event times (UTC) of its flagged refusals, as in the report and the gap alerts."
+)
+
+
 @app.command()
 def gaps(
     bundle: str | None = typer.Option(None, "--bundle", "-b", help="Only this policy bundle."),
@@ -303,20 +327,14 @@ def gaps(
     """List the open policy gaps (grouped policy-gap flags) with counts and example log ids."""
     from datetime import UTC
 
-    from refusal_audit.gaps import list_open_gaps, track_gaps
+    from refusal_audit.gaps import list_open_gaps, track_configured_gaps
 
     cfg = settings()
     store = open_store(cfg)
     try:
         # group the flags audited since the last run first (idempotent; alerts are left to
         # the worker or `alerts evaluate --store/--publish`)
-        track_gaps(
-            store,
-            now=datetime.now(UTC),
-            similarity=cfg.gaps_similarity,
-            cooldown=cfg.gaps_cooldown_seconds,
-            margin=cfg.gaps_reread_margin_seconds,
-        )
+        track_configured_gaps(store, cfg, now=datetime.now(UTC))
         found = list_open_gaps(
             store, bundle, since.replace(tzinfo=UTC) if since is not None else None, limit
         )
@@ -329,7 +347,7 @@ def gaps(
     if not found:
         console.print("no open policy gaps")
         return
-    columns = ["bundle", "gap_id", "log_ids", "batches", "first_seen", "last_seen"]
+    columns = ["bundle", "gap_id", "log_ids", "batches", "first_event", "last_event"]
     rows = [
         (
             g.policy_bundle,
@@ -344,6 +362,7 @@ def gaps(
         for g in found
     ]
     render([*columns, "description", "examples"], rows, OutputFormat.table, console)
+    console.print(GAPS_NOTE)
 
 
 topics_app = typer.Typer(help="Provision and list the Kafka topics.", no_args_is_help=True)
@@ -415,7 +434,7 @@ def produce(
     raw: bool = typer.Option(False, help="Send JSON Lines records byte for byte, unvalidated."),
 ) -> None:
     """Replay log files into the input topic (key: conversation id, else log id)."""
-    from refusal_audit.batch import file_source
+    from refusal_audit.batch import file_source, record_total
     from refusal_audit.replay import replay
     from streams.producer import TopicWriter, make_producer
     from streams.topics import TopicError, Topics, admin_client, require_topic
@@ -433,7 +452,7 @@ def produce(
         raise fail_usage(str(exc)) from exc
     writer = TopicWriter(make_producer(cfg.kafka_bootstrap_servers))
     with _progress() as progress:
-        task = progress.add_task(f"producing to {topic}", total=None)
+        task = progress.add_task(f"producing to {topic}", total=record_total(files, sources))
         report = replay(sources, writer, topic, raw=raw, on_record=lambda: progress.advance(task))
     console.print(
         f"sent {report.sent}, delivered {report.delivered}, undelivered {report.undelivered} "

@@ -208,7 +208,7 @@ def _check_filters(
     from refusal_audit.bundles import load_bundles
 
     try:
-        bundles = load_bundles(cfg.policy_bundles)
+        bundles = load_bundles(cfg.policy_bundles, cfg.data_dir)
     except ConfigError as exc:
         raise fail_usage(str(exc)) from exc
     if bundle is not None:

@@ -124,7 +124,7 @@ def calibrate_export(
     chosen = [_pair(v) for v in variants] if variants else None
     cfg = settings()
     try:
-        policy = load_bundles(cfg.policy_bundles).get(bundle)
+        policy = load_bundles(cfg.policy_bundles, cfg.data_dir).get(bundle)
     except ConfigError as exc:
         raise fail_usage(str(exc)) from exc
     if policy is None:

@@ -11,7 +11,14 @@ from pathlib import Path
 import orjson
 import typer
 
-from refusal_audit.cli_common import EXIT_FAILURES, console, err, fail_usage, settings
+from refusal_audit.cli_common import (
+    EXIT_FAILURES,
+    console,
+    default_of,
+    err,
+    fail_usage,
+    settings,
+)
 from refusal_audit.config import ConfigError
 
 clarify_app = typer.Typer(
@@ -27,8 +34,8 @@ wrong more often than right. The local engines measure 0.68 on CoCoNot + XSTest
 
 @clarify_app.command("serve")
 def clarify_serve(
-    host: str | None = typer.Option(None, help="Bind address (default: clarify_web_host)."),
-    port: int | None = typer.Option(None, help="Port (default: clarify_web_port)."),
+    host: str | None = typer.Option(None, help=f"Bind address {default_of('clarify_web_host')}."),
+    port: int | None = typer.Option(None, help=f"Port {default_of('clarify_web_port')}."),
     kafka: bool = typer.Option(
         False,
         "--kafka",
@@ -45,13 +52,14 @@ def clarify_serve(
     from refusal_audit.clarify.server import serve
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from refusal_audit.web.listen import ListenError
     from streams.topics import TopicError
     from warehouse.client import WarehouseError
 
     cfg = settings()
     try:
         serve(cfg, host, port, kafka)
-    except (ConfigError, TopicError, WarehouseError) as exc:
+    except (ConfigError, TopicError, WarehouseError, ListenError) as exc:
         raise fail_usage(f"clarification service not started: {exc}") from exc
 
 

@@ -40,6 +40,13 @@ def settings(**overrides: object) -> Settings:
         raise typer.Exit(EXIT_USAGE) from exc
 
 
+def default_of(setting: str) -> str:
+    """``"(default: VALUE, setting NAME)"`` for a command's help: the setting's built-in
+    default (a config file or environment variable may change it). Raises ``KeyError`` for
+    an unknown setting."""
+    return f"(default: {Settings.model_fields[setting].default}, setting {setting})"
+
+
 def open_store(cfg: Settings) -> Warehouse:
     """Open the configured warehouse; exit 2 with the reason when it cannot be opened."""
     try:

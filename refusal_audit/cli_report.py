@@ -73,6 +73,7 @@ def report(
     """Write a self-contained HTML audit report of a period (no network needed to open it):
     summary, false-positive rate per model with Wilson bands, category mix over time, top
     policy gaps, alerts, review agreement and notes on rates resting on few events."""
+    from refusal_audit.gaps import track_configured_gaps
     from refusal_audit.html_report import collect, write_report
     from warehouse.report_queries import ReportFilter, event_day_range
 
@@ -85,6 +86,9 @@ def report(
         _check_filter(store.client, store.database, "model", model)
         _check_filter(store.client, store.database, "product", product)
         first, last = _period(since, until, stored)
+        # group the flags audited since the last run into gaps first, as `refusal-audit gaps`
+        # does (idempotent): the report's gaps are the tracked ones
+        track_configured_gaps(store, cfg, now=datetime.now(UTC))
         data = collect(
             store.client,
             store.database,

@@ -20,6 +20,7 @@ from refusal_audit.cli_common import (
     EXIT_FAILURES,
     as_utc,
     console,
+    default_of,
     fail_usage,
     open_store,
     settings,
@@ -39,7 +40,7 @@ def review_import(
 
     cfg = settings()
     try:
-        bundles = load_bundles(cfg.policy_bundles)
+        bundles = load_bundles(cfg.policy_bundles, cfg.data_dir)
         report = import_verdicts(open_store(cfg), bundles, file)
     except (ConfigError, OSError, WarehouseError) as exc:
         raise fail_usage(f"review import {file}: {exc}") from exc
@@ -77,7 +78,8 @@ def review_stats(
 
     cfg = settings()
     try:
-        groups = stats_from_store(open_store(cfg), load_bundles(cfg.policy_bundles), min_items)
+        bundles = load_bundles(cfg.policy_bundles, cfg.data_dir)
+        groups = stats_from_store(open_store(cfg), bundles, min_items)
     except (ConfigError, WarehouseError) as exc:
         raise fail_usage(str(exc)) from exc
     if as_json:
@@ -130,7 +132,7 @@ def review_export(
     needed = reviews_per_item or cfg.review_reviews_per_item
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        bundles = load_bundles(cfg.policy_bundles)
+        bundles = load_bundles(cfg.policy_bundles, cfg.data_dir)
         rows = open_items(open_store(cfg), where, needed, bundles)
         write_items(rows, out)
     except (ConfigError, OSError, WarehouseError) as exc:
@@ -147,7 +149,7 @@ def review_labels(
 
     cfg = settings()
     try:
-        lines = labelled_events(open_store(cfg), load_bundles(cfg.policy_bundles))
+        lines = labelled_events(open_store(cfg), load_bundles(cfg.policy_bundles, cfg.data_dir))
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(b"".join(line + b"\n" for line in lines))
     except (ConfigError, OSError, WarehouseError) as exc:
@@ -241,15 +243,16 @@ def review_reviewers() -> None:
 
 
 def review_serve(
-    host: str | None = typer.Option(None, help="Bind address (default: review_web_host)."),
-    port: int | None = typer.Option(None, help="Port (default: review_web_port)."),
+    host: str | None = typer.Option(None, help=f"Bind address {default_of('review_web_host')}."),
+    port: int | None = typer.Option(None, help=f"Port {default_of('review_web_port')}."),
 ) -> None:
     """Serve the review web app (login, queues, items, verdicts) until stopped."""
     import signal
     import sys
 
+    from refusal_audit.web.listen import ListenError, bind_listener
     from refusal_audit.web.server import build_app, owner_routes
-    from refusal_audit.web.serving import serve_bounded
+    from refusal_audit.web.serving import HttpLimits, serve_bounded
     from warehouse.client import redact_dsn
 
     overrides: dict[str, object] = {}
@@ -264,6 +267,14 @@ def review_serve(
         routes, channel = owner_routes(cfg, store)
         app = build_app(cfg, store, routes).app
     except (ConfigError, WarehouseError) as exc:
+        store.close()
+        raise fail_usage(str(exc)) from exc
+    try:  # listen before saying so: a port in use is one error, no "review app on" line
+        limits = HttpLimits.from_settings(cfg)  # bounds against slow and greedy clients
+        listener = bind_listener(cfg.review_web_host, cfg.review_web_port, limits.backlog)
+    except ListenError as exc:
+        if channel is not None:
+            channel.close()
         store.close()
         raise fail_usage(str(exc)) from exc
     where = "owned here" if channel is not None and channel.owns else "through its owner"
@@ -281,7 +292,7 @@ def review_serve(
     try:
         # bounded against slow and greedy clients (http_* settings); proxy headers off: the
         # app decides whom to believe (review_trusted_proxies)
-        serve_bounded(app, cfg.review_web_host, cfg.review_web_port, cfg)
+        serve_bounded(app, listener, cfg.review_web_host, cfg.review_web_port, limits)
     finally:
         if channel is not None:
             channel.close()

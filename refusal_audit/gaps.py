@@ -12,12 +12,21 @@ after a batch run. Each call:
    is due in the gap's current cooldown period (``processors.gaps.gap_alert``) and returns
    the due alerts whose id is not yet in the ``alerts`` table.
 
+One grouping and one dating rule for every place that shows gaps (``refusal-audit gaps``,
+the report's gap section, the gap alerts, the Grafana gap panels): the gaps are the tracked
+ones (step 2), named after their most common member description (the flag description that
+holds the most distinct log ids), and dated by the **event time** of their refusals
+(``policy_gap_dated``; the audit time only for a log id without a stored event), the time
+the report's period, the drift alerts and the dashboards use. The audit time of a sighting
+(``seen_at``) is only the tracking's bookkeeping: which batches to re-read, which gaps got
+new evidence, and the cut-off of an alert's evidence query.
+
 The caller stores (``alerts`` table, payload = the alert's JSON) and publishes the returned
 alerts; an alert returned but never stored is returned again by a later call as long as its
 gap stays within a cooldown of the newest sighting. Everything is idempotent: redelivered or
 re-audited batches add no sightings for what they already reported, and alert ids are
-deterministic from the data (gap id and cooldown period counted from the first sighting in
-data time), so a recomputation after a restart gives the same ids.
+deterministic from the data (gap id and cooldown period counted from the gap's first
+flagged event), so a recomputation after a restart gives the same ids.
 
 ``list_open_gaps`` reads the per-gap summary for ``refusal-audit gaps``.
 """
@@ -45,6 +54,7 @@ from processors.gaps import (
     gap_alert,
     gap_alert_id,
 )
+from refusal_audit.config import Settings
 from schemas.alerts import Alert
 from warehouse.client import Client, WarehouseError, quote_identifier, validate_identifier
 from warehouse.store import Warehouse, dedup_token, to_utc
@@ -55,6 +65,7 @@ __all__ = [
     "GapSummary",
     "evidence_sql",
     "list_open_gaps",
+    "track_configured_gaps",
     "track_gaps",
 ]
 
@@ -79,9 +90,11 @@ _CHUNK = 1000  # ids per IN (...) parameter, to keep requests to a server small
 class GapSummary:
     """One gap as ``list_open_gaps`` reports it.
 
-    ``description``: the description of the flag that opened it, as ``describe_gap`` gives it
-    (without the one batch's count that older ``local`` engine descriptions began with);
-    ``first_seen``/``last_seen``: audit times (aware UTC) of its first and latest sighting;
+    ``description``: its most common member description (the flag description holding the
+    most distinct log ids; ties: the earliest), as ``describe_gap`` gives it (without the one
+    batch's count that older ``local`` engine descriptions began with);
+    ``first_seen``/``last_seen``: event times (aware UTC) of its first and latest flagged
+    refusal (a log id without a stored event: the audit time of its sighting);
     ``log_ids``/``batches``: distinct refusal log ids and audited batches that reported it
     (the gap's counts); ``example_log_ids``: up to 20, in order of first sighting.
     """
@@ -159,9 +172,10 @@ def _sql_string(value: str) -> str:
 
 
 def evidence_sql(database: str, bundle: str, gap: str, until: datetime) -> str:
-    """The SQL that reproduces a gap's counts up to ``until`` (its latest sighting when the
-    alert was made): distinct log ids, batches, first and last sighting. Values are inlined
-    as escaped literals so the statement can be pasted into ``refusal-audit sql``.
+    """The SQL that reproduces a gap's counts as tracked up to ``until`` (the audit time of
+    its latest sighting when the alert was made): distinct log ids, batches, and the first
+    and last event time of its refusals (the gap's dates, ``policy_gap_dated``). Values are
+    inlined as escaped literals so the statement can be pasted into ``refusal-audit sql``.
 
     Raises ``WarehouseError`` for an invalid database name.
     """
@@ -169,8 +183,8 @@ def evidence_sql(database: str, bundle: str, gap: str, until: datetime) -> str:
     stamp = utc.strftime("%Y-%m-%d %H:%M:%S.") + f"{utc.microsecond // 1000:03d}"
     return (
         "SELECT uniqExact(log_id) AS log_ids, uniqExact(batch_id) AS batches, "
-        "min(seen_at) AS first_seen, max(seen_at) AS last_seen "
-        f"FROM {quote_identifier(database)}.{_TABLE} FINAL "
+        "min(event_time) AS first_seen, max(event_time) AS last_seen "
+        f"FROM {quote_identifier(database)}.policy_gap_dated "
         f"WHERE policy_bundle = {_sql_string(bundle)} AND gap_id = {_sql_string(gap)} "
         f"AND seen_at <= toDateTime64('{stamp}', 3, 'UTC')"
     )
@@ -305,18 +319,20 @@ def _record_sightings(warehouse: _Db, batches: Sequence[_Batch], similarity: flo
 
 def _evidence(
     warehouse: _Db, horizon: datetime, cooldown: timedelta
-) -> list[tuple[GapEvidence, datetime]]:
-    """Evidence of every gap last seen at or after ``horizon`` (with its period start)."""
+) -> list[tuple[GapEvidence, datetime, datetime]]:
+    """Evidence of every gap with a sighting tracked at or after ``horizon`` (audit time),
+    dated by event time (``policy_gap_dated``) and named after its most common member
+    (``policy_gap_summary``), with its period start and its latest sighting's audit time."""
     rows = _query(
         warehouse,
         """
-SELECT policy_bundle, gap_id, description, first_seen, last_seen, log_ids, batch_count,
-       period, period_start, before, examples
+SELECT policy_bundle, gap_id, named.description, first_seen, last_seen, log_ids, batch_count,
+       period, period_start, before, examples, last_tracked
 FROM (
 SELECT policy_bundle, gap_id,
-       argMin(gap_description, first) AS description,
        min(first) AS first_seen,
        max(last) AS last_seen,
+       max(tracked) AS last_tracked,
        count() AS log_ids,
        length(groupUniqArrayArray(batches)) AS batch_count,
        intDiv(dateDiff('millisecond', first_seen, last_seen), {cooldown:Int64}) AS period,
@@ -327,10 +343,9 @@ SELECT policy_bundle, gap_id,
                                                  arrayFilter(x -> x.1 < period_start, seen))),
                   1, {examples:UInt32}) AS examples
 FROM (
-    SELECT policy_bundle, gap_id, log_id, min(seen_at) AS first, max(seen_at) AS last,
-           groupUniqArray(batch_id) AS batches,
-           argMin(gap_description, seen_at) AS gap_description
-    FROM {db:Identifier}.policy_gap_sightings FINAL
+    SELECT policy_bundle, gap_id, log_id, min(event_time) AS first, max(event_time) AS last,
+           max(seen_at) AS tracked, groupUniqArray(batch_id) AS batches
+    FROM {db:Identifier}.policy_gap_dated
     WHERE (policy_bundle, gap_id) IN (
         SELECT policy_bundle, gap_id FROM {db:Identifier}.policy_gap_sightings
         WHERE seen_at >= {horizon:DateTime64(3, 'UTC')}
@@ -338,7 +353,10 @@ FROM (
     GROUP BY policy_bundle, gap_id, log_id
 )
 GROUP BY policy_bundle, gap_id
-)
+) AS evidence
+INNER JOIN (
+    SELECT policy_bundle, gap_id, description FROM {db:Identifier}.policy_gap_summary
+) AS named USING (policy_bundle, gap_id)
 ORDER BY policy_bundle, gap_id
 """,
         {
@@ -347,10 +365,10 @@ ORDER BY policy_bundle, gap_id
             "examples": MAX_EXAMPLES,
         },
     )
-    out: list[tuple[GapEvidence, datetime]] = []
+    out: list[tuple[GapEvidence, datetime, datetime]] = []
     for row in rows:
         bundle, gap, description, first, last, log_ids, batches, period, start, before = row[:10]
-        examples = row[10]
+        examples, tracked = row[10], row[11]
         evidence = GapEvidence(
             policy_bundle=str(bundle),
             gap_id=str(gap),
@@ -363,7 +381,7 @@ ORDER BY policy_bundle, gap_id
             log_ids_before_period=int(before),
             example_log_ids=tuple(str(x) for x in examples),
         )
-        out.append((evidence, to_utc(start)))
+        out.append((evidence, to_utc(start), to_utc(tracked)))
     return out
 
 
@@ -405,7 +423,8 @@ def track_gaps(
     the wall clock). ``similarity``: cosine similarity in [0, 1] at or above which a flag
     joins an existing gap of its bundle (``processors.gaps.DEFAULT_SIMILARITY``, 0.3).
     ``cooldown``: the re-alert period (a timedelta, or seconds), counted from a gap's first
-    sighting in data time (audit times); default 24 h. ``since``: read batches audited at or
+    flagged event in event time (the alert's window is that period); default 24 h.
+    ``since``: read batches audited at or
     after this time (aware) instead of from the newest stored sighting minus ``margin``
     (a timedelta or seconds, default 1 h; the first call reads every batch).
 
@@ -441,12 +460,12 @@ def track_gaps(
     candidates = _evidence(warehouse, newest - cooldown, cooldown)
     ids = [
         gap_alert_id(e.policy_bundle, e.gap_id, k)
-        for e, _ in candidates
+        for e, _, _ in candidates
         for k in range(e.period + 1)
     ]
     stored = _stored_alerts(warehouse, ids)
     alerts: list[Alert] = []
-    for evidence, _ in candidates:
+    for evidence, _, tracked in candidates:
         bundle, gap = evidence.policy_bundle, evidence.gap_id
         if gap_alert_id(bundle, gap, evidence.period) in stored:
             continue
@@ -461,11 +480,26 @@ def track_gaps(
             cooldown=cooldown,
             previous=previous,
             now=now,
-            evidence_query=evidence_sql(warehouse.database, bundle, gap, evidence.last_seen),
+            evidence_query=evidence_sql(warehouse.database, bundle, gap, tracked),
         )
         if alert is not None:
             alerts.append(alert)
     return alerts
+
+
+def track_configured_gaps(
+    client: Client | Warehouse, cfg: Settings, *, now: datetime
+) -> list[Alert]:
+    """``track_gaps`` with the configured ``gaps_similarity``, ``gaps_cooldown_seconds`` and
+    ``gaps_reread_margin_seconds`` of ``cfg``: how ``gaps``, ``report`` and the detectors
+    track, so they all group alike. Raises what ``track_gaps`` raises."""
+    return track_gaps(
+        client,
+        now=now,
+        similarity=cfg.gaps_similarity,
+        cooldown=cfg.gaps_cooldown_seconds,
+        margin=cfg.gaps_reread_margin_seconds,
+    )
 
 
 def list_open_gaps(
@@ -474,12 +508,13 @@ def list_open_gaps(
     since: datetime | None = None,
     limit: int = 100,
 ) -> list[GapSummary]:
-    """The tracked policy gaps, most reported first (distinct log ids, then latest sighting).
+    """The tracked policy gaps, most reported first (distinct log ids, then latest event).
 
     ``client``: a client bound to the warehouse database, or a ``Warehouse``. Every tracked
     gap is open (gaps are not closed yet). ``bundle``: only this policy bundle. ``since``:
-    only gaps last seen at or after this time (aware; naive means UTC). ``limit``: at most
-    this many gaps (>= 1). Counts are up to date with the last ``track_gaps`` call.
+    only gaps whose latest flagged event is at or after this time (aware; naive means UTC).
+    ``limit``: at most this many gaps (>= 1). Counts are up to date with the last
+    ``track_gaps`` call.
 
     Raises ``ValueError`` for ``limit < 1``, ``WarehouseError`` when the query fails.
     """

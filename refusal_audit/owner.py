@@ -17,6 +17,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
@@ -46,6 +47,26 @@ UNAUTHORIZED = orjson.dumps(
     {"error": {"class": "InterfaceError", "message": "missing or wrong bearer token",
                "code": None, "name": None}}
 )  # fmt: skip
+
+
+PROBE_QUERY = "?listening-probe"
+"""Query string of the request by which a server checks that its own channel listens."""
+
+
+class _ProbeFilter(logging.Filter):
+    """Drops uvicorn access-log records of the channel's own listening probe."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        path = args[2] if isinstance(args, tuple) and len(args) > 2 else None
+        return path != OWNER_PATH + PROBE_QUERY
+
+
+def quiet_probes() -> None:
+    """Leave the listening probe out of uvicorn's access log (idempotent)."""
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, _ProbeFilter) for f in access.filters):
+        access.addFilter(_ProbeFilter())
 
 
 def channel_url(host: str, port: int) -> str:
@@ -114,14 +135,17 @@ class OwnerChannel:
 
     def publish_when_listening(self, timeout: float = 600.0) -> None:
         """In a daemon thread: wait until ``url`` answers (at most ``timeout`` seconds), then
-        write the owner file. Returns at once."""
+        write the owner file. Returns at once. The probe (``url`` + ``PROBE_QUERY``, answered
+        401 as it carries no token) is left out of uvicorn's access log (``quiet_probes``):
+        a "401 Unauthorized" line at every start reads as an error."""
+        quiet_probes()
 
         def run() -> None:
             with httpx.Client(timeout=2.0, trust_env=False) as http:
                 waited = 0.0
                 while not self._stop.is_set() and waited < timeout:
                     try:
-                        if http.post(self.url, content=b"").status_code == 401:
+                        if http.post(self.url + PROBE_QUERY, content=b"").status_code == 401:
                             break
                     except httpx.HTTPError:
                         pass
@@ -266,7 +290,7 @@ class OwnerServer:
 
             def do_POST(self) -> None:
                 slot = holder[0]
-                if self.path != OWNER_PATH:
+                if urlsplit(self.path).path != OWNER_PATH:
                     self._answer(404, b'{"error": {"message": "not found"}}')
                     return
                 authorization = self.headers.get("Authorization")

@@ -31,6 +31,26 @@ class _Seen:
     suppressed: int = 0
 
 
+_TRANSIENT_RETRY = re.compile(
+    r"(Coordinator load in progress|Not coordinator|Coordinator not available)"
+    r"[^\n]*: retrying$"
+)
+
+
+class TransientRetryFilter(logging.Filter):
+    """Demotes librdkafka's warnings about a coordinator that is not ready yet and that it
+    retries by itself ("GETPID ... Failed to acquire transactional PID from broker ...:
+    Broker: Not coordinator: retrying", "... Coordinator load in progress: retrying") to
+    INFO: every fresh broker or group gives them at start-up, and nothing is wrong unless
+    the retries fail, which is reported on its own. Other records pass unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Always True; lowers the level of a transient coordinator retry."""
+        if record.levelno == logging.WARNING and _TRANSIENT_RETRY.search(record.getMessage()):
+            record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
+        return True
+
+
 class RepeatFilter(logging.Filter):
     """Rate-limits repeated log records to one per ``interval_seconds`` per kind.
 

@@ -20,12 +20,13 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from streams.logs import RepeatFilter
+from streams.logs import RepeatFilter, TransientRetryFilter
 
 Headers = list[tuple[str, str | bytes | None]]
 
 
 KAFKA_LOGGER = logging.getLogger("refusal_audit.kafka")
+KAFKA_LOGGER.addFilter(TransientRetryFilter())  # start-up retries are not warnings
 KAFKA_LOGGER.addFilter(RepeatFilter(prefixes=None))
 
 

@@ -398,23 +398,30 @@ def test_bad_parameters_are_refused(warehouse: Warehouse) -> None:
 # ---- the CLI --------------------------------------------------------------------------------
 
 
-def test_cli_lists_open_gaps(
+def _cli_env(
     warehouse: Warehouse, chdb_dsn: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> dict[str, str]:
+    """The CLI's environment for ``warehouse``: no inherited REFUSAL_AUDIT_* settings."""
     import os
 
     for key in list(os.environ):
         if key.startswith("REFUSAL_AUDIT_"):
             monkeypatch.delenv(key)
+    return {
+        "REFUSAL_AUDIT_WAREHOUSE_DSN": chdb_dsn,
+        "REFUSAL_AUDIT_WAREHOUSE_DATABASE": warehouse.database,
+    }
+
+
+def test_cli_lists_open_gaps(
+    warehouse: Warehouse, chdb_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = _cli_env(warehouse, chdb_dsn, monkeypatch)
     warehouse.insert_batches(
         [storm_batch(i, T0 + i * timedelta(minutes=20)) for i in range(3)]
         + [batch("o1", T0, [(OTHER_GAP, ["fic-1"])], bundle="other")]
     )
     track(warehouse)
-    env = {
-        "REFUSAL_AUDIT_WAREHOUSE_DSN": chdb_dsn,
-        "REFUSAL_AUDIT_WAREHOUSE_DATABASE": warehouse.database,
-    }
     runner = CliRunner()
 
     result = runner.invoke(app, ["gaps", "--json"], env=env)
@@ -567,3 +574,90 @@ def test_the_sql_description_is_the_python_one(warehouse: Warehouse, text: str) 
         if text.startswith("12 refusal(s)")
         else text
     )
+
+
+# ---- one grouping, one name, one date everywhere ---------------------------------------------
+
+_GAP_ROW = re.compile(
+    r'<tr><td class="num">\d+</td><td>(.*?)(?: <span class="new">new</span>)?</td>'
+    r'<td class="num">(\d+)</td>'
+)
+
+
+def _report_gaps(env: dict[str, str], out: Path) -> tuple[list[tuple[str, int]], str]:
+    """``refusal-audit report``: its gap table (description, refusals) and its alert section."""
+    import html as html_lib
+
+    result = CliRunner().invoke(app, ["report", "--out", str(out)], env=env)
+    assert result.exit_code == 0, result.output
+    page = out.read_text(encoding="utf-8")
+    gaps_section = page.split('<section id="gaps">', 1)[1].split("</section>", 1)[0]
+    alerts_section = page.split('<section id="alerts">', 1)[1].split("</section>", 1)[0]
+    rows = [(html_lib.unescape(d), int(n)) for d, n in _GAP_ROW.findall(gaps_section)]
+    return rows, alerts_section
+
+
+def test_the_demo_s_gaps_are_the_same_in_gaps_the_report_and_the_alerts(
+    cli_env: dict[str, str], chdb_dsn: str, tmp_path: Path
+) -> None:
+    """The demo flags two unrelated gaps (7 refusals about ending an internet contract
+    early, 1 about a painless death): `gaps`, the report's gap section and the gap alerts
+    show the same two, each named after its own topic, dated by event time, so the report
+    of the events' period shows the alerts `alerts` lists."""
+    audit_demo(cli_env, tmp_path)
+    listed = CliRunner().invoke(app, ["gaps", "--json"], env=cli_env)
+    assert listed.exit_code == 0, listed.output
+    gaps = [json.loads(line) for line in listed.output.splitlines() if line.strip()]
+    assert [g["log_ids"] for g in gaps] == [7, 1]
+    assert "about: contract, early, internet, provider, terminate." in gaps[0]["description"]
+    assert "about: better, dead, list, painless." in gaps[1]["description"]
+    # dated by the refusals' event times (the example log's June 2025), not the audit's
+    assert all(g["first_seen"].startswith("2025-06") for g in gaps), gaps
+
+    rows, _ = _report_gaps(cli_env, tmp_path / "report.html")
+    assert rows == [(g["description"], g["log_ids"]) for g in gaps]
+
+    database = cli_env["REFUSAL_AUDIT_WAREHOUSE_DATABASE"]
+    warehouse = Warehouse(connect(chdb_dsn, database), database, retries=3, retry_wait=0.0)
+    alerts = track_gaps(warehouse, now=NOW)
+    store(warehouse, alerts)
+    assert sorted((a.gap_description, a.current_counts["log_ids"]) for a in alerts) == sorted(
+        (g["description"], g["log_ids"]) for g in gaps
+    )
+    for alert in alerts:
+        (gap,) = [g for g in gaps if g["gap_id"] == alert.gap_id]
+        first, last = (datetime.fromisoformat(gap[k]) for k in ("first_seen", "last_seen"))
+        # the cooldown period of the gap's latest event, counted from its first event
+        assert (alert.window.start - first) % DAY == timedelta(0)
+        assert alert.window.start <= last < alert.window.end
+    _, alert_section = _report_gaps(cli_env, tmp_path / "report.html")
+    assert "No drift or policy-gap alert" not in alert_section
+    assert alert_section.count("<td>policy_gap</td>") == len(alerts) == 2
+
+
+def test_a_gap_is_named_after_its_most_common_member(warehouse: Warehouse) -> None:
+    """Rewordings of one gap: the one flagged on most refusals names it, not the first."""
+    few, many = PARAPHRASES["dosage"][0], PARAPHRASES["dosage"][1]
+    warehouse.insert_batches(
+        [
+            batch("d1", T0, [(few, ["d-1"])]),
+            batch("d2", T0 + timedelta(hours=1), [(many, ["d-2", "d-3", "d-4"])]),
+        ]
+    )
+    (alert,) = track(warehouse)
+    (gap,) = list_open_gaps(warehouse)
+    assert gap.gap_id == gap_id("default", few)  # the id stays the opener's: stable
+    assert (gap.description, gap.log_ids) == (many, 4)
+    assert alert.gap_description == many
+
+
+def test_the_gap_table_says_how_gaps_are_named_and_dated(
+    warehouse: Warehouse, chdb_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = _cli_env(warehouse, chdb_dsn, monkeypatch) | {"COLUMNS": "300"}
+    warehouse.insert_batches([storm_batch(0, T0)])
+    table = CliRunner().invoke(app, ["gaps"], env=env)
+    assert table.exit_code == 0, table.output
+    assert "first_event" in table.output and "last_event" in table.output
+    assert "most common flag description" in table.output
+    assert "event times (UTC) of its flagged refusals" in table.output

@@ -332,8 +332,9 @@ def test_compose_provisions_grafana_and_prometheus() -> None:
     assert services["worker"]["environment"]["REFUSAL_AUDIT_WORKER_WEB_PORT"] == 6066
 
 
-VIEW_BASES = {"assessments", "review_verdicts"}
-"""Tables under the views the panels read (current_assessments, current_verdicts): ClickHouse
+VIEW_BASES = {"assessments", "review_verdicts", "policy_gap_sightings", "refusal_events"}
+"""Tables under the views the panels read (current_assessments, current_verdicts,
+policy_gap_dated, policy_gap_summary): ClickHouse
 runs a normal view with the invoker's rights (SQL SECURITY INVOKER by default)."""
 
 

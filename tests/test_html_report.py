@@ -29,6 +29,7 @@ from typer.testing import CliRunner
 from processors.stats import wilson_interval
 from refusal_audit.alerting import alert_row
 from refusal_audit.cli import app
+from refusal_audit.gaps import track_gaps
 from refusal_audit.html_report import PeriodData, collect, render_html, write_report
 from refusal_audit.html_report.charts import draw
 from warehouse import Warehouse
@@ -46,6 +47,8 @@ EVERY_CHART = (
 
 
 def _collect(store: Warehouse, **filters: Any) -> PeriodData:
+    """``collect`` over every stored event day, after tracking the gaps (as the command)."""
+    track_gaps(store, now=datetime.now(UTC))
     span = event_day_range(store.client, store.database)
     assert span is not None
     return collect(
@@ -157,6 +160,10 @@ def test_the_report_opens_offline_in_chromium_with_every_chart_drawn(
     notes = page.locator("#thin-notes").inner_text()
     assert f"{len(period.thin_series)} of {len(period.fp_series)} daily" in notes
     assert page.locator("#alerts table tr").count() == 2  # header + the alert
+    # no word of a table cell is broken across lines (narrow columns once broke
+    # "refusals" into "refus" / "als")
+    broken = page.evaluate(BROKEN_WORDS_JS)
+    assert broken == [], broken
     shot = tmp_path / "report.png"
     page.screenshot(path=str(shot), full_page=True)
     keep = os.environ.get("REFUSAL_AUDIT_SCREENSHOT_DIR")
@@ -167,6 +174,63 @@ def test_the_report_opens_offline_in_chromium_with_every_chart_drawn(
         page.evaluate("window.scrollTo(0, document.querySelector('#sample-notes').offsetTop - 8)")
         page.screenshot(path=str(Path(keep) / "report.png"))
     context.close()
+
+
+BROKEN_WORDS_JS = """() => {
+  const broken = [];
+  for (const cell of document.querySelectorAll("th, td")) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const m of node.data.matchAll(/[A-Za-z]{4,}/g)) {
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+        if (tops.size > 1) broken.push(m[0]);
+      }
+    }
+  }
+  return broken;
+}"""
+"""Words (4+ letters) of table cells whose letters lie on more than one line."""
+
+
+def test_each_model_has_its_own_panel_and_band(period: PeriodData) -> None:
+    """Small multiples: the daily bands of different models never overlap (three
+    translucent bands drawn over each other mixed into an unreadable brown)."""
+    fig = draw(period)["fp-over-time"].figure
+    models = sorted({str(r["model"]) for r in period.fp_series})
+    assert [a.get_title(loc="left") for a in fig.axes] == models
+    for axes in fig.axes:  # one band (no lone day here) and one rate line per panel
+        assert len(axes.collections) == 1
+        assert len([line for line in axes.get_lines() if line.get_linestyle() == "-"]) == 1
+
+
+def test_a_category_keeps_its_colour_whatever_else_the_report_holds() -> None:
+    from refusal_audit.html_report.chart_base import category_colours
+
+    codes = [
+        "over_refusal", "policy_gray_zone", "capability_boundary", "clarification_needed",
+        "genuine_safety_refusal", "violence", "weapons", "drugs", "self_harm",
+        "hate_harassment", "sexual_minors", "sexual_content", "privacy", "cyber", "fraud",
+        "misinformation", "intellectual_property",
+    ]  # the shipped taxonomy's codes
+    every = category_colours(codes)
+    assert len(set(every.values())) == len(codes)  # all told apart
+    for code in codes:
+        assert category_colours([code])[code] == every[code]
+        assert category_colours([code, "custom_x", "custom_y"])[code] == every[code]
+    alone = category_colours(["custom_x"])["custom_x"]
+    assert category_colours(["custom_x", *codes[:3]])["custom_x"] == alone
+    assert category_colours(["custom_x"])["custom_x"] not in every.values()
+
+
+def test_gap_bars_are_labelled_by_their_topic_in_whole_words(period: PeriodData) -> None:
+    axes = draw(period)["policy-gaps"].figure.axes[0]
+    labels = [t.get_text().replace("\n", " ") for t in axes.get_yticklabels()]
+    assert labels[0] == "1. contract, early, internet, provider, terminate"
+    assert labels[1] == "2. better, dead, list, painless"
+    assert not any(text.startswith("…") or text.endswith("…") for text in labels)
 
 
 HOSTILE_MODELS = (
@@ -206,8 +270,8 @@ def test_logged_text_cannot_inject_markup_or_break_the_charts(
     by_model = charts["fp-by-model"].svg()
     assert "gpt-$\\frac{a}{$" in by_model  # drawn as text, not math
     assert 'url(#axes_1)' in html  # chart text is not rewritten like an id reference
-    legend = charts["fp-over-time"].figure.axes[0].get_legend()
-    assert any("_hidden-model" in t.get_text() for t in legend.get_texts())
+    titles = [a.get_title(loc="left") for a in charts["fp-over-time"].figure.axes]
+    assert any("_hidden-model" in t for t in titles)
 
 
 def test_png_charts_are_real_images(period: PeriodData, tmp_path: Path) -> None:

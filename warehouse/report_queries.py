@@ -150,45 +150,39 @@ ORDER BY model
 def top_gap_flags(
     client: Client, database: str, slice_: ReportFilter, limit: int = 10
 ) -> QueryResult:
-    """The period's policy-gap flags grouped by description, most refusals first.
+    """The period's policy gaps, most refusals first: the gaps ``refusal-audit gaps`` lists
+    (``policy_gap_summary``: the same grouping, name and dates), counted over this period.
 
-    A flagged log id counts when it has a current assessment of the period (matching
-    model/product). Columns: ``description``, ``refusals`` (distinct flagged log ids),
-    ``batches``, ``example_log_ids`` (up to 5, sorted), ``first_event`` (the earliest event
-    time, UTC, of any refusal ever flagged with this description, in any period) and
-    ``new_in_period`` (that first event falls on or after ``since``: the gap was not flagged
-    for earlier events).
+    Reads the tracked sightings (run ``refusal_audit.gaps.track_gaps`` first). A flagged log id
+    counts when it has a current assessment of the period (matching model/product).
+    Columns: ``policy_bundle``, ``gap_id``, ``description`` (the gap's most common member
+    description, as ``describe_gap`` shows it), ``refusals`` (distinct flagged log ids of
+    the period), ``batches``, ``example_log_ids`` (up to 5, sorted), ``first_event`` (the
+    gap's first event time, UTC, in any period: its ``first_seen``) and ``new_in_period``
+    (that first event falls on or after ``since``: no earlier event was flagged in the gap).
     """
     params = slice_.params(database) | {"limit": limit}
-    describe = describe_gap_sql("tupleElement(f, 'description')")
+    describe = describe_gap_sql("any(named.description)")
     return _run(
         client,
         f"""
-WITH flagged AS (
-    SELECT batch_id, description, log_id, e.event_time AS event_time
-    FROM (
-        SELECT batch_id, {describe} AS description,
-               arrayJoin(tupleElement(f, 'example_log_ids')) AS log_id
-        FROM {{db:Identifier}}.audit_batches FINAL
-        ARRAY JOIN policy_gap_flags AS f
-    ) AS g
-    LEFT JOIN (SELECT log_id, event_time FROM {{db:Identifier}}.refusal_events FINAL) AS e
-        USING (log_id)
-),
-first_seen AS (SELECT description, min(event_time) AS first_event FROM flagged GROUP BY description)
-SELECT description,
+SELECT policy_bundle, gap_id,
+       {describe} AS description,
        uniqExact(log_id) AS refusals,
        uniqExact(batch_id) AS batches,
        arraySlice(arraySort(groupUniqArray(log_id)), 1, 5) AS example_log_ids,
-       any(first_seen.first_event) AS first_event,
+       any(named.first_seen) AS first_event,
        toDate(first_event) >= {{since:Date}} AS new_in_period
-FROM flagged
-INNER JOIN first_seen USING (description)
+FROM {{db:Identifier}}.policy_gap_dated AS dated
+INNER JOIN (
+    SELECT policy_bundle, gap_id, description, first_seen
+    FROM {{db:Identifier}}.policy_gap_summary
+) AS named USING (policy_bundle, gap_id)
 WHERE log_id IN (
     SELECT log_id FROM {{db:Identifier}}.current_assessments WHERE {DAY_MODEL_PRODUCT}
 )
-GROUP BY description
-ORDER BY refusals DESC, description
+GROUP BY policy_bundle, gap_id
+ORDER BY refusals DESC, description, policy_bundle, gap_id
 LIMIT {{limit:UInt32}}
 """,
         params,
@@ -199,10 +193,10 @@ def period_alerts(
     client: Client, database: str, slice_: ReportFilter, limit: int = 50
 ) -> list[Alert]:
     """Alerts whose window overlaps the period's days (a window-less alert: created on one
-    of them), newest first, at most ``limit``. A drift alert's window is in event time; a
-    policy-gap alert's in audit time (``refusal_audit.gaps``), so a period long since audited
-    shows its drift alerts only. A model/product filter keeps the alerts of that
-    model/product and those about all of them (``"all"``)."""
+    of them), newest first, at most ``limit``. Every alert's window is in event time (drift
+    windows, and policy-gap cooldown periods counted from the gap's first flagged event,
+    ``refusal_audit.gaps``), the report's period's time. A model/product filter keeps the
+    alerts of that model/product and those about all of them (``"all"``)."""
     params = slice_.params(database) | {"limit": limit, "all": ALL}
     result = _run(
         client,

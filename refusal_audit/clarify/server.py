@@ -125,7 +125,7 @@ def build_clarifier(
     return Clarifier(
         build_classifier(cfg, classifier),
         build_question_engine(cfg, questions),
-        load_bundles(cfg.policy_bundles),
+        load_bundles(cfg.policy_bundles, cfg.data_dir),
         build_judge(cfg),
     )
 
@@ -240,7 +240,8 @@ def serve(
     is reached through its owner, and taken over when that process stops). With ``kafka`` it
     refuses to start while another instance consumes with the same group
     (``InstanceConflictError``, a ``TopicError``). Raises ``ConfigError``,
-    ``WarehouseError``, ``streams.topics.TopicError``."""
+    ``WarehouseError``, ``streams.topics.TopicError``, ``refusal_audit.web.listen.ListenError``
+    (the address cannot be listened on; nothing says the service is up then)."""
     import asyncio
     import contextlib
     from collections.abc import AsyncIterator
@@ -249,7 +250,8 @@ def serve(
 
     from refusal_audit.clarify.app import create_app
     from refusal_audit.clarify.trail import StepTrail
-    from refusal_audit.web.serving import serve_bounded
+    from refusal_audit.web.listen import bind_listener
+    from refusal_audit.web.serving import HttpLimits, serve_bounded
 
     host = host or cfg.clarify_web_host
     port = port if port is not None else cfg.clarify_web_port
@@ -311,24 +313,27 @@ def serve(
                     await loop_task
 
     app = create_app(service, token, cfg.clarify_max_body_bytes, routes, lifespan)
-    logger.info(
-        "clarification service on http://%s:%d (API token from %s; engines: classifier %s, "
-        "questions %s; store %s%s)",
-        host,
-        port,
-        source,
-        service.clarifier.classifier.name,
-        service.clarifier.questions.name,
-        store_kind(cfg, kafka),
-        "; Kafka topics " + cfg.kafka_topic_prefix + "clarify.*" if kafka else "",
-    )
-    if slot is not None:
-        slot.announce_when_listening()
-    # uvicorn re-raises the signal that stopped it after its shutdown: leave through the
-    # finally below (trail written, owner file withdrawn)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        serve_bounded(app, host, port, cfg)  # bounded against slow clients (http_* settings)
+        limits = HttpLimits.from_settings(cfg)  # bounds against slow and greedy clients
+        # listen before saying so: a port in use is one error
+        listener = bind_listener(host, port, limits.backlog)
+        logger.info(
+            "clarification service on http://%s:%d (API token from %s; engines: classifier %s, "
+            "questions %s; store %s%s)",
+            host,
+            port,
+            source,
+            service.clarifier.classifier.name,
+            service.clarifier.questions.name,
+            store_kind(cfg, kafka),
+            "; Kafka topics " + cfg.kafka_topic_prefix + "clarify.*" if kafka else "",
+        )
+        if slot is not None:
+            slot.announce_when_listening()
+        # uvicorn re-raises the signal that stopped it after its shutdown: leave through the
+        # finally below (trail written, owner file withdrawn)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        serve_bounded(app, listener, host, port, limits)
     finally:
         if trail is not None:
             trail.close()

@@ -76,19 +76,20 @@ GROUP BY time, category
 ORDER BY time, category
 """
 
-_SIGHTINGS = f"""FROM policy_gap_sightings FINAL
+_SIGHTINGS = f"""FROM policy_gap_dated
 WHERE {var_filter("policy_bundle", "bundle")}
   AND log_id IN (
     SELECT log_id FROM current_assessments
     WHERE {scope(bundle="")}
   )"""
 """Gap sightings of the selected bundles whose event has a current assessment of the
-selected models and products."""
+selected models and products, dated by event time (``policy_gap_dated``, as
+``refusal-audit gaps``, the report and the gap alerts date them)."""
 
 NEW_GAPS_SQL = f"""
 SELECT count() AS new_gaps
 FROM (
-  SELECT policy_bundle, gap_id, min(seen_at) AS first_seen
+  SELECT policy_bundle, gap_id, min(event_time) AS first_seen
   {_SIGHTINGS.replace(chr(10), chr(10) + "  ")}
   GROUP BY policy_bundle, gap_id
 )
@@ -96,9 +97,9 @@ WHERE $__timeFilter(first_seen)
 """
 
 SIGHTINGS_SQL = f"""
-SELECT $__timeInterval(seen_at) AS time, count() AS sightings, uniqExact(gap_id) AS gaps
+SELECT $__timeInterval(event_time) AS time, count() AS sightings, uniqExact(gap_id) AS gaps
 {_SIGHTINGS}
-  AND $__timeFilter(seen_at)
+  AND $__timeFilter(event_time)
 GROUP BY time
 ORDER BY time
 """
@@ -125,8 +126,8 @@ _ALERT_SCOPE = "\n  AND ".join(
 _OVERLAPS = """coalesce(window_start, created_at) <= $__toTime
   AND coalesce(window_end, created_at) >= $__fromTime"""
 """Alerts whose window overlaps the time range (a window-less alert: created in it), as
-``refusal-audit report`` picks them: drift windows are in event time, policy-gap alerts'
-in audit time."""
+``refusal-audit report`` picks them: every window is in event time (drift windows, and
+policy-gap cooldown periods counted from the gap's first flagged event)."""
 
 ALERTS_SQL = f"""
 SELECT created_at, kind, severity, policy_bundle, model, product, window_start, window_end,
@@ -215,7 +216,7 @@ def panels() -> list[Json]:
             "New gaps",
             [ch_target(NEW_GAPS_SQL)],
             width=6,
-            description="Gaps first seen in the time range.",
+            description="Gaps whose first flagged event falls in the time range (event time).",
         ),
         make_panel(
             "timeseries",
@@ -229,7 +230,10 @@ def panels() -> list[Json]:
             "Open gaps with example log ids",
             [ch_target(OPEN_GAPS_SQL)],
             width=24,
-            description="Every tracked gap is open; last seen in range.",
+            description=(
+                "Every tracked gap is open; its last flagged event in range (event time), "
+                "named after its most common member, as `refusal-audit gaps` lists it."
+            ),
         ),
         row("Alerts"),
         make_panel(

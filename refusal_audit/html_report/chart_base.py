@@ -3,18 +3,23 @@ style, the period's day and week axes, and stable category colours."""
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import re
+import textwrap
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
+from importlib import resources
 from typing import Any
 
 import matplotlib
 from matplotlib.dates import MO, DateFormatter, DayLocator, MonthLocator, WeekdayLocator
 from matplotlib.figure import Figure
+
+from processors.policy import parse_taxonomy
 
 _ID_REF = re.compile(r'(\bid="|url\(#|href="#)([^"()]+)')
 _TAG = re.compile(r"<[^>]*>")  # text nodes carry "<" as "&lt;": tags are well delimited
@@ -35,9 +40,17 @@ STYLE: dict[Any, Any] = {  # matplotlib types its keys as a Literal of rc names
     "grid.alpha": 0.3,
     "text.parse_math": False,  # logged names are text: "$x$" must not become math (or fail)
 }
-# tab20 without its two greys (grey is "other"): 18 distinguishable colours
-_PALETTE = [matplotlib.colormaps["tab20"](i) for i in range(20) if i not in (14, 15)]
+# tab20 without its two greys (grey is "other"): 18 distinguishable colours, its 9 dark
+# ones first (tab20 pairs each hue with a light one: neighbours would look alike)
+_PALETTE = [
+    matplotlib.colormaps["tab20"](i)
+    for i in [*range(0, 20, 2), *range(1, 20, 2)]
+    if i not in (14, 15)
+]
+_OTHER_PALETTE = [matplotlib.colormaps["tab20b"](i) for i in range(20)]
 OTHER_COLOUR = "#c0c0c0"
+SERIES_COLOURS = [matplotlib.colormaps["tab10"](i) for i in range(10)]
+"""Colours of the per-model series (matplotlib's default cycle)."""
 
 
 @dataclass
@@ -100,6 +113,15 @@ def figure(height: float = HEIGHT_IN) -> tuple[Figure, Any]:
     return made, axes
 
 
+def panel_figure(panels: int, height: float) -> tuple[Figure, list[Any]]:
+    """A new figure of ``panels`` axes stacked in one column (small multiples), sharing
+    both axes, each ``height`` inches high (plus room for the date axis)."""
+    with matplotlib.rc_context(STYLE):
+        made = Figure(figsize=(WIDTH_IN, panels * height + 0.6), layout="constrained")
+        grid = made.subplots(panels, 1, sharex=True, sharey=True, squeeze=False)
+    return made, [row[0] for row in grid]
+
+
 def as_datetime(day: date) -> datetime:
     """Midnight of ``day`` (naive; matplotlib's date axis)."""
     return datetime.combine(day, time())
@@ -137,26 +159,32 @@ def error_bars(
     return [[r[value] - r[low] for r in rows], [r[high] - r[value] for r in rows]]
 
 
+@functools.cache
+def _taxonomy_codes() -> tuple[str, ...]:
+    """The shipped example taxonomy's codes, in its order (17 codes)."""
+    text = resources.files("refusal_audit").joinpath("example_policies/refusal_taxonomy.md")
+    return tuple(code.code for code in parse_taxonomy(text.read_text(encoding="utf-8")))
+
+
 def category_colours(names: Iterable[str]) -> dict[str, Any]:
-    """A colour per category that does not depend on the report: the CRC-32 of the name
-    picks one of 18 colours, and a clash within one chart takes the next free colour."""
-    taken: set[int] = set()
+    """A colour per category that depends on its name only, never on the other categories
+    of the report: the codes of the shipped taxonomy (``over_refusal``, ...,
+    ``intellectual_property``) have fixed, distinct colours of ``_PALETTE`` in the
+    taxonomy's order; any other name gets one of tab20b's 20 colours by the CRC-32 of the
+    name (stable, but two such names may share a colour)."""
+    codes = _taxonomy_codes()
     colours: dict[str, Any] = {}
-    for name in sorted(names):
-        index = zlib.crc32(name.encode("utf-8")) % len(_PALETTE)
-        while index in taken and len(taken) < len(_PALETTE):
-            index = (index + 1) % len(_PALETTE)
-        taken.add(index)
-        colours[name] = _PALETTE[index]
+    for name in names:
+        if name in codes:
+            colours[name] = _PALETTE[codes.index(name) % len(_PALETTE)]
+        else:
+            colours[name] = _OTHER_PALETTE[zlib.crc32(name.encode("utf-8")) % len(_OTHER_PALETTE)]
     return colours
 
 
-def shorten(texts: Sequence[str], width: int) -> list[str]:
-    """Labels for ``texts`` that tell them apart: the words they all begin with are dropped
-    (shown as "…"), then each is cut to ``width`` characters."""
-    words = [t.split() for t in texts]
-    common = 0
-    if len(texts) > 1:
-        while all(len(w) > common + 1 for w in words) and len({w[common] for w in words}) == 1:
-            common += 1
-    return [label(("… " if common else "") + " ".join(w[common:]), width) for w in words]
+def wrapped_label(text: str, width: int, lines: int = 2) -> str:
+    """A chart label from logged ``text`` (cleaned as ``label`` does) wrapped at word
+    boundaries into at most ``lines`` lines of ``width`` characters; only its end is cut
+    ("…") when it is longer."""
+    text = label(text, width * lines + 40)
+    return "\n".join(textwrap.wrap(text, width, max_lines=lines, placeholder=" …")) or text

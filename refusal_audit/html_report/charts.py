@@ -17,11 +17,13 @@ from datetime import timedelta
 from typing import Any
 
 import matplotlib
-from matplotlib.ticker import MaxNLocator, PercentFormatter
+from matplotlib.ticker import FixedLocator, MaxNLocator, PercentFormatter
 
+from processors.gap_text import gap_topic
 from refusal_audit.html_report.buckets import bucket_grid
 from refusal_audit.html_report.chart_base import (
     OTHER_COLOUR,
+    SERIES_COLOURS,
     STYLE,
     Chart,
     as_datetime,
@@ -31,12 +33,14 @@ from refusal_audit.html_report.chart_base import (
     error_bars,
     figure,
     label,
-    shorten,
+    panel_figure,
+    wrapped_label,
 )
 from refusal_audit.html_report.data import PeriodData
 
 MAX_CATEGORIES = 9
-MAX_GAP_LABEL = 60
+GAP_LABEL_WIDTH = 48
+PANEL_HEIGHT = 1.05
 MAX_MODEL_ROWS = 25
 MAX_SERIES = 8
 LEGEND_LABEL = 32
@@ -75,48 +79,53 @@ def fp_by_model(data: PeriodData) -> Chart | None:
 
 def fp_over_time(data: PeriodData) -> Chart | None:
     """Estimated false-positive rate per time bucket (``data.bucket``) and model with Wilson
-    95% bands over the whole period (a bucket without audited refusals of a model is a gap
-    in its line; a lone bucket gets its interval as a bar); the ``MAX_SERIES`` most audited
-    models; the period's alerts as labelled dashed lines."""
+    95% bands over the whole period, as small multiples: one panel per model (the
+    ``MAX_SERIES`` most audited, by name), sharing both axes, so no two bands overlap. A
+    bucket without audited refusals of a model is a gap in its line; a lone bucket gets its
+    interval as a bar; the period's alerts are dashed lines in every panel, named in the
+    first."""
     every: dict[str, dict[Any, dict[str, Any]]] = defaultdict(dict)
     for r in data.fp_series:
         every[str(r["model"])][r["start"]] = r
     if not every:
         return None
     volume = {m: sum(int(r["audited"]) for r in rows.values()) for m, rows in every.items()}
-    kept = sorted(every, key=lambda m: (-volume[m], m))[:MAX_SERIES]
+    kept = sorted(sorted(every, key=lambda m: (-volume[m], m))[:MAX_SERIES])
     grid = bucket_grid(data.slice.since, data.slice.until, data.bucket)
     x = [as_datetime(d) for d in grid]
-    fig, axes = figure(3.6)
-    for model in sorted(kept):
+    fig, panels = panel_figure(len(kept), PANEL_HEIGHT)
+    for i, (model, axes) in enumerate(zip(kept, panels, strict=True)):
+        colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]
         by_start = every[model]
         rate, low, high = (
             [by_start[d][key] if d in by_start else math.nan for d in grid]
             for key in ("rate", "wilson_low", "wilson_high")
         )
-        (line,) = axes.plot(x, rate, marker="o", ms=3, label=label(model, LEGEND_LABEL))
-        axes.fill_between(x, low, high, color=line.get_color(), alpha=0.12, linewidth=0)
-        for i, d in enumerate(grid):  # lone buckets: fill_between draws nothing for them
+        axes.plot(x, rate, marker="o", ms=3, color=colour, label=label(model, LEGEND_LABEL))
+        axes.fill_between(x, low, high, color=colour, alpha=0.18, linewidth=0)
+        for j, d in enumerate(grid):  # lone buckets: fill_between draws nothing for them
             alone = d in by_start and all(
-                grid[j] not in by_start for j in (i - 1, i + 1) if 0 <= j < len(grid)
+                grid[k] not in by_start for k in (j - 1, j + 1) if 0 <= k < len(grid)
             )
             if alone:
-                axes.vlines(x[i], low[i], high[i], color=line.get_color(), alpha=0.5)
-    for alert in data.alerts:
-        start = alert.window.start.replace(tzinfo=None)
-        axes.axvline(start, color="#d62728", linestyle="--", linewidth=1)
-        axes.annotate(
-            alert.kind.replace("_", " "), (start, 1.0), xytext=(3, -3),
-            textcoords="offset points", fontsize=7, color="#d62728", va="top",
-        )  # fmt: skip
-    axes.set_ylim(0, 1)
-    axes.yaxis.set_major_formatter(PercentFormatter(1.0))
-    axes.set_ylabel("false-positive rate")
-    date_axis(axes, grid[0], grid[-1], data.bucket)
-    axes.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
+                axes.vlines(x[j], low[j], high[j], color=colour, alpha=0.5)
+        axes.set_title(label(model, LEGEND_LABEL), loc="left", fontsize=8, pad=2)
+        for alert in data.alerts:
+            start = alert.window.start.replace(tzinfo=None)
+            axes.axvline(start, color="#d62728", linestyle="--", linewidth=1)
+            if i == 0:
+                axes.annotate(
+                    alert.kind.replace("_", " "), (start, 1.0), xytext=(3, -3),
+                    textcoords="offset points", fontsize=7, color="#d62728", va="top",
+                )  # fmt: skip
+        axes.set_ylim(0, 1)
+        axes.yaxis.set_major_formatter(PercentFormatter(1.0))
+        axes.yaxis.set_major_locator(FixedLocator([0, 0.5, 1]))
+    date_axis(panels[-1], grid[0], grid[-1], data.bucket)
+    fig.supylabel("false-positive rate", fontsize=9)
     caption = (
-        f"{PER_BUCKET[data.bucket]} estimated false-positive rate per model; shaded: Wilson "
-        "95% band."
+        f"{PER_BUCKET[data.bucket]} estimated false-positive rate, one panel per model (same "
+        "scales); shaded: Wilson 95% band."
     )
     if len(every) > len(kept):
         caption += f" The {len(kept)} most audited of {len(every)} models."
@@ -174,9 +183,13 @@ def top_gaps(data: PeriodData) -> Chart | None:
     if not data.gaps:
         return None
     rows = data.gaps
-    fig, axes = figure(max(1.6, 0.4 * len(rows) + 1.0))
-    texts = shorten([str(r["description"]) for r in rows], MAX_GAP_LABEL)
-    labels = [f"{i}. {text}" for i, text in enumerate(texts, 1)]
+    fig, axes = figure(max(1.6, 0.55 * len(rows) + 1.0))
+    # what the gap is about (a local engine flag: its request words), whole words, cut at
+    # the end only
+    labels = [
+        wrapped_label(f"{i}. {gap_topic(str(r['description']))}", GAP_LABEL_WIDTH)
+        for i, r in enumerate(rows, 1)
+    ]
     colours = ["#ff7f0e" if r["new_in_period"] else "#7f7f7f" for r in rows]
     axes.barh(labels, [r["refusals"] for r in rows], color=colours)
     axes.invert_yaxis()

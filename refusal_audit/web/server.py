@@ -102,7 +102,7 @@ def build_app(
 ) -> ReviewApp:
     """The review app over ``store`` with the configured bundles and review settings.
     Raises ``ConfigError`` (bundles, key file)."""
-    bundles = load_bundles(cfg.policy_bundles)
+    bundles = load_bundles(cfg.policy_bundles, cfg.data_dir)
     service = ReviewService(
         store,
         bundles,

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
+import socket
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -205,10 +206,17 @@ def bounded_config(app: Any, host: str, port: int, limits: HttpLimits) -> uvicor
     )
 
 
-def serve_bounded(app: Any, host: str, port: int, cfg: Settings) -> None:
-    """Serve ``app`` on ``host:port`` until stopped, with the ``http_*`` limits of ``cfg``
-    and repeated log lines folded. Raises ``SystemExit`` (uvicorn) when the port cannot be
-    bound."""
-    config = bounded_config(app, host, port, HttpLimits.from_settings(cfg))
+def serve_bounded(app: Any, listener: socket.socket, host: str, port: int, limits: HttpLimits) -> None:
+    """Serve ``app`` on the already bound ``listener`` (``listen.bind_listener``, with
+    ``limits.backlog``) until stopped, with ``limits`` enforced and repeated log lines
+    folded; ``host``/``port`` only name the address in uvicorn's log. Closes ``listener``.
+    Raises ``SystemExit(3)`` when the app fails to start, as ``uvicorn.run`` does."""
+    config = bounded_config(app, host, port, limits)
     fold_repeated_logs()  # after uvicorn configured its loggers (Config does it)
-    uvicorn.Server(config).run()
+    server = uvicorn.Server(config)
+    try:
+        server.run(sockets=[listener])
+    finally:
+        listener.close()
+    if not server.started:
+        raise SystemExit(3)
