@@ -206,7 +206,9 @@ def bounded_config(app: Any, host: str, port: int, limits: HttpLimits) -> uvicor
     )
 
 
-def serve_bounded(app: Any, listener: socket.socket, host: str, port: int, limits: HttpLimits) -> None:
+def serve_bounded(
+    app: Any, listener: socket.socket, host: str, port: int, limits: HttpLimits
+) -> None:
     """Serve ``app`` on the already bound ``listener`` (``listen.bind_listener``, with
     ``limits.backlog``) until stopped, with ``limits`` enforced and repeated log lines
     folded; ``host``/``port`` only name the address in uvicorn's log. Closes ``listener``.
