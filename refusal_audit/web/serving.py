@@ -212,12 +212,15 @@ def serve_bounded(
     """Serve ``app`` on the already bound ``listener`` (``listen.bind_listener``, with
     ``limits.backlog``) until stopped, with ``limits`` enforced and repeated log lines
     folded; ``host``/``port`` only name the address in uvicorn's log. Closes ``listener``.
-    Raises ``SystemExit(3)`` when the app fails to start, as ``uvicorn.run`` does."""
+    Ctrl-C ends it normally, as with ``uvicorn.run``. Raises ``SystemExit(3)`` when the app
+    fails to start, as ``uvicorn.run`` does."""
     config = bounded_config(app, host, port, limits)
     fold_repeated_logs()  # after uvicorn configured its loggers (Config does it)
     server = uvicorn.Server(config)
     try:
         server.run(sockets=[listener])
+    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it handled; uvicorn.run swallows it
+        pass
     finally:
         listener.close()
     if not server.started:
