@@ -409,7 +409,8 @@ def test_user_tables_are_the_migrations_tables_but_the_secret_ones() -> None:
         m.group(1)
         for path in (REPO / "warehouse" / "migrations").glob("*.sql")
         for m in re.finditer(
-            r"CREATE (?:OR REPLACE )?(?:TABLE|VIEW|MATERIALIZED VIEW) (?:IF NOT EXISTS )?\{db\}\.(\w+)",
+            r"CREATE (?:OR REPLACE )?(?:TABLE|VIEW|MATERIALIZED VIEW) "
+            r"(?:IF NOT EXISTS )?\{db\}\.(\w+)",
             path.read_text(),
         )
     }
