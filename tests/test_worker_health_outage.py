@@ -20,7 +20,12 @@ pytestmark = pytest.mark.kafka
 def test_an_unassigned_worker_is_unhealthy_while_the_broker_is_away(
     kafka_bootstrap: str, unique_topic_prefix: str, tmp_path: Path, broker_control: Any
 ) -> None:
-    create_topics(admin_client(kafka_bootstrap), topic_specs(unique_topic_prefix, 2, 1))
+    admin = admin_client(kafka_bootstrap)
+    create_topics(admin, topic_specs(unique_topic_prefix, 2, 1))
+    deadline = time.monotonic() + 30  # the new topics in the broker's metadata
+    while f"{unique_topic_prefix}refusal-events" not in admin.list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline, "the topics never appeared"
+        time.sleep(0.5)
     cfg = Settings(
         kafka_bootstrap_servers=kafka_bootstrap, kafka_topic_prefix=unique_topic_prefix,
         kafka_consumer_group=f"{unique_topic_prefix}workers", kafka_group_instance_id="h1",
