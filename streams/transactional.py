@@ -387,8 +387,7 @@ class TransactionalStream:
         abortable error; renew the producer after any other error (fatal, a timeout, or a
         fencing by the broker's abort of a transaction older than ``transaction.timeout.ms``:
         an outage that long)."""
-        expired = time.monotonic() - self._txn_began > self.cfg.transaction_timeout_ms / 1000
-        if _fenced(exc) and not expired:
+        if _fenced(exc) and not self._self_fenced():
             raise TransactionFatal(f"transactional producer fenced: {exc}") from exc
         if _is(exc, "fatal") or _fenced(exc) or not _is(exc, "txn_requires_abort"):
             # a timed-out call (retriable) stays in progress inside librdkafka and conflicts
@@ -396,6 +395,13 @@ class TransactionalStream:
             self.recover(f"transactional producer failed: {exc}")
         else:
             self._abort(f"transaction failed: {exc}")
+
+    def _self_fenced(self) -> bool:
+        """Whether a fencing may be this process's own doing: the open transaction outlived
+        ``transaction.timeout.ms`` (the broker aborted it, bumping the epoch), or a producer
+        abandoned inside ``init_transactions`` may have finished it since."""
+        expired = time.monotonic() - self._txn_began > self.cfg.transaction_timeout_ms / 1000
+        return expired or self.txn.init_abandoned > 0
 
     def _produce(self, out: OutputMessage) -> None:
         producer = self.txn.producer
@@ -422,9 +428,7 @@ class TransactionalStream:
                     self.txn.call("abort_transaction", lambda p: p.abort_transaction(5.0), 5.0)
                     break
                 except KafkaException as exc:
-                    if _fenced(exc) and time.monotonic() - self._txn_began < (
-                        self.cfg.transaction_timeout_ms / 1000
-                    ):
+                    if _fenced(exc) and not self._self_fenced():
                         raise TransactionFatal(f"could not abort, fenced: {exc}") from exc
                     conflict = _code(exc) == KafkaError._CONFLICT  # a timed-out call still on
                     if conflict or _is(exc, "fatal") or _fenced(exc) or time.monotonic() > deadline:

@@ -72,6 +72,8 @@ class TxnProducer:
         self.brokers_lost = False  # librdkafka reported every broker down since the last renew
         self.renewals = 0
         self._abandoned: list[tuple[Producer, concurrent.futures.Future[Any]]] = []
+        self._pending: Producer | None = None  # built, its init_transactions not done yet
+        self.init_abandoned = 0  # abandoned inside init_transactions: may fence a later one
         self.producer = self._initialised()
 
     def _on_error(self, err: KafkaError) -> None:
@@ -79,10 +81,15 @@ class TxnProducer:
             self.brokers_lost = True
 
     def _initialised(self) -> Producer:
-        producer = Producer({**self._conf, "error_cb": self._on_error})
+        # a producer whose init_transactions timed out goes on acquiring its producer id in
+        # the background (librdkafka): call init again on it, never build a second one that
+        # the first would fence when the broker is back
+        producer = self._pending or Producer({**self._conf, "error_cb": self._on_error})
+        self._pending = producer
         timeout = self.init_timeout
         self._guarded(producer, "init_transactions", lambda p: p.init_transactions(timeout),
                       timeout)  # fmt: skip
+        self._pending = None
         return producer
 
     def _guarded(
@@ -102,6 +109,8 @@ class TxnProducer:
             return future.result(allowance)
         except concurrent.futures.TimeoutError:
             self._abandoned.append((producer, future))
+            if producer is self._pending:
+                self._pending, self.init_abandoned = None, self.init_abandoned + 1
             log.error("%s has not returned after %.0f s (librdkafka #5456/#5511): producer "
                       "abandoned", what, allowance)  # fmt: skip
             raise ProducerStuck(f"{what} has not returned after {allowance:.0f} s") from None
