@@ -181,6 +181,7 @@ class TransactionalStream:
         # aborts whatever a predecessor with this transactional id left open (fencing it)
         self.txn = TxnProducer(producer_conf, cfg.transaction_timeout_ms / 1000)
         self._txn_began = 0.0  # monotonic time the open transaction began
+        self.recovering = False  # inside recover(): read by /health from another thread
         self._consumer_conf = consumer_conf
         self.consumer = self._subscribed()
         self.consumer_renewals = 0
@@ -447,6 +448,7 @@ class TransactionalStream:
         ``recovery_seconds``, or too many abandoned producers are still stuck."""
         log.warning("recovering the transactional stream: %s", why)
         started = time.monotonic()
+        self.recovering = True
 
         def attempt() -> None:
             self.txn.renew(why)
@@ -471,6 +473,8 @@ class TransactionalStream:
             raise TransactionFatal(
                 f"recovery failed for {time.monotonic() - started:.0f} s: {exc}"
             ) from exc
+        finally:
+            self.recovering = False
         log.warning("transactional stream recovered after %.1f s (producer renewals: %d)",
                     time.monotonic() - started, self.txn.renewals)  # fmt: skip
 

@@ -296,7 +296,9 @@ class TransactionalWorker:
         thread recorded: the consumer is not touched from the web thread (confluent-kafka
         makes a second thread wait for the one in ``consume``)."""
         since = time.monotonic() - self.last_commit
-        lag = self.lag_total  # -1: unknown (the broker did not answer), maybe behind
+        # -1: unknown (the broker did not answer, or the stream is recovering from its loss:
+        # the polling thread waits in the recovery meanwhile), maybe behind
+        lag = -1 if self.stream.recovering else self.lag_total
         stalled = lag != 0 and since > 10 * self.cfg.worker_take_within_seconds + 60
         return {"ok": not stalled, "assigned_partitions": len(self.stream.assigned),
                 "seconds_since_commit": round(since, 1), "consumer_lag": lag,
