@@ -20,9 +20,12 @@ Rebalances: every window remembers the assignment generation it was read in; a w
 partitions were revoked before its commit is refused with :class:`WindowAborted` (the new
 owner consumes it again), and the broker itself refuses offsets sent with a stale group
 generation. Any abortable transaction error aborts the transaction, rewinds the consumer to
-its committed offsets and raises :class:`WindowAborted`; a fatal error (the producer was
-fenced by a newer instance with the same transactional id) raises :class:`TransactionFatal`:
-the process must exit.
+its committed offsets and raises :class:`WindowAborted`. A broker restart is recovered from
+in the process (:meth:`TransactionalStream.recover`, ``streams.txn_producer``): a transaction
+call that hangs or fails otherwise renews the producer with the same transactional id and
+rewinds; a consumer that failed fatally is renewed. Fenced by a newer live instance with the
+same transactional id, or recovery failing for ``recovery_seconds``, raises
+:class:`TransactionFatal`: the process must exit.
 
 Pure Kafka: no audit logic here. The caller (``refusal_audit.worker``) turns a window into
 output messages.
