@@ -15,6 +15,7 @@ import logging
 import logging.config
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from datetime import datetime
@@ -79,7 +80,7 @@ def run_topics_worker(cfg: Settings, loglevel: str) -> None:
             "REFUSAL_AUDIT_WORKER_WEB_PORT (0: any free port)"
         ) from exc
     try:
-        worker = TransactionalWorker.start(cfg, on_stuck=_exit_stuck, metrics=metrics)
+        worker = TransactionalWorker.start(cfg, metrics=metrics)
     except (TopicError, ConfigError) as exc:
         web.close()
         raise fail_usage(f"worker not started: {exc}") from exc
@@ -91,30 +92,33 @@ def run_topics_worker(cfg: Settings, loglevel: str) -> None:
         "metrics and health on http://%s:%d/metrics", cfg.worker_web_host, web.port
     )
     stop = _stop_on_signals("worker")
+    crashed = False
     try:
         stats = worker.run(stop)
     except Exception as exc:  # TransactionFatal, or a bug: nothing in hand was committed
         logging.getLogger("refusal_audit.worker").exception("worker stopping")
+        crashed = True
         err.print(f"[red]worker: stopping, nothing of the windows in hand committed:[/red] "
                   f"{escape(str(exc) or type(exc).__name__)}")  # fmt: skip
         raise typer.Exit(EXIT_CRASH) from exc
     finally:
         web.close()
         worker.close()
+        if crashed:
+            _exit_if_stuck(worker, EXIT_CRASH)
     err.print(f"worker: {stats.windows} window(s), {stats.records} record(s) committed, "
               f"{stats.aborted} aborted and redone")  # fmt: skip
+    _exit_if_stuck(worker, 0)
 
 
-def _exit_stuck(call: str, seconds: float) -> None:
-    """A transaction call hangs in librdkafka (``streams.transactional.CallWatchdog``): end
-    the process at once with status 70 (the thread inside the call cannot be interrupted);
-    the supervisor restarts the worker, whose new instance fences the stuck transaction."""
-    logging.getLogger("refusal_audit.worker").critical(
-        "worker stopping: %s has not returned after %.0f s; nothing of the windows in hand "
-        "is committed (librdkafka #5456)", call, seconds,
-    )  # fmt: skip
-    logging.shutdown()
-    os._exit(EXIT_CRASH)
+def _exit_if_stuck(worker: Any, code: int) -> None:
+    """End the process with ``code`` at once when an abandoned producer is still inside a
+    librdkafka call (``streams.txn_producer``): destroying it at interpreter exit would wait
+    for that call for ever."""
+    if worker.stream.txn.stuck():
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def detector_pass(cfg: Settings, store: Any) -> Callable[[datetime], object]:

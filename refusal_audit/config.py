@@ -150,6 +150,12 @@ class Settings(BaseSettings):
         description="Windows a transactional worker (--outputs topics) has in hand at once: "
         "it reads and audits the next ones while the oldest is committed (in order).",
     )
+    worker_recovery_seconds: float = Field(
+        default=600.0,
+        ge=10.0,
+        description="How long a transactional worker keeps retrying to recover its producer "
+        "and rewind its consumer (after a broker restart) before it exits 70.",
+    )
     worker_web_host: str = Field(
         default="127.0.0.1", description="Bind address of the worker's /metrics and /health."
     )

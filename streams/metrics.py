@@ -76,7 +76,7 @@ class WorkerMetrics:
         )
         self.consumer_lag = Gauge(
             "refusal_audit_consumer_lag_events",
-            "High watermark minus the next offset to process, per partition.",
+            "High watermark minus the group's committed offset, per assigned partition.",
             ["partition"],
             registry=r,
         )

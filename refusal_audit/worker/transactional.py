@@ -111,6 +111,7 @@ class TransactionalWorker:
         self.stats = WorkerStats()
         self.last_commit = time.monotonic()
         self._lag_read = 0.0
+        self._lag_labels: set[str] = set()  # partitions the lag gauge shows
         self.lag_total = 0  # over the assigned partitions when last read; -1 unknown
         self.baselines: BaselineReader | None = None
         self._baselines_read = 0.0
@@ -120,14 +121,13 @@ class TransactionalWorker:
         cls,
         cfg: Settings,
         instance: str | None = None,
-        on_stuck: Callable[[str, float], None] | None = None,
         metrics: WorkerMetrics | None = None,
     ) -> TransactionalWorker:
         """Check the topics, build the pipeline and join the consumer group: a static member
         (``group.instance.id`` = the instance name, KIP-345) when ``kafka_static_membership``
-        is on, so a restarted worker takes its partitions back without a rebalance.
-        ``on_stuck(call, seconds)`` runs when a transaction call hangs past its timeout
-        (``streams.transactional.CallWatchdog``; the CLI exits 70 there; default: log)."""
+        is on, so a restarted worker takes its partitions back without a rebalance. A broker
+        restart is ridden through (``TransactionalStream.recover``) for up to
+        ``worker_recovery_seconds``."""
         topics = Topics.from_prefix(cfg.kafka_topic_prefix)
         admin = admin_client(cfg.kafka_bootstrap_servers)
         for name in (topics.input, topics.stored_events, topics.assessments,
@@ -146,12 +146,9 @@ class TransactionalWorker:
             take_within=cfg.worker_take_within_seconds,
             group_instance_id=name if cfg.kafka_static_membership else None,
             consumer_extra={"session.timeout.ms": int(cfg.kafka_session_timeout_seconds * 1000)},
+            recovery_seconds=cfg.worker_recovery_seconds,
         )
-        stream = (
-            TransactionalStream(stream_cfg)
-            if on_stuck is None
-            else TransactionalStream(stream_cfg, on_stuck=on_stuck)
-        )
+        stream = TransactionalStream(stream_cfg)
         decode = DecodeOptions(max_record_bytes=cfg.max_record_bytes,
                                max_text_chars=cfg.max_text_chars)  # fmt: skip
         log.info("transactional worker %s joined group %s", name, cfg.kafka_consumer_group)
@@ -198,9 +195,14 @@ class TransactionalWorker:
                     continue
                 self._refresh_baselines()
                 self._update_lag()
-                window = self.stream.next_window(
-                    stop, until=(lambda: in_hand[0].report.done()) if in_hand else None
-                )
+                try:
+                    window = self.stream.next_window(
+                        stop, until=(lambda: in_hand[0].report.done()) if in_hand else None
+                    )
+                except WindowAborted as exc:  # the consumer was renewed: all read again
+                    log.warning("windows in hand dropped: %s", exc)
+                    self._drop(in_hand)
+                    continue
                 if window is not None:
                     in_hand.append(self.submit(window))
                 self.metrics.windows_in_flight.set(len(in_hand))
@@ -265,16 +267,27 @@ class TransactionalWorker:
             log.info("trend baselines updated", extra={"bundles": sorted(self.pipeline.baselines)})
 
     def _update_lag(self, every: float = 5.0) -> None:
-        """Refresh the consumer-lag gauge, at most every ``every`` seconds."""
+        """Refresh the consumer-lag gauge (the group's committed offsets against the high
+        watermarks, ``TransactionalStream.lag``), at most every ``every`` seconds."""
         now = time.monotonic()
         if now - self._lag_read < every:
             return
         self._lag_read = now
         lags = self.stream.lag()
+        shown = {str(partition) for _topic, partition in self.stream.assigned}
+        for label in self._lag_labels - shown:  # revoked: another member reports it now
+            with contextlib.suppress(KeyError):  # never set
+                self.metrics.consumer_lag.remove(label)
+        self._lag_labels = shown
         for (_topic, partition), lag in lags.items():
             self.metrics.consumer_lag.labels(str(partition)).set(lag)
-        # -1: not readable (the broker is away), which /health counts as possible lag
-        self.lag_total = -1 if self.stream.assigned and not lags else sum(lags.values())
+        # -1: not readable (the broker is away), which /health counts as possible lag; with
+        # nothing assigned (a session lost in an outage, or more workers than partitions)
+        # the lag is 0 only while the broker answers
+        if self.stream.assigned:
+            self.lag_total = sum(lags.values()) if lags else -1
+        else:
+            self.lag_total = 0 if self.stream.reachable() else -1
 
     def health(self) -> dict[str, Any]:
         """Whether the worker committed recently (within ``10 x worker_take_within_seconds``
@@ -283,7 +296,9 @@ class TransactionalWorker:
         thread recorded: the consumer is not touched from the web thread (confluent-kafka
         makes a second thread wait for the one in ``consume``)."""
         since = time.monotonic() - self.last_commit
-        lag = self.lag_total  # -1: unknown (the broker did not answer), maybe behind
+        # -1: unknown (the broker did not answer, or the stream is recovering from its loss:
+        # the polling thread waits in the recovery meanwhile), maybe behind
+        lag = -1 if self.stream.recovering else self.lag_total
         stalled = lag != 0 and since > 10 * self.cfg.worker_take_within_seconds + 60
         return {"ok": not stalled, "assigned_partitions": len(self.stream.assigned),
                 "seconds_since_commit": round(since, 1), "consumer_lag": lag,

@@ -1,0 +1,101 @@
+"""The transactional stream's producer recovery and consumer lag (issue 23 A, C), against the
+real broker: a transaction call past its allowance abandons its producer and a renewed one
+fences it; the lag is the high watermark minus the group's committed offset (as
+``kafka-consumer-groups`` reports it), whatever this process has read but not committed."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from scaleout_harness import committed_offsets
+
+from streams import txn_producer
+from streams.transactional import OutputMessage, StreamConfig, TransactionalStream
+from streams.txn_producer import ProducerStuck, TxnProducer
+
+pytestmark = pytest.mark.kafka
+
+
+def _topics(bootstrap: str, *names: str, partitions: int = 2) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(n, partitions, 1) for n in names]).values():
+        future.result(30)
+
+
+def _produce(bootstrap: str, topic: str, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(count):
+        producer.produce(topic, key=str(i).encode(), value=b"v%d" % i)
+    assert producer.flush(30) == 0
+
+
+def test_a_stuck_call_abandons_the_producer_and_the_renewed_one_fences_it(
+    kafka_bootstrap: str, unique_topic_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = f"{unique_topic_prefix}out"
+    _topics(kafka_bootstrap, out)
+    monkeypatch.setattr(txn_producer, "STUCK_GRACE_SECONDS", 0.2)
+    conf = {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{unique_topic_prefix}t"}
+    txn = TxnProducer(conf, 30.0)
+    old = txn.producer
+    release = threading.Event()
+    started = time.monotonic()
+    with pytest.raises(ProducerStuck):  # stands for send_offsets_to_transaction hanging
+        txn.call("send_offsets_to_transaction", lambda p: release.wait(30), 0.1)
+    assert time.monotonic() - started < 5 and txn.stuck() == 1
+    txn.renew("test")
+    assert txn.producer is not old and txn.renewals == 1
+    release.set()
+    old.begin_transaction()
+    old.produce(out, value=b"zombie")
+    with pytest.raises(KafkaException):  # fenced by the new producer's epoch
+        old.commit_transaction(10)
+    txn.producer.begin_transaction()
+    txn.producer.produce(out, value=b"live")
+    txn.producer.commit_transaction(10)
+
+
+def test_lag_is_measured_against_the_groups_committed_offsets(
+    kafka_bootstrap: str, unique_topic_prefix: str
+) -> None:
+    source, out = f"{unique_topic_prefix}in", f"{unique_topic_prefix}out"
+    _topics(kafka_bootstrap, source, out)
+    _produce(kafka_bootstrap, source, 40)
+    group = f"{unique_topic_prefix}g"
+    parts = [(source, 0), (source, 1)]
+
+    def stream(name: str) -> TransactionalStream:
+        # a dynamic member: it leaves the group on close, the next one is assigned at once
+        cfg = StreamConfig(kafka_bootstrap, group, [source], f"{group}.{name}", take_max=15,
+                           take_within=5.0)  # fmt: skip
+        return TransactionalStream(cfg)
+
+    def group_lag(s: TransactionalStream) -> dict[tuple[str, int], int]:
+        committed = committed_offsets(kafka_bootstrap, group, parts)
+        ends = {tp: s.consumer.get_watermark_offsets(TopicPartition(*tp), 10) for tp in parts}
+        return {tp: ends[tp][1] - max(committed[tp], ends[tp][0]) for tp in parts}
+
+    first = stream("a")
+    try:
+        window = first.next_window()
+        while window is None:
+            window = first.next_window()
+        assert len(window) == 15  # read, not committed: still lag
+        assert first.lag() == group_lag(first) and sum(first.lag().values()) == 40
+        first.commit(window, [OutputMessage(out, b"o")])
+        assert first.lag() == group_lag(first) and sum(first.lag().values()) == 25
+    finally:
+        first.close()
+    # a restart (a new member; what it read so far is not committed): the group's offsets
+    second = stream("b")
+    try:
+        deadline = time.monotonic() + 60
+        while len(second.assigned) < 2 and time.monotonic() < deadline:
+            second.next_window(until=lambda: len(second.assigned) == 2)
+        assert second.lag() == group_lag(second) and sum(second.lag().values()) == 25
+    finally:
+        second.close()

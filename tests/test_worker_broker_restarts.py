@@ -1,0 +1,153 @@
+"""Transactional workers ride through broker restarts (issue 23 A-C), against the real broker.
+
+Two ``refusal-audit worker`` processes drain the input while the broker is stopped for 5 s
+(during a drain), 60 s (while idle: the workers' sessions expire, their partitions are
+revoked) and 120 s (during a drain: the open transactions outlive ``transaction.timeout.ms``).
+Before issue 23 every worker exited 70 after each restart (librdkafka's
+``send_offsets_to_transaction`` hanging, #5456/#5511). Now: no worker exits, every input
+record is on ``stored-events`` exactly once (``read_committed``); ``/health`` says 503 while
+the broker is away longer than the stall limit, even with no partition assigned (B); and the
+consumer-lag gauge matches the group's own committed offsets after the restarts and after
+rebalances that hand a worker partitions it never read (C).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from scaleout_harness import Fleet, Member, Record, committed_offsets, example_events, produce
+from scaleout_harness import read_to_end as read_topics
+from streaming import Deployment, json_records
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS = 4
+
+
+def _web_port(member: Member, timeout: float = 60) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for r in json_records(member.log):
+            found = re.search(r"http://[^:]+:(\d+)/metrics", str(r.get("message", "")))
+            if found:
+                return int(found.group(1))
+        time.sleep(0.2)
+    raise AssertionError(f"{member.name} never served /metrics")
+
+
+def _get(port: int, path: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def _lag_gauge(port: int) -> dict[int, float]:
+    _status, body = _get(port, "/metrics")
+    return {
+        int(m.group(1)): float(m.group(2))
+        for m in re.finditer(
+            r'^refusal_audit_consumer_lag_events\{partition="(\d+)"\} (\S+)$', body.decode(), re.M
+        )
+    }
+
+
+def _records(events: list[dict[str, Any]]) -> list[Record]:
+    return [(e["log_id"].encode(), orjson.dumps(e), None) for e in events]
+
+
+def test_workers_ride_through_broker_restarts_and_report_true_lag_and_health(
+    kafka_bootstrap: str, unique_topic_prefix: str, tmp_path: Path, broker_control: Any
+) -> None:
+    dep = Deployment(kafka_bootstrap, unique_topic_prefix, tmp_path)
+    dep.extra["REFUSAL_AUDIT_KAFKA_TOPIC_PARTITIONS"] = str(PARTITIONS)
+    dep.cli("topics", "create")
+    events = example_events(36)  # 14,400 distinct log ids
+    batches = [events[:6_000], events[6_000:6_400], events[6_400:12_400], events[12_400:]]
+    fleet = Fleet(dep, take_max=100)
+    sent = 0
+
+    def send(batch: list[dict[str, Any]]) -> None:
+        nonlocal sent
+        sent += produce(kafka_bootstrap, dep.input_topic, _records(batch))
+
+    def outage(seconds: float, during_drain: bool, ports: dict[str, int]) -> None:
+        if during_drain:  # stop the broker while windows are in hand and committing
+            start = fleet.committed_input()
+            fleet.wait_for("the drain under way", lambda: fleet.committed_input() > start + 300,
+                           fleet.committed_input)  # fmt: skip
+            assert fleet.committed_input() < sent, "the drain finished before the outage"
+        broker_control.stop()
+        stopped = time.monotonic()
+        seen: set[int] = set()
+        bodies: list[bytes] = []
+        while time.monotonic() - stopped < seconds:
+            fleet.supervise()
+            if seconds > 100:  # past the stall limit (10 x 0.5 s + 60 s): not healthy
+                for p in ports.values():
+                    status, body = _get(p, "/health")
+                    seen.add(status)
+                    bodies[-4:] = [*bodies[-3:], body]
+            time.sleep(1.0)
+        broker_control.start()
+        dep.committed_lag(attempts=120)  # the group coordinator loaded again (NOT_COORDINATOR)
+        if seconds > 100:
+            assert 503 in seen, f"/health never 503 in a {seconds} s outage: {seen} {bodies}"
+
+    try:
+        workers = [fleet.worker("w1"), fleet.worker("w2")]
+        ports = {m.name: _web_port(m) for m in workers}
+        send(batches[0])
+        outage(5, during_drain=True, ports=ports)
+        fleet.wait_drained()
+        outage(60, during_drain=False, ports=ports)  # idle: sessions expire, partitions revoked
+        send(batches[1])  # the first records after the restart
+        fleet.wait_drained()
+        send(batches[2])
+        outage(120, during_drain=True, ports=ports)
+        fleet.wait_drained()
+        assert fleet.crash_restarts == [], f"exited 70: {fleet.crash_restarts}\n{fleet.logs()}"
+        assert all(m.proc.poll() is None for m in workers), fleet.logs()
+
+        # lag against the group's own offsets, after a rebalance that hands w1 partitions it
+        # never read (w2 leaves) and after w2's restart (it joins again): 0, /health 200
+        partitions = [(dep.input_topic, p) for p in range(PARTITIONS)]
+        assert all(o >= 0 for o in committed_offsets(kafka_bootstrap, dep.group,
+                                                     partitions).values())  # fmt: skip
+        assert fleet.stop("w2") == {"w2": 0}, fleet.logs()
+        w1 = ports["w1"]
+
+        def w1_holds_all() -> bool:
+            return sorted(_lag_gauge(w1)) == list(range(PARTITIONS))
+
+        fleet.wait_for("w1 to report every partition", w1_holds_all, lambda: _lag_gauge(w1))
+        assert _lag_gauge(w1) == dict.fromkeys(range(PARTITIONS), 0.0), fleet.logs()
+        assert _get(w1, "/health")[0] == 200
+        w2 = _web_port(fleet.restart("w2"))
+        fleet.wait_for("w2 to report its partitions", lambda: len(_lag_gauge(w2)) > 0,
+                       lambda: _lag_gauge(w2))  # fmt: skip
+        fleet.wait_for("w1 to give partitions up",
+                       lambda: len(_lag_gauge(w1)) + len(_lag_gauge(w2)) == PARTITIONS,
+                       lambda: (_lag_gauge(w1), _lag_gauge(w2)))  # fmt: skip
+        assert set(_lag_gauge(w2).values()) == {0.0}
+        assert _get(w2, "/health")[0] == 200
+        send(batches[3])
+        fleet.wait_drained()
+        codes = fleet.stop()
+        assert set(codes.values()) == {0}, (codes, fleet.logs())
+    finally:
+        fleet.kill_all()
+
+    messages = read_topics(kafka_bootstrap, [dep.topic("stored-events")])
+    stored = Counter((m.key() or b"").decode() for m in messages)
+    assert sum(stored.values()) == len(events) == sent
+    assert set(stored) == {e["log_id"] for e in events} and set(stored.values()) == {1}
