@@ -25,7 +25,14 @@ import typer
 from rich.markup import escape
 
 from refusal_audit.cli_calibrate import ab_app, calibrate_app
-from refusal_audit.cli_common import EXIT_FAILURES, console, err, fail_usage, settings
+from refusal_audit.cli_common import (
+    EXIT_FAILURES,
+    console,
+    err,
+    fail_usage,
+    service_logging,
+    settings,
+)
 from refusal_audit.config import ConfigError, Settings
 
 if TYPE_CHECKING:
@@ -53,13 +60,6 @@ _OWNER_PORT = typer.Option(
 _ATTEMPTS = typer.Option(
     3, "--store-attempts", min=1, max=20, help="Attempts of each warehouse call before exit 70."
 )
-
-
-def _logging() -> None:
-    """Log lines on stderr (INFO); httpx's request lines (the owner channel's own check)
-    only as warnings."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def _open(cfg: Settings, owner_port: int) -> tuple[Warehouse, OwnerServer | None]:
@@ -140,7 +140,7 @@ def calibrate_consume(
     request keeps its run). Bad requests go to <prefix>dead-letters with their reason."""
     from refusal_audit.calibrate_kafka import CalibrateConsumer, Calibrator, LoopOptions
 
-    _logging()
+    service_logging()
     cfg = settings()
     _topics(cfg, ["calibrate_requests", "calibrate_runs", "dead_letters"])
     try:
@@ -178,7 +178,7 @@ def ab_consume(
     with their reason."""
     from refusal_audit.calibrate_kafka import ABConsumer, LoopOptions
 
-    _logging()
+    service_logging()
     cfg = settings()
     _topics(cfg, ["ab_events", "dead_letters"])
     store, owner = _open(cfg, owner_port)

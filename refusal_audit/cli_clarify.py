@@ -17,6 +17,7 @@ from refusal_audit.cli_common import (
     default_of,
     err,
     fail_usage,
+    service_logging,
     settings,
 )
 from refusal_audit.config import ConfigError
@@ -47,11 +48,9 @@ def clarify_serve(
     with the configured engines and state store, and with --kafka the Kafka interface too;
     callers send the API token as a bearer token (setting clarify_api_token, else the file
     <data_dir>/clarify-api.token). Every step is logged to the warehouse."""
-    import logging
-
     from refusal_audit.clarify.server import serve
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    service_logging()
     from refusal_audit.web.listen import ListenError
     from streams.topics import TopicError
     from warehouse.client import WarehouseError

@@ -6,6 +6,7 @@ Exit codes: 0 success; 1 some records or batches failed (they are in the dead-le
 
 from __future__ import annotations
 
+import logging
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -66,3 +67,11 @@ def as_utc(value: datetime | None) -> datetime | None:
     if value is None:
         return None
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def service_logging() -> None:
+    """Log lines of a long-running service on stderr at INFO; httpx's one line per request
+    (the owner channel: each warehouse call of a process that reaches the store through its
+    owner, and the listening probe) only as warnings."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -41,13 +41,16 @@ class TransientRetryFilter(logging.Filter):
     """Demotes librdkafka's warnings about a coordinator that is not ready yet and that it
     retries by itself ("GETPID ... Failed to acquire transactional PID from broker ...:
     Broker: Not coordinator: retrying", "... Coordinator load in progress: retrying") to
-    INFO: every fresh broker or group gives them at start-up, and nothing is wrong unless
+    DEBUG: every fresh broker or group gives them at start-up, and nothing is wrong unless
     the retries fail, which is reported on its own. Other records pass unchanged."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        """Always True; lowers the level of a transient coordinator retry."""
+        """Lowers the level of a transient coordinator retry to DEBUG and lets it through only
+        when its logger shows DEBUG (the logger checked WARNING before the filter ran);
+        True for every other record."""
         if record.levelno == logging.WARNING and _TRANSIENT_RETRY.search(record.getMessage()):
-            record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
+            record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
         return True
 
 

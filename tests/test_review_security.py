@@ -77,6 +77,9 @@ def test_a_csrf_token_works_only_with_its_own_session_and_origin(
         del bob.http.headers["Origin"]
         bare = bob.http.post("/queues/all/claim", data={"csrftoken": bob.token})
         assert (foreign.status_code, null.status_code, bare.status_code) == (403, 403, 403)
+        # the refusal names the origin check, not the (valid) token
+        assert all("origin check failed" in r.text for r in (foreign, null, bare))
+        assert "CSRF" not in bare.text
         assert server.service.leases.held_by("bob") is None
         # a same-origin Referer stands in for a missing Origin; then the claim works
         good = bob.http.post("/queues/all/claim", data={"csrftoken": bob.token},

@@ -32,6 +32,12 @@ CSRF_MESSAGE = (
     "This form is out of date or did not come from the review app (CSRF check failed). "
     "Go back, reload the page and try again."
 )
+#: the refusal of an unsafe request without the app's own Origin (or Referer)
+ORIGIN_MESSAGE = (
+    "This request did not come from a page of the review app: its Origin (or Referer) "
+    "header is missing or names another site (origin check failed). Browsers send it; a "
+    "scripted client must send Origin: the app's own scheme://host:port."
+)
 
 
 async def plain_reply(send: Send, status: int, text: str) -> None:
@@ -108,7 +114,7 @@ class SessionCsrf:
             await self.app(scope, receive, send)
             return
         if not same_origin(scope, self.trusted_proxies):
-            await plain_reply(send, 403, CSRF_MESSAGE)
+            await plain_reply(send, 403, ORIGIN_MESSAGE)
             return
         messages: list[Any] = []
         more = True
