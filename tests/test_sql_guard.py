@@ -29,6 +29,7 @@ from typer.testing import CliRunner
 from processors.clickhouse_ast import AstDumpError, parse_ast_dump
 from processors.sql_policy import (
     DENIED_FUNCTIONS,
+    PARAMETERIZED_VIEWS,
     SECRET_TABLES,
     TABLE_FUNCTIONS,
     USER_TABLES,
@@ -187,6 +188,11 @@ def _escapes(secret: str, url: str) -> list[str]:
         "EXPLAIN SELECT * FROM reviewers",
         "SELECT * FROM assessments AS a LEFT JOIN reviewers AS r ON 1",
         "SELECT * FROM other_db.assessments",
+        # a parameterized view of another database, or arguments that reach outside
+        "SELECT * FROM system.drift_assessments(window_seconds = 60, grace_seconds = 1)",
+        "SELECT * FROM other_db.drift_reviews(window_seconds = 60)",
+        f"SELECT * FROM drift_assessments(window_seconds = length(file('{secret}')), "
+        "grace_seconds = 1)",
         # other statements
         "SHOW DATABASES",
         "SHOW TABLES FROM system",
@@ -290,6 +296,10 @@ LEGITIMATE = [
     "SELECT model, row_number() OVER (PARTITION BY model ORDER BY event_time) AS r "
     "FROM refusal_events FINAL LIMIT 2",
     "SELECT * EXCEPT (log_id) FROM assessments LIMIT 1",
+    # the parameterized views, as the drift queries and tests read them
+    "SELECT count() FROM drift_assessments(window_seconds = 60, grace_seconds = 240)",
+    "SELECT count() FROM {db}.drift_assessments(window_seconds=3600, grace_seconds=300) "
+    "WHERE model = 'm' GROUP BY model",
 ]
 
 
@@ -297,8 +307,8 @@ LEGITIMATE = [
 def test_documented_and_everyday_queries_still_pass(
     loaded: tuple[Client, str], statement: str
 ) -> None:
-    client, _ = loaded
-    result = run_readonly(client, statement)
+    client, database = loaded
+    result = run_readonly(client, statement.replace("{db}", database))
     assert result.columns
 
 
@@ -416,6 +426,21 @@ def test_user_tables_are_the_migrations_tables_but_the_secret_ones() -> None:
     }
     assert created == USER_TABLES | SECRET_TABLES
     assert not USER_TABLES & SECRET_TABLES
+
+
+def test_parameterized_views_are_the_migrations_views_with_parameters() -> None:
+    views = {
+        m.group(1)
+        for path in (REPO / "warehouse" / "migrations").glob("*.sql")
+        for m in re.finditer(
+            r"CREATE (?:OR REPLACE )?VIEW (?:IF NOT EXISTS )?\{db\}\.(\w+) AS(.*?)(?:;|\Z)",
+            path.read_text(),
+            re.S,
+        )
+        if re.search(r"\{\w+:\w+\}", m.group(2))
+    }
+    assert views == PARAMETERIZED_VIEWS
+    assert PARAMETERIZED_VIEWS <= USER_TABLES
 
 
 def test_every_table_function_of_the_installed_chdb_is_known(wh: tuple[Client, str]) -> None:
