@@ -458,9 +458,12 @@ class TransactionalStream:
             try:
                 self._rewind()
             except KafkaException as exc:
-                if not (_is(exc, "fatal") or _code(exc) == KafkaError._FATAL):
-                    raise
-                self.renew_consumer(f"fatal consumer error: {exc}")  # starts from the commits
+                # fatal (a static member fenced by its own rejoin), or the committed offsets
+                # not readable (its session expired in the outage: this consumer may never
+                # read them again, a breaking run saw 10 minutes of _TIMED_OUT while the
+                # broker was back): a new consumer starts from the group's committed
+                # offsets by itself
+                self.renew_consumer(f"the consumer cannot rewind: {exc}")
 
         try:
             for tried in Retrying(

@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from scaleout_harness import committed_offsets
 
@@ -99,3 +99,51 @@ def test_lag_is_measured_against_the_groups_committed_offsets(
         assert second.lag() == group_lag(second) and sum(second.lag().values()) == 25
     finally:
         second.close()
+
+
+class _CommittedTimesOut:
+    """A consumer whose committed-offset reads time out (as after a session expired in a
+    broker outage); everything else is the real consumer's."""
+
+    def __init__(self, consumer: object) -> None:
+        self._consumer = consumer
+
+    def committed(self, *args: object, **kwargs: object) -> None:
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed to get committed offsets"))
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._consumer, name)
+
+
+def test_a_consumer_that_cannot_rewind_is_renewed_and_reads_from_the_commits(
+    kafka_bootstrap: str, unique_topic_prefix: str
+) -> None:
+    source, out = f"{unique_topic_prefix}in", f"{unique_topic_prefix}out"
+    _topics(kafka_bootstrap, source, out, partitions=1)
+    _produce(kafka_bootstrap, source, 20)
+    group = f"{unique_topic_prefix}g"
+    cfg = StreamConfig(kafka_bootstrap, group, [source], f"{group}.a", take_max=5,
+                       take_within=5.0, recovery_seconds=20.0)  # fmt: skip
+    stream = TransactionalStream(cfg)
+    try:
+        first = stream.next_window()
+        while first is None:
+            first = stream.next_window()
+        stream.commit(first, [OutputMessage(out, b"o")])
+        second = stream.next_window()  # read, then its transaction fails
+        while second is None:
+            second = stream.next_window()
+        stream.consumer = _CommittedTimesOut(stream.consumer)  # type: ignore[assignment]
+        started = time.monotonic()
+        stream.recover("test: the committed offsets cannot be read")
+        assert time.monotonic() - started < 15  # no retries until recovery_seconds
+        assert stream.consumer_renewals == 1
+        again = stream.next_window()
+        deadline = time.monotonic() + 60
+        while again is None and time.monotonic() < deadline:
+            again = stream.next_window()
+        assert again is not None
+        # the renewed consumer starts at the group's commit: the failed window again
+        assert [r.offset() for r in again.records] == [r.offset() for r in second.records]
+    finally:
+        stream.close()
