@@ -188,7 +188,9 @@ _EXPLAIN_KINDS = frozenset(
 )  # fmt: skip
 
 #: Table engines the owner channel creates tables with (lower case; ``*MergeTree`` too).
-OWNER_ENGINES = frozenset({"null", "memory", "kafka"})
+#: Not ``Kafka``: such a table connects to brokers, and one naming a broker that does not
+#: answer left a breaking run's store unopenable (chDB could not load it at start-up).
+OWNER_ENGINES = frozenset({"null", "memory"})
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _TABLE_RE = re.compile(rf"^(?P<name>{_NAME}(?:\.{_NAME})?)(?: \(alias .*\))?$")
@@ -328,14 +330,21 @@ def check_outside_access(root: AstNode) -> None:
     """Refuse (``SqlRefused``) a statement that reaches outside the store: a table function
     (but those of ``ALLOWED_TABLE_FUNCTIONS``) anywhere (``FROM``, ``INSERT INTO FUNCTION``,
     ``DESCRIBE``), a function of ``DENIED_FUNCTIONS``, a dictionary source, a table engine
-    other than ``*MergeTree`` and ``OWNER_ENGINES``, a backup or restore.
+    other than ``*MergeTree`` and ``OWNER_ENGINES``, a backup or restore, ``FROM INFILE``,
+    ``INTO OUTFILE``, a ``SYSTEM`` statement.
 
     ``root``: the statement's ``EXPLAIN AST`` tree. Returns None when none is found.
     """
+    if root.kind.upper() == "SYSTEM":  # SYSTEM SHUTDOWN, RELOAD, FLUSH ...: none is ours
+        raise SqlRefused("the owner channel does not run SYSTEM statements")
     for node in root.walk():
         kind = node.kind
         if kind.startswith(("Backup", "Restore")) or kind == "FunctionWithKeyValueArguments":
             raise SqlRefused(f"the owner channel does not run {kind} (it reaches outside)")
+        if kind in ("InsertQuery", "SelectWithUnionQuery") and any(
+            c.kind == "Literal" for c in node.children
+        ):  # the tree's only trace of INSERT ... FROM INFILE and SELECT ... INTO OUTFILE
+            raise SqlRefused("the owner channel does not read or write files (INFILE, OUTFILE)")
         if kind != "Function":
             continue
         name = node.detail.split(" ", 1)[0]

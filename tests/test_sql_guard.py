@@ -378,6 +378,7 @@ def test_the_owner_channel_refuses_what_reaches_outside_the_store(
     path, token = secret_file
     written = tmp_path / "written.tsv"
     _Probe.hits.clear()
+    client.command("CREATE TABLE IF NOT EXISTS owner_ok (k String) ENGINE = Memory")
     for op, sql in [
         ("query", f"DESCRIBE file('{path}', 'TSKV')"),
         ("query", f"SELECT * FROM file('{path}', 'LineAsString')"),
@@ -389,12 +390,23 @@ def test_the_owner_channel_refuses_what_reaches_outside_the_store(
         ("command", f"CREATE TABLE leak (line String) ENGINE = File(LineAsString, '{path}')"),
         ("command", f"BACKUP TABLE reviewers TO File('{written}')"),
         ("command", f"SELECT 1; SELECT * FROM file('{path}', 'LineAsString')"),
+        # found by a breaking run: a file read into a table, a file written, the store stopped
+        ("command", f"INSERT INTO owner_ok FROM INFILE '{path}' FORMAT LineAsString"),
+        ("command", f"SELECT 'x' INTO OUTFILE '{written}' TRUNCATE FORMAT TSV"),
+        ("command", f"SELECT 1 INTO OUTFILE '{written}'"),
+        ("command", "SYSTEM SHUTDOWN"),
+        ("command", "SYSTEM FLUSH LOGS"),
+        ("command", "CREATE TABLE k (a String) ENGINE = Kafka SETTINGS "
+         "kafka_broker_list = '127.0.0.1:1', kafka_topic_list = 'x', "
+         "kafka_group_name = 'g', kafka_format = 'TSV'"),
     ]:
         status, out = _call(client, op=op, database=database, sql=sql)
         assert status == 422, (sql, out)
         assert token not in orjson.dumps(out).decode()
     assert _Probe.hits == []
     assert not written.exists()
+    assert client.query("SELECT count() FROM owner_ok").result_rows == [(0,)]
+    client.command("DROP TABLE owner_ok")
     status, out = _call(
         client, op="insert", database=database, table=f"FUNCTION file('{written}.x', 'TSV')",
         rows=[["a"]], column_names=["c"],
