@@ -8,7 +8,9 @@ writes a value inside ``<bdi>`` (so its direction cannot leak into the page) wit
 character replaced by a visible marker ``⟨U+202E⟩`` in a ``<span class="invisible-char">``
 (its Unicode name as the title). ``visible_plain`` gives the markers as plain text, for places
 that take no markup (the page title). Tab, newline and carriage return stay as they are; the
-joiners U+200C/U+200D stay too (Persian, Indic scripts and emoji sequences need them).
+joiners U+200C/U+200D stay too (Persian, Indic scripts and emoji sequences need them), and so
+does a single U+FE0F after an emoji; every other variation selector is marked, since a run of
+them after one glyph can hide a whole message.
 """
 
 from __future__ import annotations
@@ -22,7 +24,12 @@ INVISIBLE = re.compile(
     "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f"  # C0 (but tab, LF, CR), DEL and C1 controls
     "\u061c\u200b\u200e\u200f\u202a-\u202e\u2066-\u2069"  # bidi marks, overrides, isolates
     "\u2060-\u2064\u206a-\u206f\ufeff\ufff9-\ufffb"  # word joiner, invisible operators, BOM
-    "\U000e0000-\U000e007f]"  # tag characters (invisible "ASCII smuggling")
+    "\U000e0000-\U000e007f"  # tag characters (invisible "ASCII smuggling")
+    "\u00ad\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f"  # soft hyphen, CGJ, fillers, FVS
+    "\u2028\u2029\u3164\uffa0"  # line and paragraph separators, Hangul fillers
+    "\ufe00-\ufe0e\U000e0100-\U000e01ef]"  # variation selectors (hide bytes after a glyph)
+    # U+FE0F (emoji presentation) follows most emoji: shown only after another selector
+    "|(?<=[\ufe00-\ufe0f\U000e0100-\U000e01ef])\ufe0f"
 )
 """Characters shown as markers: controls, bidirectional controls and invisible formatters."""
 
