@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import io
+import os
+import stat
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -289,7 +291,12 @@ def test_csv_export_neutralises_formulas_and_the_import_restores_them(
     assert any(cell.startswith("'plain quote") for cell in exported)  # no trigger: as it is
 
     jsonl = tmp_path / "items.jsonl"
-    write_items(items, jsonl)
+    previous = os.umask(0o022)  # an ordinary shell's: the exports stay private all the same
+    try:
+        write_items(items, jsonl)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(jsonl.stat().st_mode) == 0o600
     assert [orjson.loads(x)["request"] for x in jsonl.read_bytes().splitlines()] == [
         r["request"] for r in items
     ]
