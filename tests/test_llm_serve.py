@@ -228,3 +228,34 @@ def test_sigterm_stops_the_server_with_exit_0_and_frees_the_port(tmp_path: Path)
     assert code == 0, server.stderr()
     assert "stopped" in server.stderr() and key not in server.stderr()
     socket.create_server(("127.0.0.1", port)).close()  # released
+
+
+def test_compose_serves_the_model_to_the_workers_only_with_the_profile() -> None:
+    import yaml
+
+    deploy = Path(__file__).resolve().parents[1] / "deploy"
+    services = yaml.safe_load((deploy / "docker-compose.yml").read_text())["services"]
+    llm, worker = services["llm"], services["worker"]
+    assert llm["profiles"] == ["local-llm"]
+    assert llm["image"].startswith("ghcr.io/ggml-org/llama.cpp:server")
+    assert "ports" not in llm  # the compose network only
+    assert all(v.endswith(":ro") for v in llm["volumes"])
+    args = llm["command"]
+    model_dir = llm["volumes"][0].split(":")[-2]
+    assert args[args.index("--model") + 1].startswith(model_dir + "/")
+    port = args[args.index("--port") + 1]
+    env = worker["environment"]
+    assert env["REFUSAL_AUDIT_OPENAI_BASE_URL"] == f"http://llm:{port}/v1"
+    assert env["REFUSAL_AUDIT_ENGINE"] == "${LLM_WORKER_ENGINE:-local}"  # local without it
+    assert env["REFUSAL_AUDIT_OPENAI_MODEL"].startswith("${LLM_MODEL_ALIAS")
+    assert args[args.index("--alias") + 1].startswith("${LLM_MODEL_ALIAS")
+    assert worker["depends_on"]["llm"] == {"condition": "service_healthy", "required": False}
+    settings = dict(
+        line.split("=", 1)
+        for line in (deploy / "local-llm.env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    assert settings["COMPOSE_PROFILES"] == "local-llm"
+    assert settings["LLM_WORKER_ENGINE"] == "openai"
+    per_slot = int(settings["LLM_CTX_SIZE"]) // int(settings["LLM_PARALLEL"])
+    assert int(settings["LLM_CTX_PER_SLOT"]) == per_slot >= 16384

@@ -261,7 +261,7 @@ def read_api_key(
     """The server's API key and where it comes from: ``(key, source)``.
 
     ``api_key_file`` (its whole text, stripped) wins over ``$REFUSAL_AUDIT_LLM_API_KEY``;
-    neither gives ``(None, None)``. ``source`` is the file's path or the variable's name.
+    neither gives ``(None, None)``. ``source`` is the file's absolute path or ``$NAME``.
     Raises ``OptionsError`` when the file cannot be read or a key is empty; the message never
     contains the key.
     """
@@ -273,7 +273,7 @@ def read_api_key(
             raise OptionsError(f"cannot read the API key file {api_key_file}: {exc}") from exc
         if not key:
             raise OptionsError(f"the API key file {api_key_file} is empty")
-        return key, str(api_key_file)
+        return key, str(api_key_file.absolute())
     if API_KEY_ENV in environ:
         key = environ[API_KEY_ENV].strip()
         if not key:
