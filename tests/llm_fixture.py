@@ -57,7 +57,8 @@ class ServeProcess:
 
     stdout is read by a thread into ``lines``; stderr goes to ``log`` (a file, so llama.cpp's
     log cannot fill a pipe). ``wait_ready()`` returns the ``export NAME=VALUE`` settings the
-    command prints once ``/health`` answers; ``stop()`` sends SIGTERM and returns the exit code.
+    command prints once ``/health`` answers (up to its last line, the model id); ``stop()``
+    sends SIGTERM and returns the exit code.
     """
 
     def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:

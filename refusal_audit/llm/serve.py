@@ -467,7 +467,8 @@ def _wait_healthy(http: httpx.Client, timeout: float) -> None:
 
 def ready_lines(server: LlamaServer, options: ServeOptions, key_source: str | None) -> list[str]:
     """The lines printed on stdout once the server is healthy: the base URL, the model id
-    and the settings to export so every LLM path of refusal-audit uses this server."""
+    and the settings to export so every LLM path of refusal-audit uses this server; the
+    ``export REFUSAL_AUDIT_OPENAI_MODEL=...`` line comes last."""
     lines = [
         f"llama.cpp server ready: {options.model.name}, {server.context_size} tokens of "
         f"context per slot, {server.slots} slot(s), "
@@ -476,12 +477,13 @@ def ready_lines(server: LlamaServer, options: ServeOptions, key_source: str | No
         f"model id: {server.model_id}",
         "settings for refusal-audit (every engine set to openai uses them):",
         f"export REFUSAL_AUDIT_OPENAI_BASE_URL={shlex.quote(server.base_url)}",
-        f"export REFUSAL_AUDIT_OPENAI_MODEL={shlex.quote(server.model_id)}",
     ]
     if key_source == f"${API_KEY_ENV}":
         lines.append(f'export REFUSAL_AUDIT_OPENAI_API_KEY="${API_KEY_ENV}"')
     elif key_source:
         lines.append(f"export REFUSAL_AUDIT_OPENAI_API_KEY_FILE={shlex.quote(key_source)}")
+    # last, so that a reader may take this line as "ready, everything printed"
+    lines.append(f"export REFUSAL_AUDIT_OPENAI_MODEL={shlex.quote(server.model_id)}")
     return lines
 
 
