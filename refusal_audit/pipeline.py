@@ -502,7 +502,8 @@ class AuditPipeline:
         if audited.calls:
             report.engine_calls += audited.calls
             report.engine_steps.update(audited.steps.values())
-            report.engine_steps["unresolved"] += len(audited.unresolved)
+            if audited.unresolved:
+                report.engine_steps["unresolved"] += len(audited.unresolved)
         run.assessments.extend(audited.assessments)
         run.batches.append(audited.record)
         report.assessments.extend(audited.assessments)

@@ -30,26 +30,64 @@ reported with o200k token counts, and a system message seen before counts as cac
 (rounded down to 128-token blocks from 1024 tokens, like OpenAI's prompt cache).
 
 The ``fake_openai`` pytest fixture starts a server per test and stops it afterwards; test
-modules import it (``from fake_openai_server import fake_openai``).
+modules import it (``from fake_openai_server import fake_openai``). ``settings_for`` makes
+the settings of a pipeline on the server, ``run_closing`` runs an engine's coroutine and
+closes its client.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import openai
 import pytest
 
 from processors.tokens import count_tokens
 from prompts.loader import BATCH_OPEN, count_message_tokens, parse_batch
+from refusal_audit.config import PolicyBundlePaths, Settings
+
+_T = TypeVar("_T")
+_POLICIES = Path(__file__).resolve().parents[1] / "refusal_audit" / "example_policies"
+
+
+def settings_for(
+    server: FakeOpenAIServer, api_key: str = "sk-test-not-a-real-key", **overrides: Any
+) -> Settings:
+    """Settings of a pipeline on ``server``: the example bundle, ``api_key``, no SDK retries,
+    batches of at most 20 events, then ``overrides``."""
+    bundle = PolicyBundlePaths(
+        allowed_use=_POLICIES / "allowed_use_policy.md",
+        product_safety=_POLICIES / "product_safety_policy.md",
+        taxonomy=_POLICIES / "refusal_taxonomy.md",
+    )
+    return Settings(  # type: ignore[call-arg]
+        policy_bundles={"default": bundle},
+        openai_base_url=server.base_url,
+        openai_api_key=api_key,
+        **{"openai_max_retries": 0, "batch_max_events": 20, **overrides},
+    )
+
+
+def run_closing(coro: Coroutine[Any, Any, _T], engine: Any) -> _T:
+    """Run ``coro``, then close ``engine``'s client in the same event loop."""
+
+    async def go() -> _T:
+        try:
+            return await coro
+        finally:
+            await engine.client.close()
+
+    return asyncio.run(go())
 
 
 @dataclass(frozen=True)

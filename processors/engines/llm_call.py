@@ -536,9 +536,16 @@ class JsonCaller:
             server=self.server,
         )
 
-    async def call(self, messages: Sequence[dict[str, str]], log: CallLog, kind: str) -> ChatAnswer:
-        """One chat completion, recorded in ``log`` as ``kind``. Raises ``EngineError``."""
-        answer = await self.complete(messages, log)
+    async def call(
+        self,
+        messages: Sequence[dict[str, str]],
+        log: CallLog,
+        kind: str,
+        max_output_tokens: int | None = None,
+    ) -> ChatAnswer:
+        """One chat completion, recorded in ``log`` as ``kind`` (``max_output_tokens`` as for
+        :meth:`complete`). Raises ``EngineError``."""
+        answer = await self.complete(messages, log, max_output_tokens)
         log.calls.append((kind, answer))
         return answer
 
