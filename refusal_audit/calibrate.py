@@ -136,14 +136,16 @@ def build_variant_engine(cfg: Settings, name: str | None = None) -> VariantEngin
     if chosen == "openai":
         from processors.calibration.openai_variants import OpenAIVariantEngine
         from refusal_audit.engines import llm_server, openai_client
+        from refusal_audit.llm.discovery import concurrency
 
         model = cfg.calibrate_model or cfg.openai_model
+        info = llm_server(cfg, model)
         return OpenAIVariantEngine(
             openai_client(cfg),
             model,
             response_format=cfg.openai_response_format,
-            max_concurrency=cfg.openai_max_concurrency,
-            server=llm_server(cfg, model).kind,
+            max_concurrency=concurrency(cfg.openai_max_concurrency, info),
+            server=info.kind,
         )
     raise ConfigError(f"unknown variant engine {chosen!r} (available: local, openai)")
 

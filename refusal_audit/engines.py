@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING, Any
 from processors.engines.base import AuditEngine
 from processors.engines.local import LocalEngine
 from refusal_audit.config import ConfigError, Settings
-from refusal_audit.llm.discovery import ServerInfo, choose_context, describe, discover
+from refusal_audit.llm.discovery import (
+    ServerInfo,
+    choose_context,
+    concurrency,
+    describe,
+    discover,
+)
 
 if TYPE_CHECKING:
     import openai
@@ -67,8 +73,9 @@ def llm_server(settings: Settings, model: str | None = None) -> ServerInfo:
 
 
 def _openai_engine(settings: Settings) -> AuditEngine:
-    """The audit engine on the configured server: its kind and context discovered once here,
-    the context window chosen (setting, server, default) and logged with its source."""
+    """The audit engine on the configured server: its kind, context and slots discovered
+    once here, the context window chosen (setting, server, default) and logged with its
+    source, the calls in flight capped at the server's slots."""
     from processors.engines.openai_engine import OpenAIEngine
 
     client = openai_client(settings)
@@ -94,7 +101,7 @@ def _openai_engine(settings: Settings) -> AuditEngine:
         client,
         settings.openai_model,
         response_format=settings.openai_response_format,
-        max_concurrency=settings.openai_max_concurrency,
+        max_concurrency=concurrency(settings.openai_max_concurrency, info),
         max_output_tokens=max_output,
         context_window=window,
         context_source=source,

@@ -125,12 +125,14 @@ def test_llama_cpp_context_is_discovered_from_props(
     engine = built(settings(fake_openai))
     assert (engine.context_window, engine.server) == (16_384, "llama.cpp")
     assert engine.context_source == discovery.SOURCE_PROPS
+    assert engine.max_concurrency == 2  # at most the server's slots (4 configured)
     (props,) = fake_openai.gets  # asked once, at the root (without /v1)
     assert props.path == "/props"
     assert props.headers["authorization"] == f"Bearer {API_KEY}"
     assert fake_openai.requests == []  # no chat completion to find out
-    assert "llama.cpp; context window 16,384 tokens, discovered from llama.cpp /props" in (
-        caplog.text
+    assert (
+        "llama.cpp, 2 slot(s); context window 16,384 tokens, discovered from llama.cpp /props"
+        in caplog.text
     )
     assert API_KEY not in caplog.text
     asyncio.run(engine.client.close())
@@ -142,6 +144,7 @@ def test_vllm_context_is_the_configured_models_max_model_len(
     fake_openai.as_vllm("fake-model", 32_768)
     engine = built(settings(fake_openai))
     assert (engine.context_window, engine.server) == (32_768, "vllm")  # not the other model's
+    assert engine.max_concurrency == 4  # vLLM batches requests: no slot cap
     assert engine.context_source == discovery.SOURCE_MODELS
     assert [g.path for g in fake_openai.gets] == ["/props", "/v1/models"]
     assert all(g.headers["authorization"] == f"Bearer {API_KEY}" for g in fake_openai.gets)
@@ -412,6 +415,7 @@ def test_steps_reach_the_metrics_and_eval(fake_openai: FakeOpenAIServer, tmp_pat
     fake_openai.requests.clear()
     fake_openai.script(invalid_json())
     pipeline = build_pipeline(cfg, MemorySink())
+    assert pipeline.max_in_flight == 1  # the server's one slot, not openai_max_concurrency
 
     async def main() -> Any:
         try:
@@ -561,6 +565,7 @@ def test_json_caller_engines_use_the_servers_kind(fake_openai: FakeOpenAIServer)
     assert isinstance(question, OpenAIQuestionEngine) and isinstance(judge, OpenAIJudge)
     assert isinstance(variants, OpenAIVariantEngine)
     engines: list[llm_call.JsonCaller] = [question, judge, variants]
+    assert {e.max_concurrency for e in engines} == {1}  # the server's one slot
 
     async def each() -> None:
         for engine in engines:

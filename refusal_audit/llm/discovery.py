@@ -6,7 +6,8 @@ The LLM engines are pure (``processors/``); this module does the I/O when an eng
 1. ``GET <root>/props`` (root = the base URL without its trailing ``/v1``): llama.cpp's
    server answers with ``default_generation_settings.n_ctx``, the context of ONE slot (the
    server's ``--ctx-size`` divided by its ``--parallel`` slots), which is what one request
-   may use. Kind ``llama.cpp``.
+   may use, and ``total_slots``, how many requests it serves at once (more wait in its
+   queue, where the client's timeout keeps running). Kind ``llama.cpp``.
 2. Otherwise ``GET <base_url>/models``: vLLM lists each served model with its
    ``max_model_len``; the entry whose ``id`` is the configured model gives the context. Kind
    ``vllm`` (an entry ``owned_by: "vllm"`` or with ``max_model_len``); an entry ``owned_by:
@@ -54,12 +55,14 @@ SOURCE_DEFAULT = f"default ({DEFAULT_CONTEXT_WINDOW:,} tokens)"
 @dataclass(frozen=True)
 class ServerInfo:
     """What a server said: its ``kind``, the ``context`` size in tokens one request may use
-    (None when it did not say) and where that came from (``source``, one of the
-    ``SOURCE_*`` texts, empty without a context)."""
+    (None when it did not say), where that came from (``source``, one of the ``SOURCE_*``
+    texts, empty without a context) and how many requests it serves at once (``slots``,
+    llama.cpp's ``total_slots``; None when it did not say)."""
 
     kind: ServerKind = "unknown"
     context: int | None = None
     source: str = ""
+    slots: int | None = None
 
 
 def api_root(base_url: str) -> str:
@@ -104,7 +107,7 @@ def _from_props(data: Any) -> ServerInfo | None:
     n_ctx = _positive_int(settings.get("n_ctx")) if isinstance(settings, dict) else None
     if n_ctx is None:
         return None
-    return ServerInfo("llama.cpp", n_ctx, SOURCE_PROPS)
+    return ServerInfo("llama.cpp", n_ctx, SOURCE_PROPS, _positive_int(data.get("total_slots")))
 
 
 def _from_models(data: Any, model: str) -> ServerInfo:
@@ -157,8 +160,18 @@ def choose_context(configured: int | None, info: ServerInfo) -> tuple[int, str]:
     return DEFAULT_CONTEXT_WINDOW, SOURCE_DEFAULT
 
 
+def concurrency(configured: int, info: ServerInfo) -> int:
+    """The calls to keep in flight: ``configured`` (``openai_max_concurrency``), at most the
+    server's slots when it said (a request beyond them waits in llama.cpp's queue while its
+    client timeout runs: with one slot and a minute of prompt processing, the queued calls
+    time out before they start)."""
+    return min(configured, info.slots) if info.slots else configured
+
+
 def describe(base_url: str | None, info: ServerInfo, window: int, source: str) -> str:
-    """One log line: the server (without user info), its kind, the window and its source."""
+    """One log line: the server (without user info), its kind, the window and its source,
+    and its slots when it said."""
     where = _shown(base_url) if base_url else "api.openai.com"
     server = {"llama.cpp": "llama.cpp", "vllm": "vLLM", "unknown": "unknown kind"}[info.kind]
-    return f"LLM server {where}: {server}; context window {window:,} tokens, {source}"
+    slots = f", {info.slots} slot(s)" if info.slots else ""
+    return f"LLM server {where}: {server}{slots}; context window {window:,} tokens, {source}"
