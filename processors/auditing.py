@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import orjson
@@ -44,13 +44,16 @@ def batch_id_for(batch: AuditBatch, bundle: PolicyBundle, engine: AuditEngine) -
 
 @dataclass(frozen=True)
 class AuditedBatch:
-    """A validated batch: the recomputed result, its warehouse rows and the engine's raw text."""
+    """A validated batch: the recomputed result, its warehouse rows and the engine's raw text;
+    ``steps`` and ``calls`` as the engine reported them (``EngineOutput``)."""
 
     result: AuditResult
     record: BatchRecord
     assessments: list[StoredAssessment]
     raw_output: str | None
     unresolved: dict[str, str]
+    steps: dict[str, str] = field(default_factory=dict)
+    calls: int = 0
 
 
 async def audit_batch(
@@ -125,7 +128,15 @@ async def audit_batch(
         summary=result.audit_summary,
         usage=output.usage.model_copy(update={"latency_ms": latency_ms}),
     )
-    return AuditedBatch(result, record, assessments, output.raw_output, dict(output.unresolved))
+    return AuditedBatch(
+        result,
+        record,
+        assessments,
+        output.raw_output,
+        dict(output.unresolved),
+        dict(output.steps),
+        output.calls,
+    )
 
 
 def failed_batch_dead_letter(

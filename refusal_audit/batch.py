@@ -176,7 +176,8 @@ def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) ->
         budget = min([budget, *(context_cap(b, cfg.batch_max_events) for b in bundles.values())])
         if budget < 1:
             raise ConfigError("the policy bundle's prompt alone exceeds the model's context window")
-        in_flight = cfg.openai_max_concurrency  # the engine's calls in flight, across batches
+        # the engine's calls in flight, across batches (capped at a llama.cpp server's slots)
+        in_flight = getattr(engine, "max_concurrency", cfg.openai_max_concurrency)
     return AuditPipeline(
         bundles=bundles,
         engine=engine,

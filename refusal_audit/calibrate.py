@@ -135,13 +135,17 @@ def build_variant_engine(cfg: Settings, name: str | None = None) -> VariantEngin
         return LocalVariantEngine()
     if chosen == "openai":
         from processors.calibration.openai_variants import OpenAIVariantEngine
-        from refusal_audit.engines import openai_client
+        from refusal_audit.engines import llm_server, openai_client
+        from refusal_audit.llm.discovery import concurrency
 
+        model = cfg.calibrate_model or cfg.openai_model
+        info = llm_server(cfg, model)
         return OpenAIVariantEngine(
             openai_client(cfg),
-            cfg.calibrate_model or cfg.openai_model,
+            model,
             response_format=cfg.openai_response_format,
-            max_concurrency=cfg.openai_max_concurrency,
+            max_concurrency=concurrency(cfg.openai_max_concurrency, info),
+            server=info.kind,
         )
     raise ConfigError(f"unknown variant engine {chosen!r} (available: local, openai)")
 

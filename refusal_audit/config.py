@@ -190,16 +190,35 @@ class Settings(BaseSettings):
     openai_max_retries: int = Field(
         default=5, ge=0, description="SDK retries for 429/5xx/timeouts (backoff, Retry-After)."
     )
-    openai_response_format: Literal["json_schema", "json_object"] = Field(
-        default="json_schema",
-        description="Structured output mode; json_object for servers without json_schema.",
+    openai_response_format: Literal["auto", "json_schema", "json_object"] = Field(
+        default="auto",
+        description="Structured output mode: `auto` (json_schema; on llama.cpp the format "
+        "measured best there), `json_schema`, or `json_object` for servers without json_schema.",
     )
     openai_max_concurrency: int = Field(default=4, ge=1, description="Max in-flight LLM calls.")
-    openai_context_window: int = Field(
-        default=128_000, ge=1024, description="Model context window (tokens)."
+    openai_context_window: int | None = Field(
+        default=None,
+        ge=1024,
+        description="Model context window (tokens); unset: asked from the server when the "
+        "engine starts (llama.cpp /props, vLLM /v1/models), else 128000.",
     )
     openai_max_output_tokens: int = Field(
-        default=8192, ge=256, description="Max completion tokens per call."
+        default=8192,
+        ge=256,
+        description="Max completion tokens per call (each call asks for 512 + 256 per event, "
+        "at most this).",
+    )
+    openai_batch_max_calls: int | None = Field(
+        default=None,
+        ge=1,
+        description="LLM calls one audit batch may take (first call, retry, re-audit, splits); "
+        "unset: 2 x events + 2. Then its remaining events are dead-lettered budget_exhausted.",
+    )
+    openai_batch_deadline_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="Time one audit batch may take over all its LLM calls; then its "
+        "remaining events are dead-lettered budget_exhausted.",
     )
     price_table: dict[str, ModelPrice] = Field(
         default_factory=dict,

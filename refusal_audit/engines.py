@@ -8,6 +8,13 @@ from typing import TYPE_CHECKING, Any
 from processors.engines.base import AuditEngine
 from processors.engines.local import LocalEngine
 from refusal_audit.config import ConfigError, Settings
+from refusal_audit.llm.discovery import (
+    ServerInfo,
+    choose_context,
+    concurrency,
+    describe,
+    discover,
+)
 
 if TYPE_CHECKING:
     import openai
@@ -58,17 +65,49 @@ def openai_client(settings: Settings) -> openai.AsyncOpenAI:
     )
 
 
+def llm_server(settings: Settings, model: str | None = None) -> ServerInfo:
+    """Ask the configured server what it is (``refusal_audit.llm.discovery.discover``: its
+    kind and context size for ``model``, default ``openai_model``). Never raises for what
+    the server does; raises ``ConfigError`` when the key file cannot be read."""
+    return discover(settings.openai_base_url, settings.openai_key(), model or settings.openai_model)
+
+
 def _openai_engine(settings: Settings) -> AuditEngine:
+    """The audit engine on the configured server: its kind, context and slots discovered
+    once here, the context window chosen (setting, server, default) and logged with its
+    source, the calls in flight capped at the server's slots."""
     from processors.engines.openai_engine import OpenAIEngine
 
     client = openai_client(settings)
+    info = llm_server(settings)
+    window, source = choose_context(settings.openai_context_window, info)
+    log.info("%s", describe(settings.openai_base_url, info, window, source))
+    max_output = settings.openai_max_output_tokens
+    if window <= max_output:
+        if settings.openai_context_window is not None:
+            raise ConfigError(
+                f"openai_context_window ({window}) must be larger than "
+                f"openai_max_output_tokens ({max_output})"
+            )
+        max_output = window // 2  # a small discovered context: half of it for the answer
+        log.warning(
+            "the server's context (%d tokens) is not larger than openai_max_output_tokens "
+            "(%d): answers are capped at %d tokens",
+            window,
+            settings.openai_max_output_tokens,
+            max_output,
+        )
     return OpenAIEngine(
         client,
         settings.openai_model,
         response_format=settings.openai_response_format,
-        max_concurrency=settings.openai_max_concurrency,
-        max_output_tokens=settings.openai_max_output_tokens,
-        context_window=settings.openai_context_window,
+        max_concurrency=concurrency(settings.openai_max_concurrency, info),
+        max_output_tokens=max_output,
+        context_window=window,
+        context_source=source,
+        server=info.kind,
+        max_calls=settings.openai_batch_max_calls,
+        deadline_seconds=settings.openai_batch_deadline_seconds,
     )
 
 

@@ -89,8 +89,10 @@ def run_eval(
 
     The figures are ``processors.evaluation.evaluate``'s, plus ``engine``, the run's counts
     (``records`` read, ``rejected`` records, ``duplicates``, ``failed_batches``,
-    ``failed_events``) and ``failures`` (source, location, reason_code and reason of every
-    record or batch that failed, as ``audit`` lists them). Categories are compared at the
+    ``failed_events``), ``failures`` (source, location, reason_code and reason of every
+    record or batch that failed, as ``audit`` lists them), ``engine_calls`` (model calls)
+    and ``engine_steps`` (events per step that resolved them, ``RunReport.engine_steps``;
+    both 0/empty with the local engine). Categories are compared at the
     taxonomy's top level. Raises ``ConfigError`` for bad configuration or input options.
     """
     sink = MemorySink()
@@ -118,10 +120,16 @@ def run_eval(
         "version": pipeline.engine.version,
         "prompt_version": pipeline.engine.prompt_version,
     }
+    for attribute in ("server", "context_window", "context_source", "response_format"):
+        value = getattr(pipeline.engine, attribute, None)  # an LLM engine's server settings
+        if value is not None:
+            figures["engine"][attribute] = value
     figures["records"] = report.records
     figures["rejected"] = report.rejected
     figures["duplicates"] = report.duplicates
     figures["failed_batches"] = report.failed_batches
     figures["failed_events"] = report.failed_events
     figures["failures"] = [asdict(f) for f in report.failures]
+    figures["engine_calls"] = report.engine_calls
+    figures["engine_steps"] = dict(sorted(report.engine_steps.items()))
     return figures

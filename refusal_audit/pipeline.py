@@ -108,6 +108,11 @@ class RunReport:
     of the same input); the caller that holds the warehouse fills ``stored_assessments``
     (their current assessments) and ``stored_gap_flags`` (their batches' gap flags), so the
     run's summary and result list them like the ones audited now (``refusal_audit.batch``).
+
+    ``engine_steps`` counts the audited events by the step of an LLM engine's recovery
+    ladder that resolved them (``first``, ``split``, ``retry``, ``reaudit``; ``unresolved``
+    for the events it could not audit) and ``engine_calls`` the model calls made (both stay
+    empty with the local engine; batches that failed as a whole are not in them).
     """
 
     records: int = 0
@@ -130,6 +135,8 @@ class RunReport:
     already_audited: list[tuple[str, str]] = field(default_factory=list, repr=False)
     stored_assessments: list[StoredAssessment] = field(default_factory=list, repr=False)
     stored_gap_flags: list[PolicyGapFlag] = field(default_factory=list, repr=False)
+    engine_steps: Counter[str] = field(default_factory=Counter, repr=False)
+    engine_calls: int = 0
 
     def all_assessments(self) -> list[StoredAssessment]:
         """The assessments of the run's refusals: audited now, then those already stored."""
@@ -492,6 +499,11 @@ class AuditPipeline:
             report.failures.append(
                 Failure(letter.source, letter.location, letter.reason_code, letter.reason)
             )
+        if audited.calls:
+            report.engine_calls += audited.calls
+            report.engine_steps.update(audited.steps.values())
+            if audited.unresolved:
+                report.engine_steps["unresolved"] += len(audited.unresolved)
         run.assessments.extend(audited.assessments)
         run.batches.append(audited.record)
         report.assessments.extend(audited.assessments)

@@ -233,6 +233,22 @@ def eval_counts(figures: dict[str, Any]) -> str:
     return line
 
 
+def engine_steps_line(figures: dict[str, Any]) -> str | None:
+    """One line: the LLM engine's calls and the events per step that resolved them (e.g.
+    ``LLM calls: 5; events by the step that resolved them: first 10, retry 2, unresolved
+    1``), or None when the engine made no call (the local engine)."""
+    calls = figures.get("engine_calls", 0)
+    if not calls:
+        return None
+    steps = figures.get("engine_steps", {})
+    order = ["first", "split", "retry", "reaudit", "unresolved"]
+    listed = [f"{s} {steps[s]}" for s in order if steps.get(s)]
+    listed += [f"{s} {n}" for s, n in sorted(steps.items()) if s not in order and n]
+    return f"LLM calls: {calls}; events by the step that resolved them: " + (
+        ", ".join(listed) or "none"
+    )
+
+
 def print_eval(figures: dict[str, Any], console: Console) -> None:
     """Print ``refusal_audit.evaluate.run_eval`` figures (rates with Wilson 95% intervals).
 
@@ -242,7 +258,16 @@ def print_eval(figures: dict[str, Any], console: Console) -> None:
     """
     engine = figures["engine"]
     console.print(f"engine {engine['name']} / {engine['model']} / {engine['version']}")
+    if "context_window" in engine:
+        console.print(
+            f"server {engine.get('server', 'unknown')}, context window "
+            f"{engine['context_window']:,} tokens ({engine.get('context_source', '')}), "
+            f"response_format {engine.get('response_format', '')}"
+        )
     console.print(eval_counts(figures))
+    steps = engine_steps_line(figures)
+    if steps:
+        console.print(steps)
     table = Table(title="Agreement with the labels")
     for column in ("measure", "precision", "recall", "F1", "balanced accuracy", "other"):
         table.add_column(column)

@@ -40,6 +40,18 @@ class WorkerMetrics:
         self.engine_latency = Histogram(
             "refusal_audit_engine_latency_seconds", "Engine call latency per batch.", registry=r
         )
+        self.engine_events = Counter(
+            "refusal_audit_engine_events_total",
+            "Events of an LLM engine's batches by the step that resolved them (first, split, "
+            "retry, reaudit) or unresolved.",
+            ["step"],
+            registry=r,
+        )
+        self.engine_calls = Counter(
+            "refusal_audit_engine_calls_total",
+            "Model calls of an LLM engine (first calls, retries, re-audits, splits).",
+            registry=r,
+        )
         self.window_seconds = Histogram(
             "refusal_audit_window_seconds",
             "Time to process one consumed window (audit, store, confirm outputs).",

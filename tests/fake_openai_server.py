@@ -14,33 +14,80 @@ below cover the cases the engine must handle:
   (``finish_reason: "length"`` with a cut-off answer);
 - ``status(code, retry_after=...)``: an HTTP error (429, 500, ...) with an OpenAI error body;
 - ``slow(seconds, then)``: wait, then behave like ``then`` (client timeouts);
-- ``echo_authorization()``: HTTP 401 whose body repeats the Authorization header.
+- ``echo_authorization()``: HTTP 401 whose body repeats the Authorization header;
+- ``context_limit(n_ctx, style=..., ratio=...)``: a server whose context holds ``n_ctx``
+  tokens and whose tokenizer counts ``ratio`` tokens per o200k token: a request over it gets
+  that server's real context-length HTTP 400 (``llama.cpp``, ``openai``, ``vllm``,
+  ``vllm-new`` messages), any other the ``then`` behaviour.
 
-Every request is recorded (``server.requests``: path, headers, JSON body, arrival time);
+``GET /props`` answers ``server.props`` and ``GET /v1/models`` ``server.models`` (JSON, when
+set; 404 otherwise), so the server can pass for llama.cpp (``server.as_llama_cpp(n_ctx)``)
+or vLLM (``server.as_vllm(model, max_model_len)``); GETs are recorded in ``server.gets``.
+
+Every POST is recorded (``server.requests``: path, headers, JSON body, arrival time);
 ``server.max_in_flight`` is the largest number of requests handled at once. Usage is
 reported with o200k token counts, and a system message seen before counts as cached
 (rounded down to 128-token blocks from 1024 tokens, like OpenAI's prompt cache).
 
 The ``fake_openai`` pytest fixture starts a server per test and stops it afterwards; test
-modules import it (``from fake_openai_server import fake_openai``).
+modules import it (``from fake_openai_server import fake_openai``). ``settings_for`` makes
+the settings of a pipeline on the server, ``run_closing`` runs an engine's coroutine and
+closes its client.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import openai
 import pytest
 
 from processors.tokens import count_tokens
 from prompts.loader import BATCH_OPEN, count_message_tokens, parse_batch
+from refusal_audit.config import PolicyBundlePaths, Settings
+
+_T = TypeVar("_T")
+_POLICIES = Path(__file__).resolve().parents[1] / "refusal_audit" / "example_policies"
+
+
+def settings_for(
+    server: FakeOpenAIServer, api_key: str = "sk-test-not-a-real-key", **overrides: Any
+) -> Settings:
+    """Settings of a pipeline on ``server``: the example bundle, ``api_key``, no SDK retries,
+    batches of at most 20 events, then ``overrides``."""
+    bundle = PolicyBundlePaths(
+        allowed_use=_POLICIES / "allowed_use_policy.md",
+        product_safety=_POLICIES / "product_safety_policy.md",
+        taxonomy=_POLICIES / "refusal_taxonomy.md",
+    )
+    return Settings(  # type: ignore[call-arg]
+        policy_bundles={"default": bundle},
+        openai_base_url=server.base_url,
+        openai_api_key=api_key,
+        **{"openai_max_retries": 0, "batch_max_events": 20, **overrides},
+    )
+
+
+def run_closing(coro: Coroutine[Any, Any, _T], engine: Any) -> _T:
+    """Run ``coro``, then close ``engine``'s client in the same event loop."""
+
+    async def go() -> _T:
+        try:
+            return await coro
+        finally:
+            await engine.client.close()
+
+    return asyncio.run(go())
 
 
 @dataclass(frozen=True)
@@ -243,11 +290,72 @@ def echo_authorization() -> Behaviour:
     return behave
 
 
+def context_limit(
+    n_ctx: int, style: str = "llama.cpp", ratio: float = 1.0, then: Behaviour | None = None
+) -> Behaviour:
+    """A context of ``n_ctx`` tokens counted by a tokenizer giving ``ratio`` tokens per
+    o200k token: llama.cpp refuses a prompt of ``n_ctx`` tokens or more, OpenAI and vLLM a
+    prompt plus the requested completion over ``n_ctx``, each with its own 400 body (the
+    messages as the servers word them); a request that fits gets ``then`` (``valid()``)."""
+    after = then if then is not None else valid()
+
+    def behave(request: RecordedRequest, server: FakeOpenAIServer) -> Reply:
+        prompt = math.ceil(count_message_tokens(request.messages) * ratio)
+        body = request.body
+        completion = int(body.get("max_completion_tokens") or body.get("max_tokens") or 0)
+        if style == "llama.cpp":
+            if prompt < n_ctx:
+                return after(request, server)
+            error: dict[str, Any] = {
+                "code": 400,
+                "message": f"request ({prompt} tokens) exceeds the available context size "
+                f"({n_ctx} tokens), try increasing it",
+                "type": "exceed_context_size_error",
+                "n_prompt_tokens": prompt,
+                "n_ctx": n_ctx,
+            }
+            return Reply(400, {"error": error})
+        if prompt + completion <= n_ctx:
+            return after(request, server)
+        head = f"This model's maximum context length is {n_ctx} tokens. "
+        if style == "openai":
+            error = {
+                "message": head + f"However, your messages resulted in {prompt} tokens. "
+                "Please reduce the length of the messages.",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+            return Reply(400, {"error": error})
+        if style == "vllm":  # vLLM up to 0.10: no "error" wrapper
+            message = (
+                head + f"However, you requested {prompt + completion} tokens ({prompt} in the "
+                f"messages, {completion} in the completion). Please reduce the length of the "
+                "messages or completion."
+            )
+            return Reply(
+                400,
+                {"object": "error", "message": message, "type": "BadRequestError", "code": 400},
+            )
+        message = (
+            head + f"However, you requested {completion} output tokens and your prompt "
+            f"contains at least {prompt} input tokens, for a total of at least "
+            f"{prompt + completion} tokens. Please reduce the length of the input prompt or "
+            "the number of requested output tokens."
+        )
+        return Reply(400, {"error": {"message": message, "type": "BadRequestError", "code": 400}})
+
+    return behave
+
+
 class FakeOpenAIServer:
     """The fake server (module docstring). ``start``/``stop``; ``base_url`` ends in ``/v1``."""
 
     def __init__(self) -> None:
         self.requests: list[RecordedRequest] = []
+        self.gets: list[RecordedRequest] = []
+        self.props: dict[str, Any] | None = None
+        self.models: dict[str, Any] | None = None
         self.fallback: Behaviour = valid()
         self.max_in_flight = 0
         self._in_flight = 0
@@ -277,6 +385,42 @@ class FakeOpenAIServer:
             self._systems_seen.add(system)
         tokens = count_tokens(system)
         return (tokens // 128) * 128 if seen and tokens >= 1024 else 0
+
+    def as_llama_cpp(self, n_ctx: int, slots: int = 1) -> None:
+        """Answer ``/props`` and ``/v1/models`` like llama.cpp's server with ``n_ctx`` tokens
+        per slot."""
+        self.props = {
+            "default_generation_settings": {"n_ctx": n_ctx, "params": {"n_predict": -1}},
+            "total_slots": slots,
+            "model_path": "/models/fake.gguf",
+        }
+        self.models = {
+            "object": "list",
+            "data": [
+                {
+                    "id": "fake.gguf",
+                    "object": "model",
+                    "owned_by": "llamacpp",
+                    "meta": {"n_ctx_train": 8192},
+                }
+            ],
+        }
+
+    def as_vllm(self, model: str, max_model_len: int) -> None:
+        """Answer ``/v1/models`` like vLLM serving ``model`` (and another one); no /props."""
+        self.props = None
+        self.models = {
+            "object": "list",
+            "data": [
+                {"id": "other-model", "object": "model", "owned_by": "vllm", "max_model_len": 4096},
+                {
+                    "id": model,
+                    "object": "model",
+                    "owned_by": "vllm",
+                    "max_model_len": max_model_len,
+                },
+            ],
+        }
 
     # -- lifecycle -----------------------------------------------------------------------------
     @property
@@ -327,6 +471,14 @@ class FakeOpenAIServer:
             return Reply(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
         return behaviour(request, self)
 
+    def _handle_get(self, path: str, headers: dict[str, str]) -> Reply:
+        with self._lock:
+            self.gets.append(RecordedRequest(path, headers, {}, time.monotonic()))
+        served = {"/props": self.props, "/v1/models": self.models}.get(path)
+        if served is None:
+            return Reply(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
+        return Reply(body=served)
+
     def _enter(self) -> None:
         with self._lock:
             self._in_flight += 1
@@ -341,13 +493,22 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
+        def do_GET(self) -> None:
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            self._reply(server._handle_get(self.path, headers))
+
         def do_POST(self) -> None:
             server._enter()
             try:
                 size = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(size)
                 headers = {k.lower(): v for k, v in self.headers.items()}
-                reply = server._handle(self.path, headers, raw)
+                self._reply(server._handle(self.path, headers, raw))
+            finally:
+                server._leave()
+
+        def _reply(self, reply: Reply) -> None:
+            try:
                 if reply.delay and server._stopping.wait(reply.delay):
                     return
                 data = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
@@ -360,8 +521,6 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(data)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (timeout)
-            finally:
-                server._leave()
 
         def log_message(self, format: str, *args: Any) -> None:
             pass  # keep test output clean

@@ -11,7 +11,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -51,16 +51,7 @@ API_KEY = "sk-test-NEVER-LOG-THIS-0123456789"
 _T = TypeVar("_T")
 
 
-def run(coro: Coroutine[Any, Any, _T], engine: OpenAIEngine) -> _T:
-    """Run ``coro``, then close ``engine``'s client in the same event loop."""
-
-    async def go() -> _T:
-        try:
-            return await coro
-        finally:
-            await engine.client.close()
-
-    return asyncio.run(go())
+run = fake_openai_server.run_closing  # run a coroutine, then close the engine's client
 
 
 def audit(

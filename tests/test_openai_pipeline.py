@@ -11,7 +11,7 @@ import pytest
 from fake_openai_server import FakeOpenAIServer, answer_for, mutated
 
 from refusal_audit.batch import BatchOptions, run_batch
-from refusal_audit.config import PolicyBundlePaths, Settings
+from refusal_audit.config import Settings
 from warehouse import Warehouse
 
 fake_openai = fake_openai_server.fake_openai  # the fixture: a fake server per test
@@ -21,18 +21,7 @@ EXAMPLE_LOG = REPO / "examples" / "refusal_log.jsonl"
 
 
 def settings(server: FakeOpenAIServer, **overrides: Any) -> Settings:
-    base = REPO / "refusal_audit" / "example_policies"
-    bundle = PolicyBundlePaths(
-        allowed_use=base / "allowed_use_policy.md",
-        product_safety=base / "product_safety_policy.md",
-        taxonomy=base / "refusal_taxonomy.md",
-    )
-    return Settings(  # type: ignore[call-arg]
-        policy_bundles={"default": bundle},
-        openai_base_url=server.base_url,
-        openai_api_key="sk-test-not-a-real-key",
-        **{"openai_max_retries": 0, "batch_max_events": 20, **overrides},
-    )
+    return fake_openai_server.settings_for(server, **overrides)
 
 
 def audit(cfg: Settings, sink: Warehouse) -> Any:

@@ -112,6 +112,15 @@ RETRY_CONSTRAINT = (
 
 log = logging.getLogger(__name__)
 
+VARIANT_OUTPUT_TOKENS_PER_STYLE = 640
+"""Output tokens per style of the spectrum: a variant at its bounds (a 2,000-character
+response_text and a 600-character ux_impact_note of English prose) is 602 o200k tokens as
+indented JSON."""
+
+VARIANT_OUTPUT_TOKENS_FIXED = 320
+"""Output tokens besides the variants: request_summary and policy_applied at their 600
+characters each are 288 o200k tokens as indented JSON."""
+
 NO_REQUEST = "(not available: only the log id of the refused request is known)"
 
 
@@ -135,7 +144,8 @@ class OpenAIVariantEngine(PromptedCaller):
     ``processors.calibration.base.VariantEngine``.
 
     Arguments as for ``processors.clarification.llm.PromptedCaller`` (the audit engine's
-    call settings; ``max_output_tokens`` default 2048); ``prompt`` defaults to
+    call settings; ``max_output_tokens`` default 8192, the cap of each call's allowance
+    :meth:`output_tokens_for`, sized to the spectrum's styles); ``prompt`` defaults to
     ``prompts.calibrate.load_calibrate_template()``; ``auditor`` (default a new
     ``LocalEngine``) judges offered alternatives in the regression check. Raises
     ``ValueError`` for out-of-range settings.
@@ -145,10 +155,21 @@ class OpenAIVariantEngine(PromptedCaller):
     version = ENGINE_VERSION
     output_schema_name = VARIANTS_SCHEMA_NAME
     output_schema = VARIANTS_JSON_SCHEMA
-    default_max_output_tokens = 2048
+    default_max_output_tokens = 8192
+    """The cap of :meth:`output_tokens_for` (a spectrum of 12 styles, the most allowed,
+    needs 7,999)."""
     load_prompt = staticmethod(load_calibrate_template)
 
     auditor: LocalEngine | None = None
+
+    def output_tokens_for(self, n_styles: int) -> int:
+        """The output cap of a call for a spectrum of ``n_styles`` styles:
+        ``VARIANT_OUTPUT_TOKENS_FIXED + VARIANT_OUTPUT_TOKENS_PER_STYLE * n_styles``, at most
+        ``max_output_tokens`` (6 styles, the default spectrum: 4,160)."""
+        return min(
+            self.max_output_tokens,
+            VARIANT_OUTPUT_TOKENS_FIXED + VARIANT_OUTPUT_TOKENS_PER_STYLE * n_styles,
+        )
 
     def values(self, context: CalibrationContext) -> dict[str, str]:
         """The four placeholder values for ``context`` (module docstring, step 1)."""
@@ -167,12 +188,14 @@ class OpenAIVariantEngine(PromptedCaller):
         started = time.perf_counter()
         run = CallLog()
         messages = self.prompt.messages(self.values(context))
-        answer = await self.call(messages, run, "variants")
+        allowance = self.output_tokens_for(len(context.spectrum.styles))
+        answer = await self.call(messages, run, "variants", allowance)
         checked = self._check(answer, context)
         last_valid = checked.output
         if checked.failure is not None:
             turn = f"{PREVIOUS_ERROR}\n{problems_message(checked.problems, RETRY_CONSTRAINT)}"
-            answer = await self.call(retry_conversation(messages, answer, turn), run, "retry")
+            conversation = retry_conversation(messages, answer, turn)
+            answer = await self.call(conversation, run, "retry", allowance)
             checked = self._check(answer, context)
             last_valid = checked.output or last_valid
         if checked.failure is None:
@@ -199,9 +222,8 @@ class OpenAIVariantEngine(PromptedCaller):
         )
 
     def _check(self, answer: ChatAnswer, context: CalibrationContext) -> _Checked:
-        data, code, message = decode_json_object(
-            answer, self.max_output_tokens, "writing refusal variants"
-        )
+        allowance = self.output_tokens_for(len(context.spectrum.styles))
+        data, code, message = decode_json_object(answer, allowance, "writing refusal variants")
         if data is None:
             failure = "model_refusal" if code == "model_refusal" else "invalid_output"
             return _Checked(failure=failure, problems=[f"{code}: {message}"])

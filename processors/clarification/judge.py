@@ -158,6 +158,8 @@ class OpenAIJudge(PromptedCaller):
     output_schema_name = JUDGE_SCHEMA_NAME
     output_schema = JUDGE_JSON_SCHEMA
     default_max_output_tokens = 512
+    """The largest valid answer (a reject with all 9 reason codes and an 800-character
+    explanation) is 257 o200k tokens as indented JSON; 512 is twice that."""
     load_prompt = staticmethod(load_judge_template)
 
     def messages(self, questions: QuestionSet, request: str, refusal: str) -> list[dict[str, str]]:

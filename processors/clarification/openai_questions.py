@@ -108,7 +108,7 @@ class OpenAIQuestionEngine(PromptedCaller):
     ``processors.clarification.base.QuestionEngine``.
 
     Arguments as for ``processors.clarification.llm.PromptedCaller`` (the audit engine's
-    call settings; ``max_output_tokens`` default 1024); ``prompt`` defaults to
+    call settings; ``max_output_tokens`` default 1280); ``prompt`` defaults to
     ``prompts.clarify.load_clarify_template()``. Raises ``ValueError`` for out-of-range
     settings.
     """
@@ -117,7 +117,10 @@ class OpenAIQuestionEngine(PromptedCaller):
     version = ENGINE_VERSION
     output_schema_name = QUESTIONS_SCHEMA_NAME
     output_schema = QUESTIONS_JSON_SCHEMA
-    default_max_output_tokens = 1024
+    default_max_output_tokens = 1280
+    """The largest valid answer (4 questions, every text at its maximum length: 300 + 400 +
+    400 characters of English prose) is 1,105 o200k tokens as indented JSON; 1,280 holds it
+    with ~15% to spare (1,024 cut it off)."""
     load_prompt = staticmethod(load_clarify_template)
 
     _indexes: OrderedDict[str, ClauseIndex] | None = None

@@ -21,6 +21,9 @@ class EngineOutput:
     ``unresolved`` maps log_id to the reason (``"<code>: <detail>"``) for events of the batch
     the engine could not audit; ``result`` then holds assessments for the other events only,
     and the caller dead-letters the unresolved ones (empty for the local engine).
+    ``steps`` maps each assessed log_id to the step of an LLM engine's recovery ladder that
+    resolved it (``first``, ``split``, ``retry``, ``reaudit``; empty for the local engine)
+    and ``calls`` counts the model calls the batch took (0 for the local engine).
     """
 
     result: AuditResult
@@ -28,6 +31,8 @@ class EngineOutput:
     false_positive_scores: dict[str, float] = field(default_factory=dict)
     raw_output: str | None = None
     unresolved: dict[str, str] = field(default_factory=dict)
+    steps: dict[str, str] = field(default_factory=dict)
+    calls: int = 0
 
 
 class EngineError(RuntimeError):

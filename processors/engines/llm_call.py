@@ -19,11 +19,20 @@ keep the API key out of errors and stored raw output the same way.
 - :class:`JsonCaller`: the settings and the checked call (one retry) of an engine that asks
   for one JSON object per task (the question engine and the judge); :class:`CallLog` keeps
   its calls and usage, :meth:`CallLog.raw` the raw answers as stored.
+
+What a real server needs (issue 24): the caller tells the engine the server's kind
+(:data:`ServerKind`, found by ``refusal_audit.llm.discovery``). On llama.cpp every call
+sends ``cache_prompt: true`` (reuse the slot's KV cache for the shared prefix; never sent to
+other servers: OpenAI rejects unknown fields), and ``response_format="auto"`` resolves per
+kind (:func:`resolve_response_format`). A context-length HTTP 400 (llama.cpp, OpenAI,
+vLLM; :func:`parse_context_overflow`) raises :class:`PromptTooLong`, an ``EngineError``
+carrying the server's numbers, so the audit engine can split the batch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -39,8 +48,33 @@ from processors.engines.base import EngineError
 from schemas.audit import EngineUsage
 
 OutputTokenParam = Literal["max_completion_tokens", "max_tokens"]
-ResponseFormatKind = Literal["json_schema", "json_object"]
+WireFormat = Literal["json_schema", "json_object"]
+"""A ``response_format`` type sent to the server."""
+ResponseFormatKind = Literal["auto", "json_schema", "json_object"]
+"""The ``response_format`` setting: a :data:`WireFormat`, or ``auto`` (per server kind)."""
+ServerKind = Literal["llama.cpp", "vllm", "unknown"]
+"""What serves the OpenAI-compatible API (``unknown``: OpenAI, Azure, Ollama, ... or a
+server that did not say)."""
 _T = TypeVar("_T")
+
+LLAMA_CPP_RESPONSE_FORMAT: WireFormat = "json_schema"
+"""What ``response_format="auto"`` sends to llama.cpp's server. llama.cpp turns a JSON
+Schema into a grammar, so even a small model answers schema-valid JSON; json_schema is also
+what every other server gets. Measured by benchmarks/constrained_decoding.py (share of first
+answers that validate, json_schema vs json_object, per LLM path, on SmolLM2-135M): flip this
+one constant if that measurement says json_object does better on llama.cpp."""
+
+
+def resolve_response_format(setting: str, server: ServerKind = "unknown") -> WireFormat:
+    """The wire ``response_format`` for a setting: ``json_schema``/``json_object`` as given;
+    ``auto``: :data:`LLAMA_CPP_RESPONSE_FORMAT` on llama.cpp, ``json_schema`` on every other
+    server. Raises ``ValueError`` for another value."""
+    if setting == "auto":
+        return LLAMA_CPP_RESPONSE_FORMAT if server == "llama.cpp" else "json_schema"
+    if setting in ("json_schema", "json_object"):
+        return cast(WireFormat, setting)
+    raise ValueError(f"response_format {setting!r} not auto|json_schema|json_object")
+
 
 MAX_REASON_CHARS = 1000
 """Reasons and error details are cut to this many characters."""
@@ -90,12 +124,12 @@ def check_call_settings(
     model: str, response_format: str, output_token_param: str, max_output_tokens: int
 ) -> None:
     """Raise ``ValueError`` for an empty ``model``, a ``response_format`` other than
-    ``json_schema``/``json_object``, an unknown ``output_token_param`` or
+    ``auto``/``json_schema``/``json_object``, an unknown ``output_token_param`` or
     ``max_output_tokens`` < 1 (the settings every LLM engine takes)."""
     if not model:
         raise ValueError("model must not be empty")
-    if response_format not in ("json_schema", "json_object"):
-        raise ValueError(f"response_format {response_format!r} not json_schema|json_object")
+    if response_format not in ("auto", "json_schema", "json_object"):
+        raise ValueError(f"response_format {response_format!r} not auto|json_schema|json_object")
     if output_token_param not in ("max_completion_tokens", "max_tokens"):
         raise ValueError(f"output_token_param {output_token_param!r} is not supported")
     if max_output_tokens < 1:
@@ -203,6 +237,103 @@ def decode_json_object(
     return data, "", ""
 
 
+@dataclass(frozen=True)
+class ContextOverflow:
+    """What a server said when a request did not fit its context: the prompt tokens it
+    counted (``prompt_tokens``), its context size (``context``) and the completion tokens
+    asked for (``completion``), each None when the message does not state it; ``message``
+    is the server's message (cut, API key removed)."""
+
+    prompt_tokens: int | None
+    context: int | None
+    completion: int | None
+    message: str
+
+    def describe(self) -> str:
+        """The numbers in one phrase, e.g. ``the server counted 8966 prompt tokens for a
+        context of 8192``; the message when it states none."""
+        if self.prompt_tokens is not None and self.context is not None:
+            asked = f" and {self.completion} completion tokens" if self.completion else ""
+            return (
+                f"the server counted {self.prompt_tokens} prompt tokens{asked} for a context "
+                f"of {self.context}"
+            )
+        return f"the server said: {cut(self.message, 300)}"
+
+
+class PromptTooLong(EngineError):
+    """A context-length HTTP 400: the request does not fit the server's context
+    (``overflow`` holds the server's numbers)."""
+
+    def __init__(self, message: str, overflow: ContextOverflow) -> None:
+        super().__init__(message)
+        self.overflow = overflow
+
+
+_OVERFLOW_MARKERS = (
+    "context_length_exceeded",  # OpenAI's error code
+    "exceed_context_size_error",  # llama.cpp's error type
+    "exceeds the available context size",  # llama.cpp
+    "maximum context length",  # OpenAI, vLLM
+    "maximum model length",  # vLLM's engine check ("the decoder prompt ... is longer than")
+)
+# the servers' messages (issue 24): llama.cpp "request (8966 tokens) exceeds the available
+# context size (8192 tokens), try increasing it" (+ n_prompt_tokens, n_ctx in the error);
+# OpenAI "This model's maximum context length is 128000 tokens. However, your messages
+# resulted in 130000 tokens. ..."; vLLM "This model's maximum context length is 4096 tokens.
+# However, you requested 5000 tokens (4000 in the messages, 1000 in the completion). ...",
+# newer: "... However, you requested 1000 output tokens and your prompt contains at least
+# 4000 input tokens, for a total of ...", "... and your request has 4000 input tokens
+# (1000 > 4096 - 4000)" or "The decoder prompt (length 5000) is longer than the maximum
+# model length of 4096."
+_PROMPT_PATTERNS = (
+    r"request \((\d+) tokens\) exceeds",
+    r"messages resulted in (\d+) tokens",
+    r"\((\d+) in the messages",
+    r"prompt contains (?:at least )?(\d+) input tokens",
+    r"request has (\d+) input tokens",
+    r"decoder prompt \(length (\d+)\)",
+)
+_CONTEXT_PATTERNS = (
+    r"available context size \((\d+) tokens\)",
+    r"maximum context length is (\d+)",
+    r"maximum model length of (\d+)",
+)
+_COMPLETION_PATTERNS = (
+    r"(\d+) in the completion",
+    r"requested (\d+) output tokens",
+    r"is too large: (\d+)",
+)
+
+
+def _first_int(patterns: Sequence[str], text: str) -> int | None:
+    for pattern in patterns:
+        match = re.search(pattern, text)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def parse_context_overflow(exc: openai.APIStatusError) -> ContextOverflow | None:
+    """The :class:`ContextOverflow` of an HTTP 400 that says the request does not fit the
+    model's context (llama.cpp, OpenAI, vLLM messages; see the patterns above), else None
+    (any other error)."""
+    if exc.status_code != 400:
+        return None
+    body: dict[str, Any] = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error")
+    inner: dict[str, Any] = error if isinstance(error, dict) else body
+    text = " ".join(
+        str(v) for v in (exc.message, inner.get("message"), inner.get("code"), inner.get("type"))
+    )
+    if not any(marker in text for marker in _OVERFLOW_MARKERS):
+        return None
+    prompt = count_value(inner.get("n_prompt_tokens")) or _first_int(_PROMPT_PATTERNS, text)
+    context = count_value(inner.get("n_ctx")) or _first_int(_CONTEXT_PATTERNS, text)
+    message = str(inner.get("message") or exc.message)
+    return ContextOverflow(prompt, context, _first_int(_COMPLETION_PATTERNS, text), message)
+
+
 async def chat_completion(
     client: openai.AsyncOpenAI,
     model: str,
@@ -214,13 +345,18 @@ async def chat_completion(
     temperature: float | None,
     limiter: LoopLimiter,
     tally: TokenTally,
+    server: ServerKind = "unknown",
 ) -> ChatAnswer:
     """One chat completion; its usage is added to ``tally`` (a server's malformed usage is
-    ignored). Raises ``EngineError`` (API key removed from the message) when the call fails
-    after the SDK's own retries, or the server returns no choice."""
+    ignored). On llama.cpp (``server``) it asks for the prompt cache (``cache_prompt``).
+    Raises :class:`PromptTooLong` for a context-length HTTP 400, ``EngineError`` (API key
+    removed from the message) when the call fails otherwise after the SDK's own retries, or
+    the server returns no choice."""
     params: dict[str, Any] = {output_token_param: max_output_tokens}
     if temperature is not None:
         params["temperature"] = temperature
+    if server == "llama.cpp":  # never to OpenAI, which rejects unknown fields
+        params["extra_body"] = {"cache_prompt": True}
     async with limiter.get():
         try:
             completion = await client.chat.completions.create(
@@ -229,6 +365,18 @@ async def chat_completion(
                 response_format=response_format,
                 **params,
             )
+        except openai.BadRequestError as exc:
+            overflow = parse_context_overflow(exc)
+            text = scrub_secret(client, f"chat completion failed: {type(exc).__name__}: {exc}")
+            if overflow is None:
+                raise EngineError(text) from None
+            overflow = ContextOverflow(
+                overflow.prompt_tokens,
+                overflow.context,
+                overflow.completion,
+                scrub_secret(client, overflow.message),
+            )
+            raise PromptTooLong(text, overflow) from None
         except (openai.OpenAIError, ValueError, TypeError, AttributeError) as exc:
             # ValueError covers a 200 whose body is empty or cut off (JSON decode error)
             raise EngineError(
@@ -314,6 +462,7 @@ class CallSettings(TypedDict, total=False):
     max_output_tokens: int
     temperature: float | None
     output_token_param: OutputTokenParam
+    server: ServerKind
 
 
 class JsonCaller:
@@ -321,9 +470,11 @@ class JsonCaller:
 
     ``client`` is built by the caller (base_url, api_key, timeout, max_retries); ``model``
     the model id; ``schema_name``/``schema`` the strict ``json_schema`` output format (or
-    ``response_format="json_object"``). ``max_output_tokens``, ``output_token_param``,
-    ``temperature`` and ``max_concurrency`` (calls in flight per event loop) as for the
-    audit engine. Raises ``ValueError`` for out-of-range settings.
+    ``response_format="json_object"``; ``auto`` resolves with ``server``, the server's kind:
+    :func:`resolve_response_format`; the attribute ``response_format`` holds what is sent).
+    ``max_output_tokens``, ``output_token_param``, ``temperature`` and ``max_concurrency``
+    (calls in flight per event loop) as for the audit engine; on llama.cpp every call asks
+    for the prompt cache. Raises ``ValueError`` for out-of-range settings.
     """
 
     def __init__(
@@ -338,13 +489,15 @@ class JsonCaller:
         max_output_tokens: int = 1024,
         temperature: float | None = None,
         output_token_param: OutputTokenParam = "max_completion_tokens",
+        server: ServerKind = "unknown",
     ) -> None:
         check_call_settings(model, response_format, output_token_param, max_output_tokens)
         self.client = client
         self.model = model
         self.schema_name = schema_name
         self.schema = schema
-        self.response_format: ResponseFormatKind = response_format
+        self.server: ServerKind = server
+        self.response_format: WireFormat = resolve_response_format(response_format, server)
         self.max_output_tokens = max_output_tokens
         self.temperature = temperature
         self.output_token_param: OutputTokenParam = output_token_param
@@ -360,24 +513,39 @@ class JsonCaller:
             "json_schema": {"name": self.schema_name, "strict": True, "schema": self.schema},
         }
 
-    async def complete(self, messages: Sequence[dict[str, str]], tally: TokenTally) -> ChatAnswer:
+    async def complete(
+        self,
+        messages: Sequence[dict[str, str]],
+        tally: TokenTally,
+        max_output_tokens: int | None = None,
+    ) -> ChatAnswer:
         """One chat completion with these settings (:func:`chat_completion`); its usage is
-        added to ``tally``. Raises ``EngineError``."""
+        added to ``tally``. ``max_output_tokens`` (default: the setting) is this call's
+        output cap. Raises ``EngineError`` (:class:`PromptTooLong` for a context-length
+        400)."""
         return await chat_completion(
             self.client,
             self.model,
             messages,
             self.response_format_param(),
             output_token_param=self.output_token_param,
-            max_output_tokens=self.max_output_tokens,
+            max_output_tokens=max_output_tokens or self.max_output_tokens,
             temperature=self.temperature,
             limiter=self._limiter,
             tally=tally,
+            server=self.server,
         )
 
-    async def call(self, messages: Sequence[dict[str, str]], log: CallLog, kind: str) -> ChatAnswer:
-        """One chat completion, recorded in ``log`` as ``kind``. Raises ``EngineError``."""
-        answer = await self.complete(messages, log)
+    async def call(
+        self,
+        messages: Sequence[dict[str, str]],
+        log: CallLog,
+        kind: str,
+        max_output_tokens: int | None = None,
+    ) -> ChatAnswer:
+        """One chat completion, recorded in ``log`` as ``kind`` (``max_output_tokens`` as for
+        :meth:`complete`). Raises ``EngineError``."""
+        answer = await self.complete(messages, log, max_output_tokens)
         log.calls.append((kind, answer))
         return answer
 

@@ -27,7 +27,8 @@ from refusal_audit.bundles import load_bundles
 from refusal_audit.clarify.service import ClarifyService
 from refusal_audit.clarify.store import MemoryStore, SqliteStore, StateStore
 from refusal_audit.config import ConfigError, Settings
-from refusal_audit.engines import make_engine, openai_client
+from refusal_audit.engines import llm_server, make_engine, openai_client
+from refusal_audit.llm.discovery import concurrency
 from refusal_audit.secret_files import random_secret_file
 
 TOKEN_FILE = "clarify-api.token"
@@ -92,11 +93,14 @@ def build_question_engine(cfg: Settings, name: str | None = None) -> QuestionEng
     if chosen == "openai":
         from processors.clarification.openai_questions import OpenAIQuestionEngine
 
+        model = cfg.clarify_question_model or cfg.openai_model
+        info = llm_server(cfg, model)
         return OpenAIQuestionEngine(
             openai_client(cfg),
-            cfg.clarify_question_model or cfg.openai_model,
+            model,
             response_format=cfg.openai_response_format,
-            max_concurrency=cfg.openai_max_concurrency,
+            max_concurrency=concurrency(cfg.openai_max_concurrency, info),
+            server=info.kind,
         )
     raise ConfigError(f"unknown question engine {chosen!r} (available: local, openai)")
 
@@ -109,11 +113,14 @@ def build_judge(cfg: Settings) -> CircumventionJudge | None:
         return None
     from processors.clarification.judge import OpenAIJudge
 
+    model = cfg.clarify_judge_model or cfg.clarify_question_model or cfg.openai_model
+    info = llm_server(cfg, model)
     return OpenAIJudge(
         openai_client(cfg),
-        cfg.clarify_judge_model or cfg.clarify_question_model or cfg.openai_model,
+        model,
         response_format=cfg.openai_response_format,
-        max_concurrency=cfg.openai_max_concurrency,
+        max_concurrency=concurrency(cfg.openai_max_concurrency, info),
+        server=info.kind,
     )
 
 

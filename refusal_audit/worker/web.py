@@ -37,6 +37,9 @@ def record_metrics(metrics: WorkerMetrics, report: RunReport) -> None:
         metrics.engine_latency.observe(batch.usage.latency_ms / 1000.0)
     for code, n in report.failure_counts().items():
         metrics.dead_letters.labels(code).inc(n)
+    for step, n in report.engine_steps.items():
+        metrics.engine_events.labels(step).inc(n)
+    metrics.engine_calls.inc(report.engine_calls)
 
 
 class WorkerWeb:
