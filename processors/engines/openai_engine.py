@@ -120,8 +120,9 @@ from schemas.events import RefusalEvent
 from schemas.policy import PolicyBundle
 from schemas.wire import WIRE_JSON_SCHEMA, WIRE_SCHEMA_NAME, to_audit_result
 
-ENGINE_VERSION = "openai-1"
-"""Version of this engine's code and recovery rules (stored with every assessment)."""
+ENGINE_VERSION = "openai-2"
+"""Version of this engine's code and recovery rules (stored with every assessment). openai-2:
+the context-length split, the call and time budgets and the sized output cap (issue 24)."""
 
 
 MAX_LISTED_ISSUES = 50
