@@ -6,6 +6,8 @@ is a required property that may be null), and open maps are not allowed. ``Audit
 has one open map, ``audit_summary.categorization`` (category -> count), so on the wire it is
 a list of ``{"category", "count"}`` pairs. Length and range constraints are left out (not
 every OpenAI-compatible server accepts them); pydantic and the harness check them.
+``batch_wire_schema`` narrows the schema to one batch (its log ids, the bundle's categories
+and clauses, bounded texts and lists) for servers that turn it into a grammar (llama.cpp).
 
 ``WIRE_JSON_SCHEMA`` is the schema; ``to_audit_result`` turns a decoded answer into an
 ``AuditResult``. The prompt template (``prompts/audit_v1.md``) shows the model the same
@@ -14,6 +16,8 @@ schema, and a test keeps the two equal.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, NonNegativeInt
@@ -187,3 +191,59 @@ def to_wire(result: AuditResult) -> dict[str, Any]:
         {"category": c, "count": n} for c, n in result.audit_summary.categorization.items()
     ]
     return data
+
+
+BATCH_RATIONALE_MAX_CHARS = 600
+"""Longest ``assessment_rationale`` the per-batch schema allows (the prompt asks for one to
+three sentences; 600 characters is about three long ones)."""
+BATCH_MAX_GAP_FLAGS = 5
+"""Most ``policy_gap_flags`` the per-batch schema allows (each must cite a reviewed event;
+the harness keeps only those)."""
+BATCH_MAX_TRENDS = 5
+"""Most ``trends_identified`` the per-batch schema allows."""
+BATCH_TEXT_MAX_CHARS = 300
+"""Longest gap description or trend the per-batch schema allows (one sentence)."""
+
+
+def batch_wire_schema(
+    log_ids: Sequence[str], categories: Iterable[str], clause_ids: Iterable[str]
+) -> dict[str, Any]:
+    """``WIRE_JSON_SCHEMA`` narrowed to one batch, for servers that compile the schema into a
+    decoding grammar (llama.cpp): every ``log_id`` and ``example_log_ids`` item one of
+    ``log_ids``, exactly ``len(log_ids)`` assessments, ``category`` one of ``categories``
+    (sorted), ``policy_clause_cited`` one of ``clause_ids`` or null, and every free text and
+    list bounded (``BATCH_*`` constants). The answer can then neither invent ids nor run on
+    past its last closing brace: its length is bounded by the grammar, not only by
+    ``max_tokens``. Not sent to OpenAI (whose strict mode documents a smaller subset); the
+    harness checks the same rules either way. Raises ``ValueError`` for an empty ``log_ids``
+    or ``categories``."""
+    ids = list(dict.fromkeys(log_ids))
+    codes = sorted(set(categories))
+    clauses = sorted(set(clause_ids))
+    if not ids or not codes:
+        raise ValueError("a batch schema needs at least one log id and one category")
+    schema = copy.deepcopy(WIRE_JSON_SCHEMA)
+    summary = schema["properties"]["audit_summary"]["properties"]
+    summary["categorization"]["maxItems"] = len(codes)
+    summary["categorization"]["items"]["properties"]["category"]["enum"] = codes
+    flags = summary["policy_gap_flags"]
+    flags["maxItems"] = BATCH_MAX_GAP_FLAGS
+    flag = flags["items"]["properties"]
+    flag["description"]["maxLength"] = BATCH_TEXT_MAX_CHARS
+    flag["example_log_ids"]["items"]["enum"] = ids
+    flag["example_log_ids"]["maxItems"] = len(ids)
+    summary["trends_identified"]["maxItems"] = BATCH_MAX_TRENDS
+    summary["trends_identified"]["items"]["maxLength"] = BATCH_TEXT_MAX_CHARS
+    assessments = schema["properties"]["individual_assessments"]
+    assessments["minItems"] = assessments["maxItems"] = len(ids)
+    item = assessments["items"]["properties"]
+    item["log_id"]["enum"] = ids
+    item["category"]["enum"] = codes
+    item["assessment_rationale"]["minLength"] = 1
+    item["assessment_rationale"]["maxLength"] = BATCH_RATIONALE_MAX_CHARS
+    cited = item["policy_clause_cited"]["anyOf"][0]
+    if clauses:
+        cited["enum"] = clauses
+    else:
+        item["policy_clause_cited"] = {"type": "null"}
+    return schema

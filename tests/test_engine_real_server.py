@@ -617,3 +617,76 @@ def test_auto_response_format(
     assert built(settings(fake_openai)).response_format == "json_schema"
     pinned = built(settings(fake_openai, openai_response_format="json_object"))
     assert pinned.response_format == "json_object"
+
+
+def test_llama_cpp_gets_the_schema_narrowed_to_the_batch(
+    fake_openai: FakeOpenAIServer, example_bundle: PolicyBundle
+) -> None:
+    from schemas.wire import WIRE_JSON_SCHEMA
+
+    fake_openai.as_llama_cpp(128_000)
+    llama = built(settings(fake_openai))
+    output = run(llama.audit(BATCH, example_bundle), llama)
+    assert not output.unresolved  # the fake's valid answer still validates
+    sent = fake_openai.requests[-1].body["response_format"]["json_schema"]["schema"]
+    items = sent["properties"]["individual_assessments"]
+    ids = [e.log_id for e in BATCH]
+    assert items["minItems"] == items["maxItems"] == len(ids)
+    assert items["items"]["properties"]["log_id"]["enum"] == ids
+    assert set(items["items"]["properties"]["category"]["enum"]) == set(
+        example_bundle.category_codes()
+    )
+    assert items["items"]["properties"]["assessment_rationale"]["maxLength"] > 0
+    fake_openai.props = fake_openai.models = None
+    other = built(settings(fake_openai))
+    run(other.audit(BATCH, example_bundle), other)
+    assert fake_openai.requests[-1].body["response_format"]["json_schema"]["schema"] == (
+        WIRE_JSON_SCHEMA
+    )
+
+
+def test_the_batch_schema_accepts_exactly_the_batchs_valid_answers(
+    example_bundle: PolicyBundle,
+) -> None:
+    import jsonschema
+
+    from schemas.wire import batch_wire_schema
+
+    codes = sorted(example_bundle.category_codes())
+    clause = example_bundle.clauses[0].clause_id
+    schema = batch_wire_schema(["a", "b"], codes, [c.clause_id for c in example_bundle.clauses])
+
+    def answer(log_ids: list[str], category: str = codes[0], rationale: str = "Why.") -> dict:
+        return {
+            "audit_summary": {
+                "total_refusals": len(log_ids),
+                "categorization": [{"category": category, "count": len(log_ids)}],
+                "estimated_false_positives": 0,
+                "policy_gap_flags": [],
+                "trends_identified": [],
+            },
+            "individual_assessments": [
+                {
+                    "log_id": i,
+                    "category": category,
+                    "is_estimated_false_positive": False,
+                    "policy_clause_cited": clause,
+                    "assessment_rationale": rationale,
+                    "requires_human_review": False,
+                }
+                for i in log_ids
+            ],
+        }
+
+    jsonschema.validate(answer(["a", "b"]), schema)
+    for bad in (
+        answer(["a"]),  # an event left out
+        answer(["a", "b", "a"]),  # one too many
+        answer(["a", "zz"]),  # an id not in the batch
+        answer(["a", "b"], category="NOT-A-CODE"),
+        answer(["a", "b"], rationale="x" * 5000),  # runaway text
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
+    with pytest.raises(ValueError):
+        batch_wire_schema([], codes, [])

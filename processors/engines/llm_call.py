@@ -504,13 +504,15 @@ class JsonCaller:
         self.max_concurrency = max_concurrency
         self._limiter = LoopLimiter(max_concurrency)
 
-    def response_format_param(self) -> ResponseFormat:
-        """The ``response_format`` request parameter."""
+    def response_format_param(self, schema: dict[str, Any] | None = None) -> ResponseFormat:
+        """The ``response_format`` request parameter (``schema``: this call's JSON Schema in
+        place of ``self.schema``; ignored in ``json_object`` mode)."""
         if self.response_format == "json_object":
             return {"type": "json_object"}
+        chosen = self.schema if schema is None else schema
         return {
             "type": "json_schema",
-            "json_schema": {"name": self.schema_name, "strict": True, "schema": self.schema},
+            "json_schema": {"name": self.schema_name, "strict": True, "schema": chosen},
         }
 
     async def complete(
@@ -518,16 +520,17 @@ class JsonCaller:
         messages: Sequence[dict[str, str]],
         tally: TokenTally,
         max_output_tokens: int | None = None,
+        schema: dict[str, Any] | None = None,
     ) -> ChatAnswer:
         """One chat completion with these settings (:func:`chat_completion`); its usage is
         added to ``tally``. ``max_output_tokens`` (default: the setting) is this call's
-        output cap. Raises ``EngineError`` (:class:`PromptTooLong` for a context-length
-        400)."""
+        output cap; ``schema`` (default: ``self.schema``) this call's output schema. Raises
+        ``EngineError`` (:class:`PromptTooLong` for a context-length 400)."""
         return await chat_completion(
             self.client,
             self.model,
             messages,
-            self.response_format_param(),
+            self.response_format_param(schema),
             output_token_param=self.output_token_param,
             max_output_tokens=max_output_tokens or self.max_output_tokens,
             temperature=self.temperature,

@@ -118,7 +118,7 @@ from schemas.audit import (
 )
 from schemas.events import RefusalEvent
 from schemas.policy import PolicyBundle
-from schemas.wire import WIRE_JSON_SCHEMA, WIRE_SCHEMA_NAME, to_audit_result
+from schemas.wire import WIRE_JSON_SCHEMA, WIRE_SCHEMA_NAME, batch_wire_schema, to_audit_result
 
 ENGINE_VERSION = "openai-2"
 """Version of this engine's code and recovery rules (stored with every assessment). openai-2:
@@ -167,6 +167,8 @@ class _Run(TokenTally):
     deadline: float = math.inf
     deadline_seconds: float = 0.0
     started_calls: int = 0
+    bundle: PolicyBundle | None = None
+    """The batch's bundle (for the per-batch output schema sent to llama.cpp)."""
 
 
 @dataclass(frozen=True)
@@ -396,6 +398,7 @@ class OpenAIEngine(JsonCaller):
             max_calls=self.calls_allowed(len(batch)),
             deadline=time.monotonic() + self.deadline_seconds,
             deadline_seconds=self.deadline_seconds,
+            bundle=bundle,
         )
         if not batch:
             return self._output(batch, bundle, _Partial(), run, started)
@@ -637,12 +640,29 @@ class OpenAIEngine(JsonCaller):
         if timeout <= 0:
             raise _OutOfBudget(spent)
         run.started_calls += 1
+        schema = self._batch_schema(ids, run.bundle)
         try:
-            answer = await asyncio.wait_for(self.complete(messages, run, output_tokens), timeout)
+            answer = await asyncio.wait_for(
+                self.complete(messages, run, output_tokens, schema), timeout
+            )
         except TimeoutError:
             raise _OutOfBudget(spent) from None
         run.calls.append(_Call(kind, ids, answer))
         return answer
+
+    def _batch_schema(
+        self, ids: Sequence[str], bundle: PolicyBundle | None
+    ) -> dict[str, Any] | None:
+        """The output schema narrowed to the batch (``schemas.wire.batch_wire_schema``) when
+        the server compiles schemas into a grammar (llama.cpp) and json_schema is sent; else
+        None (the shared ``WIRE_JSON_SCHEMA``)."""
+        if self.server != "llama.cpp" or self.response_format != "json_schema":
+            return None
+        if bundle is None or not ids:
+            return None
+        return batch_wire_schema(
+            ids, bundle.category_codes(), (c.clause_id for c in bundle.clauses)
+        )
 
     @overload
     def _mask(self, text: str) -> str: ...
