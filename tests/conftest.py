@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-pytest_plugins = ["kafka_fixture"]
+pytest_plugins = ["kafka_fixture", "llm_fixture"]
 
 if TYPE_CHECKING:
     from clickhouse_connect.driver.client import Client
