@@ -35,8 +35,12 @@ import argparse
 import asyncio
 import contextlib
 import importlib
+import importlib.util
 import itertools
 import os
+import secrets
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -45,6 +49,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import orjson
 from pydantic import ValidationError
@@ -88,16 +93,51 @@ class Server:
 @contextlib.contextmanager
 def local_server(args: argparse.Namespace) -> Iterator[Server]:
     """``--base-url`` (with ``--model``, ``--context-size`` and the key from
-    ``$REFUSAL_AUDIT_OPENAI_API_KEY``), else SmolLM2 on llama.cpp started for the run and
-    stopped afterwards (``tests/llm_fixture.serve_local_llm``)."""
+    ``$REFUSAL_AUDIT_OPENAI_API_KEY``); else ``refusal-audit llm serve smollm2-135m --port 0
+    --ctx-size N --threads T`` started for the run (key in ``$REFUSAL_AUDIT_LLM_API_KEY``)
+    and stopped with SIGTERM afterwards; before ``llm serve`` exists, the test suite's
+    stand-in server (``tests/llm_fixture.serve_local_llm``)."""
     if args.base_url:
         key = os.environ.get("REFUSAL_AUDIT_OPENAI_API_KEY", "unused")
         yield Server(args.base_url, args.model, key, args.context_size)
         return
-    sys.path.insert(0, str(TESTS))
-    fixture = importlib.import_module("llm_fixture")
-    with fixture.serve_local_llm(context_size=args.context_size, threads=args.threads) as llm:
-        yield Server(llm.base_url, llm.model, llm.api_key, llm.context_size)
+    if importlib.util.find_spec("refusal_audit.cli_llm") is None:
+        sys.path.insert(0, str(TESTS))
+        fixture = importlib.import_module("llm_fixture")
+        with fixture.serve_local_llm(context_size=args.context_size, threads=args.threads) as llm:
+            yield Server(llm.base_url, llm.model, llm.api_key, llm.context_size)
+        return
+    key = "sk-bench-" + secrets.token_urlsafe(24)
+    command = [
+        str(Path(sys.executable).with_name("refusal-audit")), "llm", "serve", "smollm2-135m",
+        "--port", "0", "--ctx-size", str(args.context_size), "--threads", str(args.threads),
+    ]  # fmt: skip
+    env = {**os.environ, "REFUSAL_AUDIT_LLM_API_KEY": key}
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        found: dict[str, str] = {}
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            for label in ("base URL", "model id"):
+                if line.startswith(f"{label}: "):
+                    found[label] = line.split(": ", 1)[1].strip()
+            if line.startswith("export REFUSAL_AUDIT_OPENAI_MODEL="):
+                break
+        if len(found) < 2:
+            raise RuntimeError(f"llm serve did not start (exit {proc.poll()})")
+        props = httpx.get(
+            found["base URL"].removesuffix("/v1") + "/props",
+            headers={"Authorization": f"Bearer {key}"}, timeout=10,
+        ).json()  # fmt: skip
+        context = int(props["default_generation_settings"]["n_ctx"])
+        yield Server(found["base URL"], found["model id"], key, context)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def add_server_options(parser: argparse.ArgumentParser) -> None:
@@ -289,10 +329,10 @@ def variant_cases(
 
 
 PATHS: dict[str, Callable[[openai.AsyncOpenAI, Server, PolicyBundle, int], list[Case]]] = {
-    "audit": audit_cases,
-    "questions": question_cases,
     "judge": judge_cases,
+    "questions": question_cases,
     "variants": variant_cases,
+    "audit": audit_cases,
 }
 
 
@@ -305,9 +345,12 @@ async def first_answer(case: Case, mode: str) -> tuple[ChatAnswer, int]:
     return answer, tally.completion_tokens
 
 
-async def measure(server: Server, n: int, paths: list[str]) -> dict[tuple[str, str], Tally]:
+async def measure(
+    server: Server, n: int, paths: list[str], budget: float
+) -> dict[tuple[str, str], Tally]:
     """Every path's cases in both modes (modes interleaved per case, so both see the same
-    server state); returns a tally per (path, mode)."""
+    server state); each path gets an equal share of ``budget`` seconds, after which it
+    starts no new case. Returns a tally per (path, mode)."""
     client = openai.AsyncOpenAI(base_url=server.base_url, api_key=server.api_key,
                                 max_retries=0, timeout=900)  # fmt: skip
     bundle = load_bundles(Settings().policy_bundles)["default"]
@@ -315,7 +358,11 @@ async def measure(server: Server, n: int, paths: list[str]) -> dict[tuple[str, s
     try:
         for path in paths:
             cases = PATHS[path](client, server, bundle, n)
+            stop_at = time.perf_counter() + budget / len(paths)
             for i, case in enumerate(cases):
+                if time.perf_counter() > stop_at:
+                    print(f"  time budget spent: {path} stops after {i} cases", flush=True)
+                    break
                 for mode in MODES:
                     started = time.perf_counter()
                     answer, tokens = await first_answer(case, mode)
@@ -360,6 +407,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--n", type=int, default=10, help="first answers per path and mode")
     parser.add_argument("--paths", default=",".join(PATHS), help="comma-separated paths")
+    parser.add_argument(
+        "--budget", type=float, default=3600.0, help="s after which no new case starts (3600)"
+    )
     add_server_options(parser)
     args = parser.parse_args(argv)
     paths = [p for p in args.paths.split(",") if p]
@@ -369,11 +419,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     with local_server(args) as server:
         print(f"server {server.base_url} model {server.model} context {server.context_size}")
-        tallies = asyncio.run(measure(server, args.n, paths))
+        tallies = asyncio.run(measure(server, args.n, paths, args.budget))
     print()
     print(table(tallies))
-    print(f"\n{args.n} inputs per path, both modes each; {time.perf_counter() - started:.0f} s "
-          "in all (server start included).")  # fmt: skip
+    seconds = time.perf_counter() - started
+    print(f"\nUp to {args.n} inputs per path, both modes each; {seconds:.0f} s in all.")
     return 0
 
 

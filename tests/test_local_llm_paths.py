@@ -61,7 +61,8 @@ def settings(llm: LocalLLM, tmp_path: Path, **extra: Any) -> Settings:
         openai_model=llm.model,
         openai_context_window=llm.context_size,
         openai_max_retries=1,
-        openai_timeout_seconds=600,
+        openai_timeout_seconds=900,
+        openai_max_concurrency=1,  # the server has one slot: a queued call would time out
         data_dir=tmp_path,
         **extra,
     )
