@@ -12,8 +12,11 @@ client), so SDK retries count too.
 
 Output caps: the small model often writes until the cap inside a JSON string, and it
 generates ~10-20 tokens/s at an 8k-token prompt on a 2-core machine, so the audit runs with
-``openai_max_output_tokens`` 256 (its smallest allowed value) to keep the file's runtime to
-a few minutes; the other engines keep their own defaults.
+``openai_max_output_tokens`` 256 (its smallest allowed value); the other engines keep their
+own defaults. Measured on 2026-12-05 on a 2-core machine shared with two other llama.cpp
+servers (load 4-5): audit 1,119 s (most of it the cold 7,400-token prompt), clarifier 53 s,
+judge 277 s (3 sets; now 2), variants 250 s; about 4-5 minutes in all on a quiet machine
+with the prompt cached once.
 """
 
 from __future__ import annotations
