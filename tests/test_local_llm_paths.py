@@ -15,8 +15,7 @@ generates ~10-20 tokens/s at an 8k-token prompt on a 2-core machine, so the audi
 ``openai_max_output_tokens`` 256 (its smallest allowed value); the other engines keep their
 own defaults. Measured on 2026-12-05 on a 2-core machine shared with two other llama.cpp
 servers (load 4-5): audit 1,119 s (most of it the cold 7,400-token prompt), clarifier 53 s,
-judge 277 s (3 sets; now 2), variants 250 s; about 4-5 minutes in all on a quiet machine
-with the prompt cached once.
+judge 277 s (3 sets; now 2), variants 250 s. A quiet machine was not measured.
 """
 
 from __future__ import annotations
