@@ -108,8 +108,12 @@ def main() -> int:
     texts, pairs = corpus()
     uniq = list(dict.fromkeys(texts))
     variants = list(dict.fromkeys([*uniq, *(t.upper() for t in uniq), *(t.title() for t in uniq)]))
-    n = {"texts": len(texts), "unique texts": len(uniq), "variants": len(variants),
-         "pairs": len(pairs)}
+    n = {
+        "texts": len(texts),
+        "unique texts": len(uniq),
+        "variants": len(variants),
+        "pairs": len(pairs),
+    }
     bad = 0
 
     def check(what: str, a: Any, b: Any, key: Any) -> None:
@@ -126,8 +130,9 @@ def main() -> int:
         o, w = old_pf.read_cues(t), new_pf.read_cues(t)
         check("read_cues", o, w, t)
         check("refusal_kind", old_pf.refusal_kind(o), new_pf.refusal_kind(w), t)
-        check("detect_refusal_text", old_pf.detect_refusal_text(t),
-              new_pf.detect_refusal_text(t), t)
+        check(
+            "detect_refusal_text", old_pf.detect_refusal_text(t), new_pf.detect_refusal_text(t), t
+        )
 
     def hits(mod: ModuleType, req: str, resp: str) -> list[tuple[str, str]]:
         return [(c.label, m) for c, m in mod.find_cues(req, resp)]
@@ -137,13 +142,18 @@ def main() -> int:
         check("find_cues(text, '')", hits(old_local, t, ""), hits(new_local, t, ""), t)
     for req, resp in pairs:
         check("find_cues(pair)", hits(old_local, req, resp), hits(new_local, req, resp), req)
-        check("find_cues(pair swapped)", hits(old_local, resp, req),
-              hits(new_local, resp, req), req)
+        check(
+            "find_cues(pair swapped)", hits(old_local, resp, req), hits(new_local, resp, req), req
+        )
 
     for t in variants:
         check("tokenize(request)", old_local.tokenize(t), new_local.tokenize(t), t)
-        check("tokenize(response)", old_local.tokenize(t, response=True),
-              new_local.tokenize(t, response=True), t)
+        check(
+            "tokenize(response)",
+            old_local.tokenize(t, response=True),
+            new_local.tokenize(t, response=True),
+            t,
+        )
 
     # word-boundary perturbations: words glued to letters, digits, "_", "é", apostrophes
     glue = ["x", "9", "_", "\u00e9", "'", "-", ""]
@@ -176,17 +186,25 @@ def main() -> int:
         check("find_cues(perturbed)", hits(old_local, t, t), hits(new_local, t, t), t)
 
     pol = ROOT / "refusal_audit" / "example_policies"
-    bundle = parse_bundle("wren", *((pol / f).read_text(encoding="utf-8") for f in (
-        "allowed_use_policy.md", "product_safety_policy.md", "refusal_taxonomy.md")))
+    bundle = parse_bundle(
+        "wren",
+        *(
+            (pol / f).read_text(encoding="utf-8")
+            for f in ("allowed_use_policy.md", "product_safety_policy.md", "refusal_taxonomy.md")
+        ),
+    )
     t0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
     events = []
     for i, (req, resp) in enumerate(pairs):
         if req.strip() and resp.strip():
-            events.append(RefusalEvent(log_id=f"eq-{i}", event_time=t0, request=req,
-                                       response=resp, model="m-1"))
+            events.append(
+                RefusalEvent(
+                    log_id=f"eq-{i}", event_time=t0, request=req, response=resp, model="m-1"
+                )
+            )
     old_engine, new_engine = old_local.LocalEngine(), new_local.LocalEngine()
     for start in range(0, len(events), 50):
-        batch = events[start:start + 50]
+        batch = events[start : start + 50]
         oj = old_engine.audit_sync(batch, bundle).result.model_dump(mode="json")
         wj = new_engine.audit_sync(batch, bundle).result.model_dump(mode="json")
         check("engine batches (50 events)", oj, wj, batch[0].log_id)

@@ -147,9 +147,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--shared-data", type=Path, default=REPO.parent / "shared" / "data")
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print JSON instead of text")
-    output.add_argument(
-        "--markdown", action="store_true", help="print docs/evaluation.md's table"
-    )
+    output.add_argument("--markdown", action="store_true", help="print docs/evaluation.md's table")
     args = parser.parse_args(argv)
     results = run(args.shared_data, load_settings(None))
     if args.json:

@@ -114,8 +114,10 @@ def xstest_report(engine: LocalEngine, bundle: PolicyBundle, data: Path) -> floa
             print(f"  ROC AUC {name:<15} {sub:.3f} (n={len(sel)})")
     preds = [a.is_estimated_false_positive for a in out.result.individual_assessments]
     p, r, f1, _ = precision_recall_fscore_support(labels, preds, average="binary")
-    print(f"  at threshold {engine.false_positive_threshold:.2f}: precision {p:.3f} "
-          f"recall {r:.3f} F1 {f1:.3f} (flagged {sum(preds)})")
+    print(
+        f"  at threshold {engine.false_positive_threshold:.2f}: precision {p:.3f} "
+        f"recall {r:.3f} F1 {f1:.3f} (flagged {sum(preds)})"
+    )
     by_type: dict[str, list[int]] = {}
     for row, pred in zip(rows, preds, strict=True):
         if row[3] % 2 == 1:  # only the tuning split is inspected in detail
@@ -126,8 +128,10 @@ def xstest_report(engine: LocalEngine, bundle: PolicyBundle, data: Path) -> floa
         print(f"    {t:<30} {sum(v):>3}/{len(v):<3}")
     cats = Counter(a.category for a in out.result.individual_assessments)
     print(f"  categories: {dict(sorted(cats.items()))}")
-    print(f"  gaps: {sum(a.policy_clause_cited is None for a in out.result.individual_assessments)}"
-          f"  review: {sum(a.requires_human_review for a in out.result.individual_assessments)}")
+    print(
+        f"  gaps: {sum(a.policy_clause_cited is None for a in out.result.individual_assessments)}"
+        f"  review: {sum(a.requires_human_review for a in out.result.individual_assessments)}"
+    )
     return auc
 
 
@@ -173,8 +177,9 @@ def ablate(bundle: PolicyBundle, data: Path) -> None:
             local.W_POLICY = 0.0
         rows = xstest_events(data)
         out = LocalEngine().audit_sync([r[0] for r in rows], bundle)
-        auc = roc_auc_score([r[1] for r in rows], [out.false_positive_scores[r[0].log_id]
-                                                   for r in rows])
+        auc = roc_auc_score(
+            [r[1] for r in rows], [out.false_positive_scores[r[0].log_id] for r in rows]
+        )
         print(f"  without {fam:<20} {auc:.3f}")
         local.W_POLICY = saved
     local.CUES = tuple(base)
