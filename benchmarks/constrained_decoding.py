@@ -221,7 +221,7 @@ def audit_cases(
 
     def judge_for(log_id: str) -> Callable[[ChatAnswer, dict[str, Any] | None], Verdict]:
         def judge(answer: ChatAnswer, data: dict[str, Any] | None) -> Verdict:
-            attempt = engine._check(answer, [log_id], bundle)
+            attempt = engine._check(answer, [log_id], bundle, "first")
             valid = data is not None and pydantic_ok(
                 lambda b: to_audit_result(orjson.loads(b)), data
             )

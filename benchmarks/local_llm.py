@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     probe = OpenAIEngine(httpx_client_stub(), "bench", context_window=10**6)
 
     def passes(answer: ChatAnswer, result: BatchResult) -> bool:
-        return probe._check(answer, result.ids, bundle).ok
+        return probe._check(answer, result.ids, bundle, "first").ok
 
     sys.path.insert(0, str(TESTS))
     fake_module = importlib.import_module("fake_openai_server")

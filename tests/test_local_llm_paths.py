@@ -10,12 +10,12 @@ variants or an escalation), nothing is lost, nothing raises, and the number of H
 the server is bounded. Calls are counted on the wire (an httpx request hook on the SDK's
 client), so SDK retries count too.
 
-Output caps: the small model often writes until the cap inside a JSON string, and it
-generates ~10-20 tokens/s at an 8k-token prompt on a 2-core machine, so the audit runs with
-``openai_max_output_tokens`` 256 (its smallest allowed value); the other engines keep their
-own defaults. Measured on 2026-12-05 on a 2-core machine shared with two other llama.cpp
-servers (load 4-5): audit 1,119 s (most of it the cold 7,400-token prompt), clarifier 53 s,
-judge 277 s (3 sets; now 2), variants 250 s. A quiet machine was not measured.
+Output caps: the audit runs with the engine's own sizing (512 + 256 output tokens per event)
+and, on llama.cpp, the output schema narrowed to the batch (bounded texts and lists), so an
+answer cannot run on; the context window is discovered from the server's /props. Measured on
+2026-12-05 on the 2-core machine with nothing else running: audit 209 s (most of it the cold
+7,400-token static prompt, about 50 s, and generation at ~20 tokens/s), clarifier 41 s,
+variants 23 s, judge 4 s; 4 min 43 s for the file.
 """
 
 from __future__ import annotations
@@ -50,7 +50,13 @@ pytestmark = [pytest.mark.local_llm, pytest.mark.xdist_group("local_llm")]
 
 T0 = datetime(2026, 1, 5, tzinfo=UTC)
 AUDIT_EVENTS = 4
-REASON_CODES = {"invalid_output", "model_refusal", "output_truncated", "budget_exhausted"}
+REASON_CODES = {
+    "invalid_output",
+    "model_refusal",
+    "output_truncated",
+    "budget_exhausted",
+    "prompt_too_long",
+}
 """The engine's ``unresolved`` reason codes (``budget_exhausted``: the call/time budget)."""
 
 
@@ -61,7 +67,6 @@ def settings(llm: LocalLLM, tmp_path: Path, **extra: Any) -> Settings:
         openai_base_url=llm.base_url,
         openai_api_key=llm.api_key,
         openai_model=llm.model,
-        openai_context_window=llm.context_size,
         openai_max_retries=1,
         openai_timeout_seconds=900,
         openai_max_concurrency=1,  # the server has one slot: a queued call would time out
@@ -97,7 +102,7 @@ def test_audit_every_real_refusal_ends_assessed_failed_or_dead_lettered(
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    cfg = settings(local_llm, tmp_path, openai_max_output_tokens=256, batch_max_events=25)
+    cfg = settings(local_llm, tmp_path, batch_max_events=25)
     sink = MemorySink()
     pipeline = build_pipeline(cfg, sink, "openai")
     calls = count_calls(pipeline.engine.client)  # type: ignore[attr-defined]
