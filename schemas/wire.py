@@ -229,8 +229,10 @@ def batch_wire_schema(
     flags = summary["policy_gap_flags"]
     flags["maxItems"] = BATCH_MAX_GAP_FLAGS
     flag = flags["items"]["properties"]
+    flag["description"]["minLength"] = 1
     flag["description"]["maxLength"] = BATCH_TEXT_MAX_CHARS
     flag["example_log_ids"]["items"]["enum"] = ids
+    flag["example_log_ids"]["minItems"] = 1
     flag["example_log_ids"]["maxItems"] = len(ids)
     summary["trends_identified"]["maxItems"] = BATCH_MAX_TRENDS
     summary["trends_identified"]["items"]["maxLength"] = BATCH_TEXT_MAX_CHARS

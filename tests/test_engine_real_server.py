@@ -293,6 +293,23 @@ def test_parse_context_overflow_reads_each_servers_numbers() -> None:
                    "input tokens (2000 > 4096 - 2104).", "type": "BadRequestError"}}
     ) == (2104, 4096, 2000)  # fmt: skip
     assert parsed({"error": {"message": "Invalid 'temperature'", "code": "invalid_value"}}) is None
+    # a crafted message: thousands of digits are no token count (int() would raise ValueError)
+    digits = "9" * 5000
+    assert parsed(
+        {"error": {"message": f"request ({digits} tokens) exceeds the available context size "
+                   f"({digits} tokens)", "type": "exceed_context_size_error"}}
+    ) == (None, None, None)  # fmt: skip
+
+
+def test_an_absurd_context_400_cannot_shrink_every_later_batch(
+    fake_openai: FakeOpenAIServer, example_bundle: PolicyBundle
+) -> None:
+    engine = engine_for(fake_openai)
+    messages = engine.prompt.messages(example_bundle, BATCH)
+    engine._learn(llm_call.ContextOverflow(99_999_999, 10, None, "odd"), messages)
+    assert engine.token_ratio <= 3.0  # at most MAX_TOKEN_RATIO server tokens per o200k token
+    assert engine.server_context is None  # a 10-token context is not believed
+    assert engine._fits(messages, engine.output_tokens_for(len(BATCH)))
 
 
 # -- 3. budgets and steps --------------------------------------------------------------------

@@ -115,6 +115,20 @@ def test_the_api_key_never_comes_from_argv_and_an_empty_key_is_refused(
     assert serve.read_api_key(None) == ("s3cret-key", f"${serve.API_KEY_ENV}")
 
 
+def test_a_key_no_http_header_can_carry_is_refused_without_echoing_it(tmp_path: Path) -> None:
+    """A two-line key file kept its inner newline: httpx then refused the header and the
+    readiness error printed ``Bearer <key>`` to stderr."""
+    two_lines = tmp_path / "key"
+    two_lines.write_text("first-half-of-key\nsecond-half-of-key\n")
+    code, output = llm_serve("model.gguf", "--api-key-file", str(two_lines))
+    assert code == 2 and "whitespace or control characters" in output
+    assert "first-half" not in output and "second-half" not in output
+    short = tmp_path / "short"
+    short.write_text("abc")
+    code, output = llm_serve("model.gguf", "--api-key-file", str(short))
+    assert code == 2 and "shorter than" in output and "abc" not in output
+
+
 def test_the_trained_context_is_read_from_the_gguf_header(tmp_path: Path) -> None:
     require_local_llm()
     assert gguf_context_length(resolve_model("smollm2-135m")) == 8192
@@ -137,6 +151,18 @@ def test_the_trained_context_is_read_from_the_gguf_header(tmp_path: Path) -> Non
     path.write_bytes(header + kv_string("general.architecture", "llama")[:-2])
     with pytest.raises(ModelFileError, match="truncated"):
         gguf_context_length(path)
+    # crafted headers: each is a ModelFileError (exit 2), never a traceback
+    huge_string = struct.pack("<Q", 1) + b"k" + struct.pack("<IQ", 8, 2**63 + 5)
+    deep = struct.pack("<Q", 1) + b"k" + struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * 5000
+    for body in (huge_string, deep):
+        path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + body + bytes(64))
+        with pytest.raises(ModelFileError, match="malformed GGUF header"):
+            gguf_context_length(path)
+    path.write_bytes(
+        header + kv_string("general.architecture", "llama") + kv_u32("other.context_length", 1)
+        + struct.pack("<Q", 20) + b"llama.context_length" + struct.pack("<Ii", 5, -5)
+    )  # fmt: skip
+    assert gguf_context_length(path) is None  # a negative context is no trained context
 
 
 def test_llama_cpp_missing_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -239,6 +265,7 @@ def test_compose_serves_the_model_to_the_workers_only_with_the_profile() -> None
     assert llm["profiles"] == ["local-llm"]
     assert llm["image"].startswith("ghcr.io/ggml-org/llama.cpp:server")
     assert "ports" not in llm  # the compose network only
+    assert {"--no-webui", "--no-slots"} <= set(llm["command"])  # no UI, no prompts in /slots
     assert all(v.endswith(":ro") for v in llm["volumes"])
     args = llm["command"]
     model_dir = llm["volumes"][0].split(":")[-2]

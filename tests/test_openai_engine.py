@@ -643,3 +643,14 @@ def test_plugs_into_audit_batch(
     assert {a.prompt_version for a in audited.assessments} == {engine.prompt_version}
     assert audited.record.usage.prompt_tokens > 0
     assert all(a.sampled_for_review for a in audited.assessments)  # all flagged for review
+
+
+def test_a_key_the_model_repeats_is_masked_in_unresolved_reasons(
+    fake_openai: FakeOpenAIServer, example_bundle: PolicyBundle
+) -> None:
+    """An unresolved reason quotes the model's refusal text; a model that repeats the key
+    (it never sees it, but a proxy or a prompt could leak it) must not get it dead-lettered."""
+    fake_openai.fallback = refusal(f"I will not, and here is a secret: {API_KEY}")
+    output = audit(fake_openai, BATCH[:2], example_bundle)
+    assert set(output.unresolved) == {"web-001", "web-002"}
+    assert all(API_KEY not in r and "***" in r for r in output.unresolved.values())

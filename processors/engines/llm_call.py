@@ -306,11 +306,19 @@ _COMPLETION_PATTERNS = (
 )
 
 
+MAX_STATED_TOKENS = 100_000_000
+"""A token count a server states above this is not believed (no model has such a context);
+it also keeps a crafted message of thousands of digits from reaching ``int()``."""
+
+
 def _first_int(patterns: Sequence[str], text: str) -> int | None:
+    """The first number one of ``patterns`` captures in ``text`` (at most 9 digits are read:
+    a longer run is no token count), or None."""
     for pattern in patterns:
-        match = re.search(pattern, text)
+        match = re.search(pattern.replace(r"(\d+)", r"(\d{1,9})(?!\d)"), text)
         if match:
-            return int(match.group(1))
+            value = int(match.group(1))
+            return value if 0 < value <= MAX_STATED_TOKENS else None
     return None
 
 

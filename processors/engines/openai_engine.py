@@ -125,6 +125,14 @@ ENGINE_VERSION = "openai-2"
 the context-length split, the call and time budgets and the sized output cap (issue 24)."""
 
 
+MAX_TOKEN_RATIO = 3.0
+"""The most server tokens per o200k token the engine learns from a context-length 400: real
+tokenizers are within about 1.1-1.5x of o200k on English (SmolLM2's: 1.07 on the audit
+prompt); an odd message must not shrink every later batch to single events."""
+MIN_STATED_CONTEXT = 1024
+"""A context a server states below this in a 400 is not believed (the same floor as the
+``openai_context_window`` setting)."""
+
 MAX_LISTED_ISSUES = 50
 """At most this many problems are listed in the retry message (then a count of the rest)."""
 
@@ -370,8 +378,10 @@ class OpenAIEngine(JsonCaller):
         """Take the server's numbers from a context-length 400 (module docstring, step 3)."""
         ours = count_message_tokens(messages)
         if overflow.prompt_tokens and ours:
-            self.token_ratio = max(self.token_ratio, overflow.prompt_tokens / ours)
-        if overflow.context and overflow.context < (self.server_context or self.context_window):
+            ratio = min(overflow.prompt_tokens / ours, MAX_TOKEN_RATIO)
+            self.token_ratio = max(self.token_ratio, ratio)
+        known = self.server_context or self.context_window
+        if overflow.context and MIN_STATED_CONTEXT <= overflow.context < known:
             self.server_context = overflow.context
         log.warning(
             "openai engine: the server refused a prompt of %d o200k tokens as too long (%s); "
@@ -703,7 +713,7 @@ class OpenAIEngine(JsonCaller):
                 flags.append(flag)
         result = AuditResult(
             audit_summary=recompute_summary(
-                assessments, flags, list(dict.fromkeys(partial.trends))
+                assessments, flags, list(dict.fromkeys(self._mask(t) for t in partial.trends))
             ),
             individual_assessments=assessments,
         )
@@ -721,7 +731,7 @@ class OpenAIEngine(JsonCaller):
             usage=usage,
             raw_output=self._mask(self._raw(run)),
             unresolved={
-                e.log_id: partial.unresolved[e.log_id]
+                e.log_id: self._mask(partial.unresolved[e.log_id])
                 for e in batch
                 if e.log_id in partial.unresolved
             },

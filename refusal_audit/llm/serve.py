@@ -144,6 +144,20 @@ _GGUF_INTEGERS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 10: "<Q"
 
 
 def gguf_context_length(path: Path) -> int | None:
+    """The context length a GGUF model was trained with (:func:`_gguf_context_length`); a
+    value that is not a positive count is None. Raises ``ModelFileError`` for a truncated or
+    malformed header, including crafted sizes, counts or nesting that Python cannot seek
+    over or recurse into."""
+    try:
+        value = _gguf_context_length(path)
+    except ModelFileError:
+        raise
+    except (ValueError, OverflowError, RecursionError, struct.error) as exc:
+        raise ModelFileError(f"{path}: malformed GGUF header ({type(exc).__name__})") from None
+    return value if value is not None and value > 0 else None
+
+
+def _gguf_context_length(path: Path) -> int | None:
     """The context length a GGUF model was trained with: the ``<arch>.context_length``
     metadata key (``general.architecture`` names ``<arch>``), read from the file's header
     (GGUF v2/v3, little-endian) without loading the model. None when the key is absent.
@@ -271,15 +285,33 @@ def read_api_key(
             key = api_key_file.read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError) as exc:
             raise OptionsError(f"cannot read the API key file {api_key_file}: {exc}") from exc
-        if not key:
-            raise OptionsError(f"the API key file {api_key_file} is empty")
+        _check_key(key, f"the API key file {api_key_file}")
         return key, str(api_key_file.absolute())
     if API_KEY_ENV in environ:
         key = environ[API_KEY_ENV].strip()
-        if not key:
-            raise OptionsError(f"${API_KEY_ENV} is set but empty")
+        _check_key(key, f"${API_KEY_ENV}")
         return key, f"${API_KEY_ENV}"
     return None, None
+
+
+MIN_API_KEY_CHARS = 8
+"""Shortest API key accepted (the engines mask keys of 4+ characters in errors; a key this
+short is guessable anyway)."""
+
+
+def _check_key(key: str, where: str) -> None:
+    """Raise ``OptionsError`` (naming ``where``, never the key) for an empty key, one shorter
+    than ``MIN_API_KEY_CHARS``, or one with whitespace or control characters inside (an HTTP
+    header cannot carry it, and the client's error would echo it)."""
+    if not key:
+        raise OptionsError(f"{where} is empty" if "file" in where else f"{where} is set but empty")
+    if len(key) < MIN_API_KEY_CHARS:
+        raise OptionsError(f"the key in {where} is shorter than {MIN_API_KEY_CHARS} characters")
+    if any(c.isspace() or not c.isprintable() for c in key):
+        raise OptionsError(
+            f"the key in {where} has whitespace or control characters inside: one line, "
+            "printable characters only"
+        )
 
 
 @dataclass(frozen=True)
