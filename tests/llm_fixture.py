@@ -5,7 +5,7 @@ Registered in ``tests/conftest.py`` (``pytest_plugins``). Fixture:
 ``local_llm`` (session)
     A :class:`LocalLLM` (``base_url`` ending in ``/v1``, ``model``, ``api_key``,
     ``context_size`` in tokens per slot) of one ``refusal-audit llm serve smollm2-135m --port 0
-    --ctx-size 16384 --parallel 1 --threads 2`` subprocess per test process, with an API key
+    --ctx-size 16384 --parallel 1 --threads 1`` subprocess per test process, with an API key
     from a 0600 file. It is stopped with SIGTERM at the end of the session and must exit 0.
     Tests that use it are marked ``@pytest.mark.local_llm`` and
     ``@pytest.mark.xdist_group("local_llm")`` so that ``make unit`` (``--dist loadgroup``) runs
@@ -35,7 +35,13 @@ import httpx
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SMOLLM2_ARGS = ("smollm2-135m", "--ctx-size", "16384", "--parallel", "1", "--threads", "2")
+LLM_THREADS = os.environ.get("REFUSAL_AUDIT_TEST_LLM_THREADS", "1")
+"""CPU threads of the session server: 1 by default, because `make unit` runs a second pytest
+worker beside it on a 2-core machine, and llama.cpp with as many threads as cores slows down
+badly when another process takes one of them (it waits on its slowest thread)."""
+SMOLLM2_ARGS = (
+    "smollm2-135m", "--ctx-size", "16384", "--parallel", "1", "--threads", LLM_THREADS
+)  # fmt: skip
 """The session server's model and settings: 16,384 tokens per slot, because the audit prompt's
 static part alone is ~7,400 SmolLM2 tokens (docs/llm-engine.md, "Fully offline")."""
 START_TIMEOUT_S = 120.0
