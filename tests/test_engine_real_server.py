@@ -674,26 +674,10 @@ def test_the_batch_schema_accepts_exactly_the_batchs_valid_answers(
     schema = batch_wire_schema(["a", "b"], codes, [c.clause_id for c in example_bundle.clauses])
 
     def answer(log_ids: list[str], category: str = codes[0], rationale: str = "Why.") -> dict:
-        return {
-            "audit_summary": {
-                "total_refusals": len(log_ids),
-                "categorization": [{"category": category, "count": len(log_ids)}],
-                "estimated_false_positives": 0,
-                "policy_gap_flags": [],
-                "trends_identified": [],
-            },
-            "individual_assessments": [
-                {
-                    "log_id": i,
-                    "category": category,
-                    "is_estimated_false_positive": False,
-                    "policy_clause_cited": clause,
-                    "assessment_rationale": rationale,
-                    "requires_human_review": False,
-                }
-                for i in log_ids
-            ],
-        }
+        data = fake_openai_server.answer_for(log_ids, category)
+        for item in data["individual_assessments"]:
+            item.update(policy_clause_cited=clause, assessment_rationale=rationale)
+        return data
 
     jsonschema.validate(answer(["a", "b"]), schema)
     for bad in (
