@@ -146,6 +146,7 @@ def build_variant_engine(cfg: Settings, name: str | None = None) -> VariantEngin
             response_format=cfg.openai_response_format,
             max_concurrency=concurrency(cfg.openai_max_concurrency, info),
             server=info.kind,
+            deadline_seconds=cfg.openai_request_deadline_seconds,
         )
     raise ConfigError(f"unknown variant engine {chosen!r} (available: local, openai)")
 

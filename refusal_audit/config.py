@@ -220,6 +220,12 @@ class Settings(BaseSettings):
         description="Time one audit batch may take over all its LLM calls; then its "
         "remaining events are dead-lettered budget_exhausted.",
     )
+    openai_request_deadline_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="Time one clarification question set, judge verdict or calibration run "
+        "may take over its LLM calls (first call and retry); then it escalates with the error.",
+    )
     price_table: dict[str, ModelPrice] = Field(
         default_factory=dict,
         description="Model -> {input, cached_input, output} USD per 1M tokens, for `query cost`.",

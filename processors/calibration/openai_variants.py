@@ -20,7 +20,8 @@ the retry turn and API-key masking; the prompt plumbing is the clarification eng
    assistant's turn, then a user turn starting ``PREVIOUS_ERROR:`` with every problem found
    and a stronger constraint.
 4. If the retry fails too, the engine returns an escalation (``invalid_output``,
-   ``model_refusal`` or ``regression``) with the raw output of both calls (API key masked):
+   ``model_refusal`` or ``regression``; ``api_error`` when the API failed or the request's
+   time budget ``deadline_seconds`` ran out) with the raw output of the calls (API key masked):
    a human reviews it; nothing is guessed or repaired. The last schema-valid output, if
    any, is kept so the run record shows each variant with its failing reasons.
 """
@@ -43,8 +44,8 @@ from processors.calibration.base import (
 )
 from processors.calibration.regression import CheckContext, check_variant
 from processors.clarification.llm import PromptedCaller
+from processors.engines.base import EngineError
 from processors.engines.llm_call import (
-    CallLog,
     ChatAnswer,
     cut,
     decode_json_object,
@@ -182,25 +183,30 @@ class OpenAIVariantEngine(PromptedCaller):
         }
 
     async def generate(self, context: CalibrationContext) -> GeneratedVariants:
-        """Variants for ``context`` (module docstring). Raises
-        ``processors.engines.base.EngineError`` when the API call fails after the SDK's
-        retries."""
+        """Variants for ``context`` (module docstring); never raises for the API: when it
+        fails after the SDK's retries, or the request's time budget (``deadline_seconds``)
+        runs out, the run is escalated ``api_error`` with the error, the calls started and
+        the raw answers received so far."""
         started = time.perf_counter()
-        run = CallLog()
+        run = self.new_log()
         messages = self.prompt.messages(self.values(context))
         allowance = self.output_tokens_for(len(context.spectrum.styles))
-        answer = await self.call(messages, run, "variants", allowance)
-        checked = self._check(answer, context)
-        last_valid = checked.output
-        if checked.failure is not None:
-            turn = f"{PREVIOUS_ERROR}\n{problems_message(checked.problems, RETRY_CONSTRAINT)}"
-            conversation = retry_conversation(messages, answer, turn)
-            answer = await self.call(conversation, run, "retry", allowance)
+        last_valid: CalibrationOutput | None = None
+        try:
+            answer = await self.call(messages, run, "variants", allowance)
             checked = self._check(answer, context)
-            last_valid = checked.output or last_valid
+            last_valid = checked.output
+            if checked.failure is not None:
+                turn = f"{PREVIOUS_ERROR}\n{problems_message(checked.problems, RETRY_CONSTRAINT)}"
+                conversation = retry_conversation(messages, answer, turn)
+                answer = await self.call(conversation, run, "retry", allowance)
+                checked = self._check(answer, context)
+                last_valid = checked.output or last_valid
+        except EngineError as exc:  # the API failed or the time budget ran out
+            checked = _Checked(failure="api_error", problems=[str(exc)])
         if checked.failure is None:
             return GeneratedVariants(
-                output=checked.output, attempts=len(run.calls), usage=run.usage(started)
+                output=checked.output, attempts=run.started_calls, usage=run.usage(started)
             )
         log.warning(
             "openai variant engine: no valid variants after the retry (%s, prompt %s)",
@@ -217,7 +223,7 @@ class OpenAIVariantEngine(PromptedCaller):
         return GeneratedVariants(
             output=last_valid,
             escalation=escalation,
-            attempts=len(run.calls),
+            attempts=run.started_calls,
             usage=run.usage(started),
         )
 

@@ -16,7 +16,8 @@ client handling, usage counting, JSON decoding, retry turn and API-key masking):
    ``pass``) and a free-text ``explanation``.
 3. On an invalid answer, ONE retry in the same conversation with the validation errors and a
    stronger constraint appended.
-4. If the retry is invalid too, or the API fails, the verdict is ``failed``: the caller
+4. If the retry is invalid too, or the API fails, or the request's time budget
+   (``deadline_seconds``) runs out, the verdict is ``failed``: the caller
    escalates (``judge_failed``) and surfaces nothing.
 
 ``raw_output`` is a JSON array with one ``{"kind", "finish_reason", "content", "refusal"}``
@@ -35,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from processors.clarification.llm import PromptedCaller
 from processors.engines.base import EngineError
-from processors.engines.llm_call import CallLog, ChatAnswer, cut, decode_json_object, describe_error
+from processors.engines.llm_call import ChatAnswer, cut, decode_json_object, describe_error
 from prompts.clarify import load_judge_template
 from schemas.audit import EngineUsage
 from schemas.clarification import (
@@ -172,7 +173,7 @@ class OpenAIJudge(PromptedCaller):
     async def judge(self, questions: QuestionSet, request: str, refusal: str) -> JudgeResult:
         """The verdict (module docstring); never raises."""
         started = time.perf_counter()
-        run = CallLog()
+        run = self.new_log()
         try:
             answer, _, problems = await self.call_checked(
                 self.messages(questions, request, refusal), run, self._check,
@@ -186,7 +187,7 @@ class OpenAIJudge(PromptedCaller):
             verdict = self._verdict("failed", [], "; ".join(problems))
         else:
             verdict = self._verdict(answer.verdict, list(answer.reasons), answer.explanation)
-        return JudgeResult(verdict, len(run.calls), self.mask(run.raw()), run.usage(started))
+        return JudgeResult(verdict, run.started_calls, self.mask(run.raw()), run.usage(started))
 
     def _verdict(
         self, verdict: Literal["pass", "reject", "failed"], reasons: list[CircumventionReason],

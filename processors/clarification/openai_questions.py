@@ -19,7 +19,9 @@ masking):
 4. If the retry fails too, no question is returned: ``GeneratedQuestions.failure`` is
    ``invalid_questions`` (schema, refusal, truncation) or ``circumvention`` (the last set
    was schema-valid but failed the check), and the caller escalates. An unvalidated
-   question is never returned.
+   question is never returned. An API failure, or the request's time budget
+   (``deadline_seconds``, setting ``openai_request_deadline_seconds``) running out, is
+   ``invalid_questions`` with the error.
 
 ``raw_output`` is a JSON array with one ``{"kind", "finish_reason", "content", "refusal"}``
 object per call (kinds ``questions``, ``retry``), API key masked.
@@ -39,7 +41,8 @@ from processors.clarification.ambiguity import describe_ambiguities
 from processors.clarification.base import GeneratedQuestions, QuestionContext
 from processors.clarification.circumvention import check_question_set
 from processors.clarification.llm import PromptedCaller
-from processors.engines.llm_call import CallLog, ChatAnswer, cut, decode_json_object, describe_error
+from processors.engines.base import EngineError
+from processors.engines.llm_call import ChatAnswer, cut, decode_json_object, describe_error
 from processors.engines.local import ClauseIndex, tokenize
 from prompts.clarify import load_clarify_template
 from schemas.clarification import QuestionSet
@@ -175,16 +178,20 @@ class OpenAIQuestionEngine(PromptedCaller):
 
     # -- generation ----------------------------------------------------------------------------
     async def generate(self, context: QuestionContext) -> GeneratedQuestions:
-        """Questions for ``context`` (module docstring). Raises
-        ``processors.engines.base.EngineError`` when the API call fails after the SDK's
-        retries."""
+        """Questions for ``context`` (module docstring); never raises: when the API fails
+        after the SDK's retries, or the request's time budget (``deadline_seconds``) runs
+        out, the result has no questions, failure ``invalid_questions`` and the error."""
         started = time.perf_counter()
-        run = CallLog()
+        run = self.new_log()
         messages = self.prompt.messages(self.values(context))
-        questions, failure, errors = await self.call_checked(
-            messages, run, lambda answer: self._check(answer, context), RETRY_CONSTRAINT,
-            "questions",
-        )  # fmt: skip
+        try:
+            questions, failure, errors = await self.call_checked(
+                messages, run, lambda answer: self._check(answer, context), RETRY_CONSTRAINT,
+                "questions",
+            )  # fmt: skip
+        except EngineError as exc:  # the API failed or the time budget ran out
+            questions, failure = None, "invalid_questions"
+            errors = [f"engine_error: {self.mask(str(exc))}"]
         if questions is None:
             log.warning(
                 "openai question engine: no valid question set after the retry (%s, prompt %s)",
@@ -195,7 +202,7 @@ class OpenAIQuestionEngine(PromptedCaller):
             questions=questions,
             failure=failure,
             errors=tuple(errors),
-            attempts=len(run.calls),
+            attempts=run.started_calls,
             raw_output=self.mask(run.raw()),
             usage=run.usage(started),
         )

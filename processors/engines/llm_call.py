@@ -32,6 +32,7 @@ carrying the server's numbers, so the audit engine can split the batch.
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import time
 import weakref
@@ -409,9 +410,15 @@ async def chat_completion(
 
 @dataclass
 class CallLog(TokenTally):
-    """The calls of one engine run: ``(kind, answer)`` in order, and their token usage."""
+    """The calls of one engine run: ``(kind, answer)`` in order, their token usage, and the
+    run's time budget: no call starts after ``deadline`` (a ``time.monotonic()``; ``inf``:
+    none) and a call in flight then is cancelled (``JsonCaller.call``).
+    ``started_calls`` counts every call started, answered or not."""
 
     calls: list[tuple[str, ChatAnswer]] = field(default_factory=list)
+    deadline: float = math.inf
+    deadline_seconds: float | None = None
+    started_calls: int = 0
 
     def usage(self, started: float) -> EngineUsage:
         """The tokens used, and the time since ``started`` (a ``time.perf_counter()``)."""
@@ -471,6 +478,12 @@ class CallSettings(TypedDict, total=False):
     temperature: float | None
     output_token_param: OutputTokenParam
     server: ServerKind
+    deadline_seconds: float | None
+
+
+class BudgetExhausted(EngineError):
+    """A task's time budget ran out: before a call could start, or during one (which was
+    cancelled). The message says which budget and how large it was."""
 
 
 class JsonCaller:
@@ -482,7 +495,10 @@ class JsonCaller:
     :func:`resolve_response_format`; the attribute ``response_format`` holds what is sent).
     ``max_output_tokens``, ``output_token_param``, ``temperature`` and ``max_concurrency``
     (calls in flight per event loop) as for the audit engine; on llama.cpp every call asks
-    for the prompt cache. Raises ``ValueError`` for out-of-range settings.
+    for the prompt cache. ``deadline_seconds`` (None: no limit) bounds the wall time of all
+    the calls of one task (a log from :meth:`new_log`: the first call and its retry), so a
+    slow server cannot hold a clarification or calibration request longer than that.
+    Raises ``ValueError`` for out-of-range settings.
     """
 
     def __init__(
@@ -498,8 +514,12 @@ class JsonCaller:
         temperature: float | None = None,
         output_token_param: OutputTokenParam = "max_completion_tokens",
         server: ServerKind = "unknown",
+        deadline_seconds: float | None = None,
     ) -> None:
         check_call_settings(model, response_format, output_token_param, max_output_tokens)
+        if deadline_seconds is not None and not deadline_seconds > 0:
+            raise ValueError("deadline_seconds must be > 0")
+        self.deadline_seconds = deadline_seconds
         self.client = client
         self.model = model
         self.schema_name = schema_name
@@ -547,6 +567,15 @@ class JsonCaller:
             server=self.server,
         )
 
+    def new_log(self) -> CallLog:
+        """The log of one task, its deadline ``deadline_seconds`` from now."""
+        if self.deadline_seconds is None:
+            return CallLog()
+        return CallLog(
+            deadline=time.monotonic() + self.deadline_seconds,
+            deadline_seconds=self.deadline_seconds,
+        )
+
     async def call(
         self,
         messages: Sequence[dict[str, str]],
@@ -555,8 +584,21 @@ class JsonCaller:
         max_output_tokens: int | None = None,
     ) -> ChatAnswer:
         """One chat completion, recorded in ``log`` as ``kind`` (``max_output_tokens`` as for
-        :meth:`complete`). Raises ``EngineError``."""
-        answer = await self.complete(messages, log, max_output_tokens)
+        :meth:`complete`) and counted in ``log.started_calls``. Raises
+        :class:`BudgetExhausted` when ``log``'s deadline has passed, or passes during the
+        call (which is cancelled), and ``EngineError`` for API failures."""
+        remaining = log.deadline - time.monotonic()
+        spent = f"the request's time budget ({log.deadline_seconds or math.inf:g} s) ran out"
+        if remaining <= 0:
+            raise BudgetExhausted(f"{spent} before the {kind} call")
+        log.started_calls += 1
+        try:
+            answer = await asyncio.wait_for(
+                self.complete(messages, log, max_output_tokens),
+                None if math.isinf(remaining) else remaining,
+            )
+        except TimeoutError:
+            raise BudgetExhausted(f"{spent} during the {kind} call") from None
         log.calls.append((kind, answer))
         return answer
 

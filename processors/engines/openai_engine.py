@@ -312,17 +312,16 @@ class OpenAIEngine(JsonCaller):
             temperature=temperature,
             output_token_param=output_token_param,
             server=server,
+            deadline_seconds=deadline_seconds,
         )
         if context_window <= max_output_tokens:
             raise ValueError("context_window must be greater than max_output_tokens")
         if max_calls is not None and max_calls < 1:
             raise ValueError("max_calls must be >= 1 (or None)")
-        if not deadline_seconds > 0:
-            raise ValueError("deadline_seconds must be > 0")
         self.context_window = context_window
         self.context_source = context_source
         self.max_calls = max_calls
-        self.deadline_seconds = deadline_seconds
+        self.deadline_seconds: float = deadline_seconds
         self.prompt = prompt if prompt is not None else load_template()
         self.prompt_version = self.prompt.version
         self.token_ratio = 1.0

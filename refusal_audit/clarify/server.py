@@ -101,6 +101,7 @@ def build_question_engine(cfg: Settings, name: str | None = None) -> QuestionEng
             response_format=cfg.openai_response_format,
             max_concurrency=concurrency(cfg.openai_max_concurrency, info),
             server=info.kind,
+            deadline_seconds=cfg.openai_request_deadline_seconds,
         )
     raise ConfigError(f"unknown question engine {chosen!r} (available: local, openai)")
 
@@ -121,6 +122,7 @@ def build_judge(cfg: Settings) -> CircumventionJudge | None:
         response_format=cfg.openai_response_format,
         max_concurrency=concurrency(cfg.openai_max_concurrency, info),
         server=info.kind,
+        deadline_seconds=cfg.openai_request_deadline_seconds,
     )
 
 
