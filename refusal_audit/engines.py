@@ -46,6 +46,11 @@ def make_engine(settings: Settings, name: str | None = None) -> AuditEngine:
     raise ConfigError(f"unknown engine {chosen!r} (available: local, openai)")
 
 
+MIN_DISCOVERED_CONTEXT = 1024
+"""The smallest server context the audit engine accepts (the answer alone asks for 512 + 256
+tokens per event; the static prompt is several thousand)."""
+
+
 def openai_client(settings: Settings) -> openai.AsyncOpenAI:
     """The ``openai.AsyncOpenAI`` client of the openai_* settings (base URL, key, timeout,
     retries). Raises ``ConfigError`` when neither a key nor a base URL is configured."""
@@ -88,6 +93,12 @@ def _openai_engine(settings: Settings) -> AuditEngine:
             raise ConfigError(
                 f"openai_context_window ({window}) must be larger than "
                 f"openai_max_output_tokens ({max_output})"
+            )
+        if window < MIN_DISCOVERED_CONTEXT:
+            raise ConfigError(
+                f"the LLM server reports a context of {window} tokens ({source}): too small to "
+                f"audit anything (at least {MIN_DISCOVERED_CONTEXT}); start it with a larger "
+                "context (llama.cpp --ctx-size)"
             )
         max_output = window // 2  # a small discovered context: half of it for the answer
         log.warning(

@@ -192,6 +192,16 @@ def test_a_small_discovered_context_is_a_clear_start_up_error(
     assert fake_openai.requests == []
 
 
+@pytest.mark.parametrize("n_ctx", [1, 2, 1023])
+def test_an_absurdly_small_discovered_context_is_a_config_error(
+    fake_openai: FakeOpenAIServer, n_ctx: int
+) -> None:
+    fake_openai.as_llama_cpp(n_ctx)
+    with pytest.raises(ConfigError, match=f"context of {n_ctx} tokens"):
+        make_engine(settings(fake_openai))
+    assert fake_openai.requests == []
+
+
 # -- 2. context-length 400s ------------------------------------------------------------------
 @pytest.mark.parametrize("style", ["llama.cpp", "openai", "vllm", "vllm-new"])
 def test_a_context_length_400_splits_the_batch(
