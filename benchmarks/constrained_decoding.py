@@ -20,7 +20,9 @@ Shares come with Wilson 95% intervals (statsmodels). Inputs, read by path from
 = CoCoNot refusals (the judge rates the offline question engine's set for each); variants =
 XSTest refusals of unsafe prompts with the weapons clause AUP-2.2 of the example bundle.
 Each call asks for the path's own output cap (audit 768 = 512 + 256 per event, questions
-1024, judge 512, variants 2048), temperature unset (the server's default sampling).
+1024, judge 512, variants 320 + 640 per style = 4,160), temperature unset (the server's
+default sampling). On llama.cpp each engine sends ``cache_prompt`` and the audit its
+batch-narrowed schema (``schemas.wire.batch_wire_schema``), as the product does.
 
 The server: ``--base-url``/``--model`` (key in ``$REFUSAL_AUDIT_OPENAI_API_KEY``), else
 SmolLM2-135M-Instruct started here on llama.cpp (``tests/llm_fixture.py``'s server, 16,384
@@ -62,10 +64,17 @@ from processors.clarification.base import QuestionContext
 from processors.clarification.judge import OpenAIJudge
 from processors.clarification.local_questions import LocalQuestionEngine
 from processors.clarification.openai_questions import OpenAIQuestionEngine
-from processors.engines.llm_call import ChatAnswer, JsonCaller, TokenTally, decode_json_object
+from processors.engines.llm_call import (
+    ChatAnswer,
+    JsonCaller,
+    ServerKind,
+    TokenTally,
+    decode_json_object,
+)
 from processors.engines.openai_engine import OpenAIEngine
 from refusal_audit.bundles import load_bundles
 from refusal_audit.config import Settings
+from refusal_audit.llm.discovery import discover
 from schemas.calibration import DEFAULT_SPECTRUM, CalibrationOutput
 from schemas.clarification import QuestionSet, Route
 from schemas.events import RefusalEvent
@@ -88,6 +97,9 @@ class Server:
     model: str
     api_key: str
     context_size: int
+    kind: ServerKind = "unknown"
+    """What ``refusal_audit.llm.discovery`` finds (``llama.cpp``: the engines send
+    ``cache_prompt`` and the audit's batch-narrowed schema, as in the product)."""
 
 
 @contextlib.contextmanager
@@ -99,13 +111,14 @@ def local_server(args: argparse.Namespace) -> Iterator[Server]:
     stand-in server (``tests/llm_fixture.serve_local_llm``)."""
     if args.base_url:
         key = os.environ.get("REFUSAL_AUDIT_OPENAI_API_KEY", "unused")
-        yield Server(args.base_url, args.model, key, args.context_size)
+        kind = discover(args.base_url, key, args.model).kind
+        yield Server(args.base_url, args.model, key, args.context_size, kind)
         return
     if importlib.util.find_spec("refusal_audit.cli_llm") is None:
         sys.path.insert(0, str(TESTS))
         fixture = importlib.import_module("llm_fixture")
         with fixture.serve_local_llm(context_size=args.context_size, threads=args.threads) as llm:
-            yield Server(llm.base_url, llm.model, llm.api_key, llm.context_size)
+            yield Server(llm.base_url, llm.model, llm.api_key, llm.context_size, "llama.cpp")
         return
     key = "sk-bench-" + secrets.token_urlsafe(24)
     command = [
@@ -130,7 +143,7 @@ def local_server(args: argparse.Namespace) -> Iterator[Server]:
             headers={"Authorization": f"Bearer {key}"}, timeout=10,
         ).json()  # fmt: skip
         context = int(props["default_generation_settings"]["n_ctx"])
-        yield Server(found["base URL"], found["model id"], key, context)
+        yield Server(found["base URL"], found["model id"], key, context, "llama.cpp")
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -187,6 +200,10 @@ class Case:
     engine: JsonCaller
     messages: list[dict[str, str]]
     judge: Callable[[ChatAnswer, dict[str, Any] | None], Verdict]
+    schema: dict[str, Any] | None = None
+    """The call's output schema when the engine narrows it (the audit on llama.cpp)."""
+    max_tokens: int | None = None
+    """The call's output cap when the engine sizes it per task (variants: per style)."""
 
 
 def pydantic_ok(validate: Callable[[bytes], object], data: dict[str, Any]) -> bool:
@@ -216,7 +233,7 @@ def audit_cases(
     """The audit engine's first call for ``n`` XSTest refusals, one per batch."""
     engine = OpenAIEngine(
         client, server.model, max_output_tokens=AUDIT_MAX_TOKENS,
-        context_window=server.context_size,
+        context_window=server.context_size, server=server.kind,
     )  # fmt: skip
 
     def judge_for(log_id: str) -> Callable[[ChatAnswer, dict[str, Any] | None], Verdict]:
@@ -236,7 +253,8 @@ def audit_cases(
             response=row["completion"], model="gpt-4",
         )  # fmt: skip
         messages = engine.prompt.messages(bundle, [event])
-        cases.append(Case(engine, messages, judge_for(event.log_id)))
+        schema = engine._batch_schema([event.log_id], bundle)
+        cases.append(Case(engine, messages, judge_for(event.log_id), schema))
     return cases
 
 
@@ -259,7 +277,7 @@ def question_cases(
     client: openai.AsyncOpenAI, server: Server, bundle: PolicyBundle, n: int
 ) -> list[Case]:
     """The question engine's first call for ``n`` CoCoNot refusals."""
-    engine = OpenAIQuestionEngine(client, server.model)
+    engine = OpenAIQuestionEngine(client, server.model, server=server.kind)
 
     def judge_for(context: QuestionContext) -> Callable[[ChatAnswer, dict[str, Any] | None],
                                                         Verdict]:  # fmt: skip
@@ -281,7 +299,7 @@ def judge_cases(
 ) -> list[Case]:
     """The judge's first call on the offline question engine's set for the first ``n``
     CoCoNot refusals it writes a set for."""
-    engine = OpenAIJudge(client, server.model)
+    engine = OpenAIJudge(client, server.model, server=server.kind)
     local = LocalQuestionEngine()
 
     def judge(answer: ChatAnswer, data: dict[str, Any] | None) -> Verdict:
@@ -301,7 +319,8 @@ def variant_cases(
     client: openai.AsyncOpenAI, server: Server, bundle: PolicyBundle, n: int
 ) -> list[Case]:
     """The variant engine's first call for ``n`` XSTest refusals of unsafe prompts."""
-    engine = OpenAIVariantEngine(client, server.model)
+    engine = OpenAIVariantEngine(client, server.model, server=server.kind)
+    allowance = engine.output_tokens_for(len(DEFAULT_SPECTRUM.styles))
     clause = bundle.clause("AUP-2.2")
     assert clause is not None
 
@@ -322,9 +341,8 @@ def variant_cases(
         context = CalibrationContext(
             row["prompt"], row["completion"], clause, bundle, DEFAULT_SPECTRUM
         )
-        cases.append(
-            Case(engine, engine.prompt.messages(engine.values(context)), judge_for(context))
-        )
+        messages = engine.prompt.messages(engine.values(context))
+        cases.append(Case(engine, messages, judge_for(context), max_tokens=allowance))
     return cases
 
 
@@ -341,7 +359,7 @@ async def first_answer(case: Case, mode: str) -> tuple[ChatAnswer, int]:
     tokens."""
     case.engine.response_format = mode  # type: ignore[assignment]
     tally = TokenTally()
-    answer = await case.engine.complete(case.messages, tally)
+    answer = await case.engine.complete(case.messages, tally, case.max_tokens, case.schema)
     return answer, tally.completion_tokens
 
 
