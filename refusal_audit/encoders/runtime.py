@@ -125,6 +125,11 @@ class OnnxEncoder:
             out[rows] = self._run([texts[i] for i in rows])
         return out
 
+    def token_count(self, text: str) -> int:
+        """Tokens the model reads of ``text``: special tokens included, after truncation
+        to ``spec.max_tokens``."""
+        return sum(self._tokenizer.encode(text).attention_mask)
+
     def _run(self, texts: list[str]) -> NDArray[np.float32]:
         """One model call on a padded batch: pooled, normalised ``(len(texts), dim)``."""
         encodings = self._tokenizer.encode_batch(texts)
