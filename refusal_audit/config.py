@@ -249,6 +249,31 @@ class Settings(BaseSettings):
         "category_model); unset: the model shipped in the package.",
     )
 
+    # sentence encoders (refusal-audit encoders; docs/encoders.md)
+    encoder_dir: Path | None = Field(
+        default=None,
+        description="Private cache of the fetched sentence encoders (ONNX model, tokenizer, "
+        "manifest; dirs 0700, files 0600); unset: <data_dir>/encoders.",
+    )
+    encoder_repository_url: str = Field(
+        default="https://repo1.maven.org/maven2/",
+        pattern=r"^https?://",
+        description="Maven repository (Central or a mirror) `encoders fetch` downloads the "
+        "pinned jars from; only fetching uses it, never loading.",
+    )
+    encoder_fetch_timeout_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="Connect/read timeout of one encoder jar download attempt (4 attempts "
+        "on transient errors).",
+    )
+    encoder_threads: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="onnxruntime intra-op threads of one loaded encoder.",
+    )
+
     # batching
     batch_max_events: int = Field(default=25, ge=1, description="Max events per audit batch.")
     batch_token_budget: int = Field(
@@ -624,6 +649,11 @@ class Settings(BaseSettings):
         if self.warehouse_dsn:
             return self.warehouse_dsn
         return f"chdb://{(self.data_dir / 'chdb').resolve()}"
+
+    @property
+    def resolved_encoder_dir(self) -> Path:
+        """The sentence-encoder cache: ``encoder_dir``, else ``<data_dir>/encoders``."""
+        return self.encoder_dir if self.encoder_dir is not None else self.data_dir / "encoders"
 
     @property
     def resolved_engine(self) -> Literal["local", "openai"]:

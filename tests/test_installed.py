@@ -188,3 +188,34 @@ def test_a_data_directory_that_cannot_be_made_stops_the_worker_clearly(
     assert result.returncode == 2, result.stderr[-3000:]
     assert "cannot create the worker's data directory" in result.stderr
     assert str(blocker / "state") in result.stderr
+
+
+def test_the_installed_package_loads_the_fetched_encoders_from_any_directory(
+    installed: Path, empty_dir: Path
+) -> None:
+    """The wheel carries ``refusal_audit.encoders``; with ``encoder_dir`` pointing at the
+    cache `make install` filled, an installed package lists and loads the int8 models."""
+    cache = str(Path(__file__).resolve().parents[1] / ".refusal-audit" / "encoders")
+    listing = run_cli(installed, empty_dir, "encoders", "list", REFUSAL_AUDIT_ENCODER_DIR=cache)
+    assert listing.returncode == 0, listing.stderr[-3000:]
+    rows = [line for line in listing.stdout.splitlines() if "-q " in line]
+    assert len(rows) == 2 and all("│ fetched" in row for row in rows), listing.stdout
+    code = (
+        "import refusal_audit.encoders.runtime as runtime\n"
+        "from refusal_audit.config import load_settings\n"
+        "e = runtime.OnnxEncoder.load('all-minilm-l6-v2-q', load_settings())\n"
+        "print(runtime.__file__)\n"
+        "print(e.encode(['a refusal', 'an answer']).shape)\n"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=empty_dir,
+        env=user_env(installed, REFUSAL_AUDIT_ENCODER_DIR=cache),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    where, shape = loaded.stdout.splitlines()
+    assert where.startswith(str(installed)), where  # not the development tree's copy
+    assert shape == "(2, 384)"
