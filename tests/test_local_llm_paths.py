@@ -61,17 +61,24 @@ REASON_CODES = {
 
 
 def settings(llm: LocalLLM, tmp_path: Path, **extra: Any) -> Settings:
-    """The product's settings pointed at the local server (key by value, never in argv)."""
+    """The product's settings pointed at the local server (key by value, never in argv),
+    then ``extra``. Each clarification/calibration request gets 240 s over its calls (the
+    product's default is 300): on a CPU shared with the other test process a long variant
+    answer can take minutes, and the contract is the same whether the model answers or the
+    budget ends the request."""
+    defaults: dict[str, Any] = {
+        "openai_max_retries": 1,
+        "openai_timeout_seconds": 900,
+        "openai_request_deadline_seconds": 240,
+        "openai_max_concurrency": 1,  # the server has one slot: a queued call would time out
+    }
     return Settings(
         engine="openai",
         openai_base_url=llm.base_url,
         openai_api_key=llm.api_key,
         openai_model=llm.model,
-        openai_max_retries=1,
-        openai_timeout_seconds=900,
-        openai_max_concurrency=1,  # the server has one slot: a queued call would time out
         data_dir=tmp_path,
-        **extra,
+        **{**defaults, **extra},
     )
 
 

@@ -77,6 +77,25 @@ def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
                 yield record
 
 
+CORPUS_LABELS = frozenset({"acceptable", "reject"})
+"""The labels of the circumvention corpus (``datasets/circumvention/``, rubric in
+docs/circumvention-rubric.md)."""
+
+
+def corpus_set(rec: dict[str, Any]) -> FixtureSet:
+    """A question set of the circumvention corpus (``set_id``, ``request``, ``refusal``,
+    ``questions`` as ``{"question_text", ...}`` objects, ``label`` ``acceptable``|``reject``)
+    as a :class:`FixtureSet` (``reject`` = teaches circumvention). Raises ``KeyError`` or
+    ``TypeError`` for a malformed record."""
+    return FixtureSet(
+        str(rec["set_id"]),
+        str(rec["request"]),
+        str(rec["refusal"]),
+        [str(q["question_text"]) for q in rec["questions"]],
+        rec["label"] == "reject",
+    )
+
+
 def read_labelled(path: Path) -> tuple[list[Case], list[FixtureSet], int]:
     """The cases and fixture sets of one file, and how many records were skipped. Raises
     ``ValueError`` for a file of no known shape and ``OSError`` when it cannot be read."""
@@ -101,6 +120,9 @@ def read_labelled(path: Path) -> tuple[list[Case], list[FixtureSet], int]:
                 )  # fmt: skip
         return cases, sets, skipped
     for n, rec in enumerate(_jsonl(path), 1):
+        if rec.get("label") in CORPUS_LABELS and "questions" in rec:
+            sets.append(corpus_set(rec))
+            continue
         if "teaches_circumvention" in rec:
             sets.append(
                 FixtureSet(str(rec.get("id", n)), str(rec["request"]), str(rec["refusal"]),
