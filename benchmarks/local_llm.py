@@ -16,7 +16,7 @@ with the same settings: ``openai_context_window`` = the server's context,
 one SDK retry, and a deadline of ``--deadline`` s per batch (a batch still running then is
 cancelled and counted as timed out, its events unresolved).
 
-Per batch size it prints: events/s (events of the batch / its wall time), prompt and
+Per batch size it prints: assessed events/s (events assessed / the batches' wall time), prompt and
 generated tokens/s (llama.cpp's own ``timings`` in each response: ``prompt_n / prompt_ms``,
 ``predicted_n / predicted_ms``; the fake: usage tokens / call time), the time to first token
 of each batch's first call (llama.cpp: ``prompt_ms`` + one token, the prompt processing a
@@ -253,7 +253,7 @@ def rows(name: str, results: list[BatchResult], passes: Any) -> list[str]:
             str(len(group)),
             f"{sum(r.assessed for r in group)}/{events}",
             str(sum(r.timed_out for r in group)),
-            f"{events / sum(r.seconds for r in group):.2f}",
+            f"{sum(r.assessed for r in group) / sum(r.seconds for r in group):.3f}",
             f"{prompt_rate:.0f}",
             f"{gen_rate:.1f}",
             ", ".join(f"{x:.2f}" for x in cold) or "-",
@@ -267,10 +267,10 @@ def rows(name: str, results: list[BatchResult], passes: Any) -> list[str]:
 
 
 HEADER = (
-    "| server | batch size | batches | events assessed | batches timed out | events/s "
+    "| server | batch size | batches | events assessed | batches timed out | assessed events/s "
     "| prompt tokens/s | generated tokens/s | TTFT first batch, s | TTFT later batches "
     "(mean), s | first answers schema-valid | first answers passing the harness "
-    "| calls per batch |\n"
+    "| answered calls per batch |\n"
     "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |"
 )
 
