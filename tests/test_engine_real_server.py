@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import fake_openai_server
+import httpx
 import orjson
 import pytest
 from fake_openai_server import (
@@ -165,6 +166,37 @@ def test_configured_window_wins_and_a_silent_server_gets_the_default(
     assert silent.context_source == discovery.SOURCE_DEFAULT
     for engine in (configured, silent):
         asyncio.run(engine.client.close())
+
+
+def test_discovery_ignores_a_huge_or_trickling_answer() -> None:
+    """A /props body over the cap, or one trickled past the timeout in small chunks (each
+    within the per-read timeout), is ignored: discovery returns within about the timeout."""
+    props = json.dumps({"default_generation_settings": {"n_ctx": 4096}, "total_slots": 1})
+
+    def trickle() -> Any:
+        for ch in props.encode():
+            time.sleep(0.05)
+            yield bytes([ch])
+
+    def huge() -> Any:
+        yield b'{"pad": "' + b"x" * (discovery.MAX_DISCOVERY_BODY_BYTES + 10) + b'"}'
+
+    for body in (trickle, huge):
+
+        def handler(request: Any, body: Any = body) -> Any:
+            return httpx.Response(200, content=body())
+
+        started = time.monotonic()
+        info = discovery.discover(
+            "http://llm.invalid/v1", None, "m", timeout=1.0, transport=httpx.MockTransport(handler)
+        )
+        assert info.context is None, body.__name__
+        assert time.monotonic() - started < 3.0
+    good = discovery.discover(
+        "http://llm.invalid/v1", None, "m",
+        transport=httpx.MockTransport(lambda r: httpx.Response(200, content=props.encode())),
+    )  # fmt: skip
+    assert (good.kind, good.context, good.slots) == ("llama.cpp", 4096, 1)
 
 
 def test_discovery_of_an_unreachable_server_or_none_asks_nothing() -> None:

@@ -27,7 +27,9 @@ names the source; :func:`describe` is the line the engine builder logs.
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -84,18 +86,35 @@ def _positive_int(value: object) -> int | None:
     return value if ok else None  # type: ignore[return-value]
 
 
+MAX_DISCOVERY_BODY_BYTES = 1_000_000
+"""The largest discovery answer read (llama.cpp's /props is a few kB, a vLLM /v1/models
+listing of many models some tens): a larger body is ignored, not buffered."""
+
+
 def _get_json(client: httpx.Client, url: str) -> Any:
-    """The JSON body of ``GET url`` when it answers 200 with JSON, else None."""
+    """The JSON body of ``GET url`` when it answers 200 with JSON of at most
+    ``MAX_DISCOVERY_BODY_BYTES`` within the client's timeout, counted over the whole body
+    (a server trickling bytes cannot hold start-up longer), else None."""
+    timeout = client.timeout.read or DISCOVERY_TIMEOUT_SECONDS
+    deadline = time.monotonic() + timeout
     try:
-        response = client.get(url)
+        with client.stream("GET", url) as response:
+            if response.status_code != 200:
+                log.debug(
+                    "LLM server discovery: GET %s -> HTTP %d", _shown(url), response.status_code
+                )
+                return None
+            body = bytearray()
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > MAX_DISCOVERY_BODY_BYTES or time.monotonic() > deadline:
+                    log.debug("LLM server discovery: GET %s too large or slow", _shown(url))
+                    return None
     except httpx.HTTPError as exc:
         log.debug("LLM server discovery: GET %s failed (%s)", _shown(url), type(exc).__name__)
         return None
-    if response.status_code != 200:
-        log.debug("LLM server discovery: GET %s -> HTTP %d", _shown(url), response.status_code)
-        return None
     try:
-        return response.json()
+        return json.loads(body)
     except ValueError:
         return None
 
