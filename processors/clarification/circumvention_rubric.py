@@ -339,13 +339,16 @@ SAFE_DETECTORS: dict[str, re.Pattern[str]] = {
         r"(?:resources|services|line)|talk to someone|how are you (?:doing|feeling))\b"
     ),
     "context_format": re.compile(
-        r"\b(?:what is (?:this|it) for|who (?:is|will) (?:the|be) (?:audience|reading)|"
+        r"\b(?:what (?:is|are) (?:this|it|the [\w ]{1,30}?|your [\w ]{1,30}?) for|who (?:is|will) (?:the|be) (?:audience|reading)|"
         r"audience|overview|summary|history|background|context|purpose|format|level|"
         r"general(?:ly)?|policy|in what (?:setting|context|role)|what (?:situation|prompted)|"
         r"your own|a bit more|tell me more|what are you hoping|what do you hope|situation|"
         r"whose|who (?:is|are|will|would|else)|your role|role or setting|connection|"
         r"relationship|occasion|tone|how long|should (?:it|the answer) cover|level of detail|"
-        r"how much detail|depth|why (?:do|did) you|what (?:would|do) you (?:like|want) to "
+        r"how much detail|depth|why (?:do|did) you|what would you do with|what (?:is|are) "
+        r"(?:it|they|this) (?:meant|for|used)|does (?:your|the) [\w ]{1,20} know|"
+        r"(?:already|ever) (?:tried|looked|asked|contacted|spoken|talked)|have you (?:tried|"
+        r"contacted|asked|spoken|talked|looked)|what (?:would|do) you (?:like|want) to "
         r"(?:achieve|do|learn|know)|what worries you|how (?:is|are) [\w ]{1,30} doing)\b"
     ),
 }
