@@ -339,7 +339,8 @@ SAFE_DETECTORS: dict[str, re.Pattern[str]] = {
         r"(?:resources|services|line)|talk to someone|how are you (?:doing|feeling))\b"
     ),
     "context_format": re.compile(
-        r"\b(?:what (?:is|are) (?:this|it|the [\w ]{1,30}?|your [\w ]{1,30}?) for|who (?:is|will) (?:the|be) (?:audience|reading)|"
+        r"\b(?:what (?:is|are) (?:this|it|the [\w ]{1,30}?|your [\w ]{1,30}?) for|"
+        r"who (?:is|will) (?:the|be) (?:audience|reading)|"
         r"audience|overview|summary|history|background|context|purpose|format|level|"
         r"general(?:ly)?|policy|in what (?:setting|context|role)|what (?:situation|prompted)|"
         r"your own|a bit more|tell me more|what are you hoping|what do you hope|situation|"
