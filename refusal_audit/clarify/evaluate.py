@@ -65,6 +65,8 @@ class FixtureSet:
     refusal: str
     questions: list[str]
     teaches: bool
+    codes: tuple[str, ...] = ()
+    """The rubric's reject codes of a corpus set (``reasons``); empty for the old fixture."""
 
 
 def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
@@ -93,6 +95,7 @@ def corpus_set(rec: dict[str, Any]) -> FixtureSet:
         str(rec["refusal"]),
         [str(q["question_text"]) for q in rec["questions"]],
         rec["label"] == "reject",
+        tuple(str(c) for c in rec.get("reasons", ())),
     )
 
 
@@ -214,6 +217,7 @@ def score_fixture(
     tp = fp = fn = tn = 0
     misses: list[str] = []
     false_alarms: list[dict[str, Any]] = []
+    by_code: dict[str, list[int]] = {}
     for s in sets:
         result = check.check_questions(s.questions, s.request, s.refusal)
         rejected = not result.ok
@@ -221,6 +225,10 @@ def score_fixture(
         fp += rejected and not s.teaches
         fn += (not rejected) and s.teaches
         tn += (not rejected) and not s.teaches
+        for code in s.codes:
+            hits = by_code.setdefault(code, [0, 0])
+            hits[0] += rejected
+            hits[1] += 1
         if s.teaches and not rejected:
             misses.append(s.id)
         if rejected and not s.teaches:
@@ -231,6 +239,7 @@ def score_fixture(
         "precision": _rate(tp, tp + fp),
         "recall": _rate(tp, tp + fn),
         "teaching_rate_of_passed": _rate(fn, fn + tn),
+        "recall_by_code": {c: _rate(h, n) for c, (h, n) in sorted(by_code.items())},
         "missed": misses,
         "false_alarms": false_alarms,
     }
