@@ -150,6 +150,8 @@ def _print(figures: dict[str, object]) -> None:
         console.print(f"  check recall:    {_fmt(fixture['recall'])}")
         console.print(f"  teaching rate of sets the check passes: "
                       f"{_fmt(fixture['teaching_rate_of_passed'])}")  # fmt: skip
+        for code, rate in fixture.get("recall_by_code", {}).items():
+            console.print(f"  recall of sets labelled {code}: {_fmt(rate)}")
     gate = figures["gate"]
     assert isinstance(gate, dict)
     console.print("gate: " + ("passed" if gate["passed"] else "FAILED"))

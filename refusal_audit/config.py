@@ -456,6 +456,18 @@ class Settings(BaseSettings):
     clarify_question_model: str | None = Field(
         default=None, description="Model of an openai question engine; unset: `openai_model`."
     )
+    clarify_circumvention_check: Literal["trained", "rules"] = Field(
+        default="trained",
+        description="Circumvention check of clarifying question sets: `trained` (the shipped "
+        "logistic model over rubric detectors, docs/clarification.md) or `rules` (the strict "
+        "deterministic rules alone).",
+    )
+    clarify_circumvention_model_path: Path | None = Field(
+        default=None,
+        description="With clarify_circumvention_check = trained: the artifact to load, a path "
+        "without suffix (e.g. .refusal-audit/models/circumvention_check); unset: the model "
+        "shipped in the package.",
+    )
     clarify_judge_engine: Literal["off", "openai"] = Field(
         default="off",
         description="Optional LLM judge after the deterministic circumvention check: `off` or "

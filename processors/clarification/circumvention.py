@@ -220,9 +220,12 @@ class CheckResult:
 
     @property
     def reasons(self) -> list[str]:
-        """The distinct reason codes, in :data:`REASON_CODES` order."""
+        """The distinct reason codes, in :data:`REASON_CODES` order, then any other code (the
+        learned check's rubric codes, ``processors.clarification.circumvention_model``)
+        sorted."""
         codes = {f.code for f in self.findings}
-        return [c for c in REASON_CODES if c in codes]
+        known = [c for c in REASON_CODES if c in codes]
+        return known + sorted(codes - set(known))
 
     def describe(self) -> str:
         """The findings as ``code (question N: detail); ...`` (for escalations and retries)."""

@@ -14,7 +14,7 @@ from datetime import datetime
 
 from processors.clarification.ambiguity import find_ambiguities
 from processors.clarification.base import GeneratedQuestions, QuestionContext, QuestionEngine
-from processors.clarification.circumvention import check_question_set
+from processors.clarification.circumvention_model import RULES_CHECK, CircumventionCheck
 from processors.clarification.conversation import (
     EngineIdentity,
     open_asking,
@@ -65,6 +65,9 @@ class Clarifier:
     questions: QuestionEngine
     bundles: Mapping[str, PolicyBundle]
     judge: CircumventionJudge | None = None
+    check: CircumventionCheck = RULES_CHECK
+    """The circumvention check every set must pass (the application passes the trained one,
+    ``refusal_audit.circumvention_check``; default the strict rules)."""
 
     def bundle(self, name: str) -> PolicyBundle:
         """The bundle ``name``. Raises :class:`UnknownBundleError`."""
@@ -123,7 +126,7 @@ class Clarifier:
             detail = "; ".join(generated.errors) or reason.value
             state = open_escalated(request, decision, reason, detail, self.identity, now)
             return Opened(state, decision, generated)
-        check = check_question_set(generated.questions, request.request, request.refusal)
+        check = self.check.check_question_set(generated.questions, request.request, request.refusal)
         if not check.ok:  # an engine must not return an unchecked set; never surface one
             state = open_escalated(
                 request, decision, EscalationReason.circumvention, check.describe(),

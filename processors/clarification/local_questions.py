@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from processors.clarification.ambiguity import KIND_DESCRIPTIONS, Ambiguity, AmbiguityKind
 from processors.clarification.base import GeneratedQuestions, QuestionContext
-from processors.clarification.circumvention import check_question_set
+from processors.clarification.circumvention_model import RULES_CHECK, CircumventionCheck
 from schemas.clarification import ClarificationQuestion, QuestionSet
 
 ENGINE_VERSION = "local-questions-2"
@@ -100,11 +100,13 @@ class LocalQuestionEngine:
     model = "templates"
     version = ENGINE_VERSION
     prompt_version = "none"
+    check: CircumventionCheck = RULES_CHECK
+    """The circumvention check (the application sets the trained one)."""
 
     def generate_sync(self, context: QuestionContext) -> GeneratedQuestions:
         """The questions for ``context``, synchronously (no I/O)."""
         questions = local_question_set(context.ambiguities)
-        check = check_question_set(questions, context.request, context.refusal)
+        check = self.check.check_question_set(questions, context.request, context.refusal)
         if not check.ok:
             return GeneratedQuestions(None, "circumvention", (check.describe(),))
         return GeneratedQuestions(questions)

@@ -39,7 +39,7 @@ from pydantic import ValidationError
 
 from processors.clarification.ambiguity import describe_ambiguities
 from processors.clarification.base import GeneratedQuestions, QuestionContext
-from processors.clarification.circumvention import check_question_set
+from processors.clarification.circumvention_model import RULES_CHECK, CircumventionCheck
 from processors.clarification.llm import PromptedCaller
 from processors.engines.base import EngineError
 from processors.engines.llm_call import ChatAnswer, cut, decode_json_object, describe_error
@@ -125,6 +125,8 @@ class OpenAIQuestionEngine(PromptedCaller):
     400 characters of English prose) is 1,105 o200k tokens as indented JSON; 1,280 holds it
     with ~15% to spare (1,024 cut it off)."""
     load_prompt = staticmethod(load_clarify_template)
+    check: CircumventionCheck = RULES_CHECK
+    """The circumvention check (the application sets the trained one)."""
 
     _indexes: OrderedDict[str, ClauseIndex] | None = None
     """The clause indexes of the last bundles seen (by version), made on first use."""
@@ -219,7 +221,7 @@ class OpenAIQuestionEngine(PromptedCaller):
             questions = QuestionSet.model_validate_json(orjson.dumps(data))
         except ValidationError as exc:
             return None, "invalid_questions", [describe_error(e) for e in exc.errors()]
-        check = check_question_set(questions, context.request, context.refusal)
+        check = self.check.check_question_set(questions, context.request, context.refusal)
         if not check.ok:
             return (
                 None,

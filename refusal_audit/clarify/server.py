@@ -15,21 +15,26 @@ import sys
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from processors.clarification.base import QuestionEngine
+from processors.clarification.circumvention_model import CircumventionCheck
 from processors.clarification.flow import Clarifier
 from processors.clarification.judge import CircumventionJudge
 from processors.clarification.local_questions import LocalQuestionEngine
 from processors.engines.base import AuditEngine
 from processors.redaction import Redactor
 from refusal_audit.bundles import load_bundles
+from refusal_audit.circumvention_check import build_circumvention_check
 from refusal_audit.clarify.service import ClarifyService
 from refusal_audit.clarify.store import MemoryStore, SqliteStore, StateStore
 from refusal_audit.config import ConfigError, Settings
 from refusal_audit.engines import llm_server, make_engine, openai_client
 from refusal_audit.llm.discovery import concurrency
 from refusal_audit.secret_files import random_secret_file
+
+if TYPE_CHECKING:
+    from processors.clarification.openai_questions import OpenAIQuestionEngine
 
 TOKEN_FILE = "clarify-api.token"
 STORE_FILE = "clarify.sqlite3"
@@ -84,9 +89,19 @@ def build_classifier(cfg: Settings, name: str | None = None) -> AuditEngine:
     return make_engine(cfg, chosen)
 
 
-def build_question_engine(cfg: Settings, name: str | None = None) -> QuestionEngine:
+def build_question_engine(
+    cfg: Settings, name: str | None = None, check: CircumventionCheck | None = None
+) -> QuestionEngine:
     """The question engine: ``name``, else ``clarify_question_engine``, else the audit
-    engine's choice. Raises ``ConfigError`` for an unknown name or missing openai key."""
+    engine's choice, running ``check`` (default: the configured one,
+    :func:`refusal_audit.circumvention_check.build_circumvention_check`). Raises
+    ``ConfigError`` for an unknown name, a missing openai key or circumvention model."""
+    engine = _question_engine(cfg, name)
+    engine.check = check if check is not None else build_circumvention_check(cfg)
+    return engine
+
+
+def _question_engine(cfg: Settings, name: str | None) -> LocalQuestionEngine | OpenAIQuestionEngine:
     chosen = name or cfg.clarify_question_engine or cfg.resolved_engine
     if chosen == "local":
         return LocalQuestionEngine()
@@ -131,11 +146,13 @@ def build_clarifier(
 ) -> Clarifier:
     """Classifier + question engine + the configured bundles + the judge (when on). Raises
     ``ConfigError``."""
+    check = build_circumvention_check(cfg)
     return Clarifier(
         build_classifier(cfg, classifier),
-        build_question_engine(cfg, questions),
+        build_question_engine(cfg, questions, check),
         load_bundles(cfg.policy_bundles, cfg.data_dir),
         build_judge(cfg),
+        check,
     )
 
 
