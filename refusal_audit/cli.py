@@ -159,6 +159,9 @@ def eval_command(
     ),
     engine: str | None = typer.Option(None, help="Audit engine (default: setting engine)."),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    limit: int | None = typer.Option(
+        None, "--limit", min=1, help="Read only the first N records of each file."
+    ),
 ) -> None:
     """Measure the pre-filter and an engine against the labels of labelled files (no storage)."""
     from refusal_audit.evaluate import run_eval
@@ -166,7 +169,7 @@ def eval_command(
     cfg = settings()
     options = input_options(files, input_format, mapping, event_time, None, None)
     try:
-        figures = run_eval(cfg, files, options, engine)
+        figures = run_eval(cfg, files, options, engine, limit)
     except ConfigError as exc:
         raise fail_usage(str(exc)) from exc
     trained = [

@@ -63,6 +63,7 @@ def llm_serve(
         OptionsError,
         ServeError,
         ServeOptions,
+        key_file_warning,
         read_api_key,
         resolve_model,
         serve_until_signalled,
@@ -85,6 +86,9 @@ def llm_serve(
         options.check()
     except (ModelFileError, OptionsError) as exc:
         raise fail_usage(escape(str(exc))) from exc
+    loose = key_file_warning(api_key_file)
+    if loose is not None:
+        err.print(f"[yellow]warning:[/yellow] {escape(loose)}")
     try:
         serve_until_signalled(
             options,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,11 @@ def eval_item(
 
 
 def run_eval(
-    cfg: Settings, files: Sequence[Path], options: BatchOptions, engine_name: str | None = None
+    cfg: Settings,
+    files: Sequence[Path],
+    options: BatchOptions,
+    engine_name: str | None = None,
+    limit: int | None = None,
 ) -> dict[str, Any]:
     """Audit ``files`` with the configured pipeline into memory and return agreement figures.
 
@@ -93,11 +98,17 @@ def run_eval(
     record or batch that failed, as ``audit`` lists them), ``engine_calls`` (model calls)
     and ``engine_steps`` (events per step that resolved them, ``RunReport.engine_steps``;
     both 0/empty with the local engine). Categories are compared at the
-    taxonomy's top level. Raises ``ConfigError`` for bad configuration or input options.
+    taxonomy's top level. ``limit``: read only the first ``limit`` records of each file (a
+    quick look with a slow engine; None: all). Raises ``ConfigError`` for bad configuration
+    or input options, ``ValueError`` for a ``limit`` below 1.
     """
+    if limit is not None and limit < 1:
+        raise ValueError("limit must be >= 1")
     sink = MemorySink()
     pipeline = build_pipeline(cfg, sink, engine_name)
     sources = [file_source(path, options, cfg) for path in files]
+    if limit is not None:
+        sources = [replace(s, records=islice(s.records, limit)) for s in sources]
 
     async def main() -> RunReport:
         try:

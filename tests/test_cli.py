@@ -227,6 +227,20 @@ def test_eval_with_the_label_mapped_into_the_classifier(
     assert [f["reason_code"] for f in figures["failures"]] == ["missing_field"]
 
 
+def test_eval_limit_reads_the_first_records_of_each_file(
+    env: dict[str, str], shared_data: Path
+) -> None:
+    path = shared_data / "coconot" / "coconot_refusals.jsonl"
+    result = runner.invoke(
+        app, ["eval", str(path), "--map", COCONOT_MAP, "--limit", "25", "--json"], env=env
+    )
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output)
+    assert figures["records"] == 25 and figures["refusal_label_in_classifier"] == 25
+    bad = runner.invoke(app, ["eval", str(path), "--limit", "0"], env=env)
+    assert bad.exit_code == 2
+
+
 def _benchmark() -> ModuleType:
     spec = importlib.util.spec_from_file_location(
         "local_engine_benchmark", REPO / "benchmarks" / "local_engine.py"

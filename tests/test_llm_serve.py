@@ -121,12 +121,35 @@ def test_a_key_no_http_header_can_carry_is_refused_without_echoing_it(tmp_path: 
     two_lines = tmp_path / "key"
     two_lines.write_text("first-half-of-key\nsecond-half-of-key\n")
     code, output = llm_serve("model.gguf", "--api-key-file", str(two_lines))
-    assert code == 2 and "whitespace or control characters" in output
+    assert code == 2 and "whitespace, control or non-ASCII characters" in output
     assert "first-half" not in output and "second-half" not in output
+    pasted = tmp_path / "pasted"  # an em dash pasted from a document: not ASCII
+    pasted.write_text("SECRET\u2014unicode-abcdef\n", encoding="utf-8")
+    code, output = llm_serve("model.gguf", "--api-key-file", str(pasted))
+    assert code == 2 and "non-ASCII" in output
+    assert "SECRET" not in output and "unicode-abcdef" not in output and "\u2014" not in output
     short = tmp_path / "short"
     short.write_text("abc")
     code, output = llm_serve("model.gguf", "--api-key-file", str(short))
     assert code == 2 and "shorter than" in output and "abc" not in output
+
+
+def test_a_key_file_others_may_read_is_warned_about(tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_text("s3cret-key-0123\n")
+    key.chmod(0o644)
+    assert "chmod 600" in (serve.key_file_warning(key) or "")
+    assert "s3cret" not in (serve.key_file_warning(key) or "")
+    key.chmod(0o600)
+    assert serve.key_file_warning(key) is None
+    assert serve.key_file_warning(None) is None
+    assert serve.key_file_warning(tmp_path / "missing") is None
+
+
+def test_a_near_miss_of_a_shortcut_suggests_it() -> None:
+    code, output = llm_serve("smollm2-135")
+    assert code == 2 and "not found" in output and "did you mean" in output
+    assert "smollm2-135m" in output
 
 
 def test_the_trained_context_is_read_from_the_gguf_header(tmp_path: Path) -> None:

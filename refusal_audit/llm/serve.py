@@ -14,6 +14,7 @@ failure, port in use: exit 1). No message carries the API key.
 
 from __future__ import annotations
 
+import difflib
 import gc
 import hashlib
 import importlib
@@ -49,6 +50,7 @@ __all__ = [
     "ServeOptions",
     "check_gguf",
     "is_loopback",
+    "key_file_warning",
     "read_api_key",
     "resolve_model",
     "serve_until_signalled",
@@ -254,7 +256,13 @@ def resolve_model(spec: str) -> Path:
     if packaged is not None:
         return packaged_model_path(spec, packaged)
     path = Path(spec).expanduser()
-    check_gguf(path)
+    try:
+        check_gguf(path)
+    except ModelFileError as exc:
+        near = difflib.get_close_matches(spec, PACKAGED_MODELS, n=1, cutoff=0.8)
+        if near and not path.exists():
+            raise ModelFileError(f"{exc} (did you mean the packaged model {near[0]!r}?)") from None
+        raise
     return path
 
 
@@ -307,11 +315,29 @@ def _check_key(key: str, where: str) -> None:
         raise OptionsError(f"{where} is empty" if "file" in where else f"{where} is set but empty")
     if len(key) < MIN_API_KEY_CHARS:
         raise OptionsError(f"the key in {where} is shorter than {MIN_API_KEY_CHARS} characters")
-    if any(c.isspace() or not c.isprintable() for c in key):
+    if any(c.isspace() or not c.isprintable() or not c.isascii() for c in key):
         raise OptionsError(
-            f"the key in {where} has whitespace or control characters inside: one line, "
-            "printable characters only"
+            f"the key in {where} has whitespace, control or non-ASCII characters inside "
+            "(an HTTP header carries ASCII only): one line, printable ASCII characters only"
         )
+
+
+def key_file_warning(api_key_file: Path | None) -> str | None:
+    """A warning when ``api_key_file`` may be read by the group or others (its mode has any
+    of the 0o077 bits; docs/security.md asks for 0600), else None (also when it is None or
+    cannot be stat'ed: reading it reports that)."""
+    if api_key_file is None:
+        return None
+    try:
+        mode = api_key_file.stat().st_mode & 0o777
+    except OSError:
+        return None
+    if mode & 0o077:
+        return (
+            f"the API key file {api_key_file} has mode {mode:04o}: other users may read it "
+            f"(chmod 600 {api_key_file})"
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -557,7 +583,7 @@ def serve_until_signalled(
                     f"the context per slot ({server.context_size} tokens) is above the "
                     f"{server.trained_context} tokens {options.model.name} was trained "
                     f"with: stretched {server.rope_scale:g}x with YaRN RoPE scaling, so "
-                    "answers may be worse, past that length most"
+                    "answers may be worse, the more so the further past it a prompt goes"
                 )
             out.write("\n".join(ready_lines(server, options, key_source)) + "\n")
             out.flush()
