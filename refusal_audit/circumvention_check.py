@@ -4,6 +4,7 @@ the encoder it needs, if any) into a ``CircumventionCheck``."""
 from __future__ import annotations
 
 import json
+import zipfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -36,7 +37,7 @@ def load_circumvention_model(stem: Path = CIRCUMVENTION_STEM) -> CircumventionMo
         with np.load(stem.with_suffix(".npz"), allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
         return model_from_arrays(meta, arrays)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
         raise ConfigError(
             f"cannot load the circumvention model {stem}: {exc}. Rebuild it with "
             "`python -m refusal_audit.training.circumvention`, or set "

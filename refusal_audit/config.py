@@ -71,6 +71,18 @@ class ModelPrice(BaseModel):
     output: float = Field(ge=0)
 
 
+def _header_safe(key: str, where: str) -> str:
+    """``key`` when an HTTP Authorization header can carry it (printable ASCII, no whitespace
+    inside); else ``ConfigError`` naming ``where`` only."""
+    if any(not c.isascii() or not c.isprintable() or c.isspace() for c in key.strip()):
+        raise ConfigError(
+            f"the API key in {where} has non-ASCII, whitespace or control characters inside "
+            "(an HTTP header carries printable ASCII only): check it was not pasted with a "
+            "typographic dash or quote"
+        )
+    return key
+
+
 class Settings(BaseSettings):
     """All settings of refusal-audit. See docs/configuration.md (generated from this class)."""
 
@@ -457,10 +469,10 @@ class Settings(BaseSettings):
         default=None, description="Model of an openai question engine; unset: `openai_model`."
     )
     clarify_circumvention_check: Literal["trained", "rules"] = Field(
-        default="trained",
-        description="Circumvention check of clarifying question sets: `trained` (the shipped "
-        "logistic model over rubric detectors, docs/clarification.md) or `rules` (the strict "
-        "deterministic rules alone).",
+        default="rules",
+        description="Circumvention check of clarifying question sets: `rules` (the strict "
+        "deterministic rules) or `trained` (experimental: the logistic model over rubric "
+        "detectors; a bad question hidden among good ones can pass it, docs/clarification.md).",
     )
     clarify_circumvention_model_path: Path | None = Field(
         default=None,
@@ -678,16 +690,22 @@ class Settings(BaseSettings):
     def openai_key(self) -> str | None:
         """The API key: the setting, else the key file's first line, else $OPENAI_API_KEY.
 
-        Raises ``ConfigError`` when the key file cannot be read.
+        Raises ``ConfigError`` when the key file cannot be read, or a key has characters an
+        HTTP header cannot carry (non-ASCII, whitespace or control characters inside): the
+        message names where the key came from, never the key or the character's position.
         """
         if self.openai_api_key is not None:
-            return self.openai_api_key.get_secret_value()
+            return _header_safe(self.openai_api_key.get_secret_value(), "openai_api_key")
         if self.openai_api_key_file is not None:
             try:
-                return self.openai_api_key_file.read_text(encoding="utf-8").strip()
+                text = self.openai_api_key_file.read_text(encoding="utf-8").strip()
+            except UnicodeDecodeError:
+                raise ConfigError("openai_api_key_file is not UTF-8 text") from None
             except OSError as exc:
                 raise ConfigError(f"cannot read openai_api_key_file: {exc}") from exc
-        return os.environ.get("OPENAI_API_KEY")
+            return _header_safe(text, "openai_api_key_file")
+        key = os.environ.get("OPENAI_API_KEY")
+        return None if key is None else _header_safe(key, "$OPENAI_API_KEY")
 
     @classmethod
     def settings_customise_sources(

@@ -88,17 +88,17 @@ def _openai_engine(settings: Settings) -> AuditEngine:
     window, source = choose_context(settings.openai_context_window, info)
     log.info("%s", describe(settings.openai_base_url, info, window, source))
     max_output = settings.openai_max_output_tokens
+    if settings.openai_context_window is None and window < MIN_DISCOVERED_CONTEXT:
+        raise ConfigError(
+            f"the LLM server reports a context of {window} tokens ({source}): too small to "
+            f"audit anything (at least {MIN_DISCOVERED_CONTEXT}); start it with a larger "
+            "context (llama.cpp --ctx-size)"
+        )
     if window <= max_output:
         if settings.openai_context_window is not None:
             raise ConfigError(
                 f"openai_context_window ({window}) must be larger than "
                 f"openai_max_output_tokens ({max_output})"
-            )
-        if window < MIN_DISCOVERED_CONTEXT:
-            raise ConfigError(
-                f"the LLM server reports a context of {window} tokens ({source}): too small to "
-                f"audit anything (at least {MIN_DISCOVERED_CONTEXT}); start it with a larger "
-                "context (llama.cpp --ctx-size)"
             )
         max_output = window // 2  # a small discovered context: half of it for the answer
         log.warning(

@@ -113,3 +113,29 @@ def test_an_endpoint_or_key_selects_the_openai_engine(
     s = load_settings()
     assert s.openai_key() == "sk-from-file"
     assert "sk-from-file" not in s.model_dump_json()
+
+
+def test_an_api_key_no_http_header_can_carry_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key pasted with an em dash used to crash start-up with a UnicodeEncodeError that
+    gave the character and its position (a breaking review, 2026-12-05)."""
+    from refusal_audit.config import ConfigError, Settings
+
+    bad = "sk-abc\u2014defghijklmnop"
+    with pytest.raises(ConfigError, match="openai_api_key has non-ASCII") as info:
+        Settings(openai_api_key=bad).openai_key()
+    assert "abc" not in str(info.value) and "\u2014" not in str(info.value)
+    key_file = tmp_path / "key"
+    key_file.write_text(bad + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="openai_api_key_file"):
+        Settings(openai_api_key_file=key_file).openai_key()
+    key_file.write_bytes(b"sk-abc\xe9def\n")
+    with pytest.raises(ConfigError, match="not UTF-8") as info:
+        Settings(openai_api_key_file=key_file).openai_key()
+    assert "0xe9" not in str(info.value)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-two words-here")
+    with pytest.raises(ConfigError, match=r"\$OPENAI_API_KEY"):
+        Settings().openai_key()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fine-key-123")
+    assert Settings().openai_key() == "sk-fine-key-123"

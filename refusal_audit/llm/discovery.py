@@ -94,17 +94,23 @@ listing of many models some tens): a larger body is ignored, not buffered."""
 def _get_json(client: httpx.Client, url: str) -> Any:
     """The JSON body of ``GET url`` when it answers 200 with JSON of at most
     ``MAX_DISCOVERY_BODY_BYTES`` within the client's timeout, counted over the whole body
-    (a server trickling bytes cannot hold start-up longer), else None."""
+    (a server trickling body bytes cannot hold start-up longer), else None. The body is
+    asked for and read uncompressed (a compressed answer is not JSON here: None), so a small
+    compressed body cannot inflate past the cap. Not bounded: a server trickling its
+    response headers (each read within the per-read timeout)."""
     timeout = client.timeout.read or DISCOVERY_TIMEOUT_SECONDS
     deadline = time.monotonic() + timeout
     try:
-        with client.stream("GET", url) as response:
+        with client.stream("GET", url, headers={"Accept-Encoding": "identity"}) as response:
             if response.status_code != 200:
                 log.debug(
                     "LLM server discovery: GET %s -> HTTP %d", _shown(url), response.status_code
                 )
                 return None
             body = bytearray()
+            if response.headers.get("content-encoding", "identity").lower() != "identity":
+                log.debug("LLM server discovery: GET %s answered compressed", _shown(url))
+                return None  # asked for identity; an inflated body could pass the cap
             for chunk in response.iter_bytes():
                 body += chunk
                 if len(body) > MAX_DISCOVERY_BODY_BYTES or time.monotonic() > deadline:

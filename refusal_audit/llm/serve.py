@@ -291,7 +291,9 @@ def read_api_key(
     if api_key_file is not None:
         try:
             key = api_key_file.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
+        except UnicodeDecodeError:  # its message would quote a byte of the key
+            raise OptionsError(f"the API key file {api_key_file} is not UTF-8 text") from None
+        except OSError as exc:
             raise OptionsError(f"cannot read the API key file {api_key_file}: {exc}") from exc
         _check_key(key, f"the API key file {api_key_file}")
         return key, str(api_key_file.absolute())
