@@ -11,6 +11,7 @@ import contextlib
 import os
 import resource
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -98,6 +99,14 @@ def _closed_by_server(sock: socket.socket, within: float) -> bool:
     return True
 
 
+def _answering(times: list[float]) -> bool:
+    """The server keeps answering: every request answered (no inf) and most within a second.
+    The median, not the maximum: on a loaded CI machine one answer can take over a second
+    (1.3 s seen beside a llama.cpp server), while a server held by slow clients would answer
+    none of them in time."""
+    return all(t < float("inf") for t in times) and statistics.median(times) < 1.0
+
+
 def _healthz_times(url: str, rounds: int = 5) -> list[float]:
     """Seconds each of ``rounds`` requests took, each on a new connection (inf: failed)."""
     times = []
@@ -143,7 +152,7 @@ def test_slow_clients_from_one_address_do_not_stop_the_server(
             # (an unbounded server never gets to it: it waits at most 10 s)
             _closed_by_server(slow[-1], 10)
             times = _healthz_times(url)
-            assert max(times) < 1.0, times
+            assert _answering(times), times
             # a body that stops half way, from a third address
             body = _open(port, "127.0.0.3", b"POST /healthz HTTP/1.1\r\nHost: x\r\n"
                          b"content-length: 100\r\n\r\n0123456789")  # fmt: skip
@@ -153,7 +162,8 @@ def test_slow_clients_from_one_address_do_not_stop_the_server(
             still_open = [s for s in slow if not _closed_by_server(s, 0.01)]
             assert still_open == []
             assert _closed_by_server(body, BODY_TIMEOUT + 2)
-            assert max(_healthz_times(url)) < 1.0
+            times = _healthz_times(url)
+            assert _answering(times), times
         finally:
             for sock in slow:
                 sock.close()
