@@ -142,6 +142,28 @@ class BrokerControl:
         self._run(KAFKA_DOWN)
         self.running = False
 
+    def alive(self) -> bool:
+        """Whether the broker process of the state dir runs (its pid file names a live pid)."""
+        if self.state_dir is None:
+            return True  # an external broker: nothing to look at
+        try:
+            pid = int((self.state_dir / "kafka.pid").read_text().strip() or "0")
+            os.kill(pid, 0)
+        except (OSError, ValueError):
+            return False
+        return pid > 0
+
+    def log_tail(self, lines: int = 80) -> str:
+        """The last ``lines`` of the broker's log (kafka.log in the state dir), for a failure
+        message; "" when there is none."""
+        if self.state_dir is None:
+            return ""
+        try:
+            text = (self.state_dir / "kafka.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
     def restart(self) -> None:
         """Stop, then start again on the same ports and state dir."""
         self.stop()

@@ -133,16 +133,20 @@ class Deployment:
             for p in sorted(self.data_dir.glob("worker-*.log"))
         )
 
-    def committed_lag(self, attempts: int = 20) -> int:
+    def committed_lag(self, attempts: int = 20, within_s: float | None = None) -> int:
         """Records of the input topic not yet committed by the worker's consumer group.
 
-        Retries while the group coordinator is not ready (NOT_COORDINATOR and the like).
+        Retries while the group coordinator is not ready (NOT_COORDINATOR and the like), at
+        most ``attempts`` times and, when ``within_s`` is given, for at most that many seconds
+        (each attempt may wait up to 10 s per request). Raises the last KafkaException.
         """
+        deadline = None if within_s is None else time.monotonic() + within_s
         for attempt in range(attempts):
             try:
                 return self._committed_lag()
             except KafkaException:
-                if attempt == attempts - 1:
+                last = attempt == attempts - 1
+                if last or (deadline is not None and time.monotonic() >= deadline):
                     raise
                 time.sleep(0.5)
         raise AssertionError("unreachable")

@@ -18,11 +18,13 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from confluent_kafka import KafkaException
 from scaleout_harness import Fleet, Member, Record, committed_offsets, example_events, produce
 from scaleout_harness import read_to_end as read_topics
 from streaming import Deployment, json_records
@@ -65,6 +67,30 @@ def _records(events: list[dict[str, Any]]) -> list[Record]:
     return [(e["log_id"].encode(), orjson.dumps(e), None) for e in events]
 
 
+def _wait_for_group_offsets(
+    dep: Deployment, broker_control: Any, logs: Callable[[], str], within_s: float = 180
+) -> None:
+    """Wait until the restarted broker answers the group's committed offsets (its group
+    coordinator loaded again: NOT_COORDINATOR, UNSTABLE_OFFSET_COMMIT until then). Fails at
+    once, with the broker's log, if the broker process died after its start; after
+    ``within_s`` seconds with the log and the workers' logs."""
+    deadline = time.monotonic() + within_s
+    while True:
+        if not broker_control.alive():
+            raise AssertionError(f"the broker died after its restart:\n{broker_control.log_tail()}")
+        try:
+            dep.committed_lag(attempts=1)
+            return
+        except KafkaException as exc:
+            if time.monotonic() >= deadline:
+                raise AssertionError(
+                    f"no committed offsets {within_s:.0f} s after the restart ({exc}); broker "
+                    f"alive: {broker_control.alive()}\n{broker_control.log_tail()}\n"
+                    f"{logs()}"
+                ) from exc
+            time.sleep(0.5)
+
+
 def test_workers_ride_through_broker_restarts_and_report_true_lag_and_health(
     kafka_bootstrap: str, unique_topic_prefix: str, tmp_path: Path, broker_control: Any
 ) -> None:
@@ -99,7 +125,7 @@ def test_workers_ride_through_broker_restarts_and_report_true_lag_and_health(
                     bodies[-4:] = [*bodies[-3:], body]
             time.sleep(1.0)
         broker_control.start()
-        dep.committed_lag(attempts=120)  # the group coordinator loaded again (NOT_COORDINATOR)
+        _wait_for_group_offsets(dep, broker_control, fleet.logs)
         if seconds > 100:
             assert 503 in seen, f"/health never 503 in a {seconds} s outage: {seen} {bodies}"
 
