@@ -23,6 +23,7 @@ from processors.adapters import (
 )
 from processors.prefilter import RefusalDecision, TextScorer, detect_refusals
 from processors.redaction import Redactor, redact_bytes, redact_event
+from processors.refusal_cascade import Cascade
 from schemas.deadletter import DeadLetter, DeadLetterStage
 from schemas.events import RefusalEvent, StoredEvent
 
@@ -110,7 +111,9 @@ class IntakeSettings:
     dead-lettered as ``unknown_policy_bundle``); ``redactor`` None disables redaction;
     ``prefilter`` False treats every event as a refusal; ``refusal_model`` (a trained
     scorer, ``processors.refusal_model.RefusalModel``) replaces the cue scorer's decision when
-    set (the cues still explain it); a dead letter keeps a record's bytes whole up to
+    set (the cues still explain it); ``cascade`` (``processors.refusal_cascade``) re-decides
+    the text decisions in its uncertain band, reading each response against its request; a
+    dead letter keeps a record's bytes whole up to
     ``dead_letter_max_raw_bytes``.
     """
 
@@ -120,6 +123,7 @@ class IntakeSettings:
     prefilter: bool = True
     dead_letter_max_raw_bytes: int = DEFAULT_DEAD_LETTER_MAX_RAW_BYTES
     refusal_model: TextScorer | None = None
+    cascade: Cascade | None = None
 
 
 _PASS_ALL = RefusalDecision(is_refusal=True, kind="full", score=1.0, cues=(), source="text")
@@ -192,7 +196,12 @@ def prepare_many(
     ]
     events = [c[0] for c in checked if not isinstance(c, DeadLetter)]
     if settings.prefilter:
-        decisions = iter(detect_refusals(events, settings.refusal_model))
+        decided = detect_refusals(events, settings.refusal_model)
+        if settings.cascade is not None:
+            decided, _ = settings.cascade.decide(
+                decided, [e.request for e in events], [e.response for e in events]
+            )
+        decisions = iter(decided)
     else:
         decisions = iter([_PASS_ALL] * len(events))
     out: list[StoredEvent | DeadLetter] = []

@@ -159,6 +159,9 @@ def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) ->
         from refusal_audit.prefilter_model import load_shipped_model
 
         refusal_model = load_shipped_model(cfg.prefilter_model_path)  # ConfigError: bad file
+    from refusal_audit.prefilter_cascade import build_cascade
+
+    cascade = build_cascade(cfg)  # None when the band is empty; ConfigError: head or encoder
     intake = IntakeSettings(
         decode=DecodeOptions(),
         known_bundles=frozenset(bundles),
@@ -166,10 +169,13 @@ def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) ->
         prefilter=cfg.prefilter_enabled,
         dead_letter_max_raw_bytes=cfg.dead_letter_max_raw_bytes,
         refusal_model=refusal_model,
+        cascade=cascade,
     )
     engine = make_engine(cfg, engine_name)
     if refusal_model is not None:
         tag_prefilter(engine, refusal_model.version)
+    if cascade is not None:
+        tag_prefilter(engine, cascade.version)
     budget, in_flight = cfg.batch_token_budget, 1
     context_cap = getattr(engine, "event_token_budget", None)
     if context_cap is not None:  # an LLM engine: the batch must also fit its context window

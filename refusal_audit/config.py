@@ -332,6 +332,18 @@ class Settings(BaseSettings):
         "suffix as `refusal-audit train` writes it (e.g. .refusal-audit/models/"
         "refusal_prefilter); unset: the model shipped in the package.",
     )
+    prefilter_cascade_band: tuple[float, float] = Field(
+        default=(0.5, 0.5),
+        description="The refusal cascade's uncertain band [low, high) of pre-filter scores "
+        "that the encoder head re-decides, reading the response against the request; "
+        "low = high (the default) turns the cascade off. Trade-off curve: docs/evaluation.md.",
+    )
+    prefilter_cascade_head_path: Path | None = Field(
+        default=None,
+        description="The cascade's encoder head artifact, a path without suffix; unset: "
+        "the head shipped in the package (its encoder must be fetched: `refusal-audit "
+        "encoders fetch`).",
+    )
 
     # human review sampling
     review_sample_rate: float = Field(
@@ -642,6 +654,14 @@ class Settings(BaseSettings):
         description="Bearer token sent to `calibrate_suite_url` (Authorization header).",
     )
 
+    @field_validator("prefilter_cascade_band")
+    @classmethod
+    def _band_in_unit_interval(cls, value: tuple[float, float]) -> tuple[float, float]:
+        low, high = value
+        if not 0.0 <= low <= high <= 1.0:
+            raise ValueError(f"[{low}, {high}) must have 0 <= low <= high <= 1")
+        return value
+
     @field_validator("data_dir", mode="before")
     @classmethod
     def _data_dir_named(cls, value: object) -> object:
@@ -770,8 +790,10 @@ def settings_reference() -> str:
             default = str(field.default_factory())  # type: ignore[call-arg]
         elif field.default is None:
             default = "unset"
-        elif isinstance(field.default, tuple):
+        elif isinstance(field.default, tuple) and all(isinstance(v, str) for v in field.default):
             default = ",".join(field.default)
+        elif isinstance(field.default, tuple):
+            default = str(list(field.default))  # a JSON list, as the environment takes it
         else:
             default = str(field.default)
         rows.append(
