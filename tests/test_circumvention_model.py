@@ -467,3 +467,62 @@ def test_a_rejection_names_its_codes_without_the_score_in_the_findings(
     assert all("score" not in f.detail for f in result.findings)
     assert f"{result.score:.2f}" in result.describe()
     assert set(result.reasons) <= set(CIRCUMVENTION_REASONS)
+
+
+# -- `refusal-audit train --model circumvention` (issue 25, item 6) --
+
+
+def _train(*args: str) -> tuple[int, str]:
+    from typer.testing import CliRunner
+
+    from refusal_audit.cli import app
+
+    res = CliRunner().invoke(app, ["train", *args])
+    return res.exit_code, " ".join(res.output.split())
+
+
+def test_train_builds_the_circumvention_model_as_packaged(tmp_path: Path) -> None:
+    """No shared data needed; the artifact and card are the shipped ones, byte for byte in
+    the metadata and card, and the application loads them by path."""
+    out = tmp_path / "models"
+    code, text = _train("--model", "circumvention", "--shared-data", str(tmp_path / "none"),
+                        "-o", str(out), "--date", "2026-12-05")  # fmt: skip
+    assert code == 0, text
+    assert "circumvention model: content hash" in text and "leave-one-domain-out" in text
+    for suffix in (".json", ".md"):
+        written = (out / "circumvention_check").with_suffix(suffix).read_text()
+        assert written == CIRCUMVENTION_STEM.with_suffix(suffix).read_text(), suffix
+    stem = out / "circumvention_check"
+    check = build_circumvention_check(
+        Settings(clarify_circumvention_check="trained", clarify_circumvention_model_path=stem)
+    )
+    assert check.model is not None
+    assert check.model.content_hash == load_circumvention_model().content_hash
+
+
+def test_train_all_includes_the_circumvention_model(tmp_path: Path, shared_data: Path) -> None:
+    out = tmp_path / "models"
+    code, text = _train("--model", "all", "--shared-data", str(shared_data), "--no-folds",
+                        "--every", "40", "-o", str(out))  # fmt: skip
+    assert code == 0, text
+    for stem in ("refusal_prefilter", "category_model", "circumvention_check"):
+        assert (out / stem).with_suffix(".json").is_file(), stem
+
+
+def test_train_says_verdicts_carry_nothing_for_the_circumvention_model(tmp_path: Path) -> None:
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("\n", encoding="utf-8")
+    code, text = _train("--model", "circumvention", "-o", str(tmp_path / "out"),
+                        "--with-verdicts", str(labels))  # fmt: skip
+    assert code == 2 and "carry no clarification question sets" in text, text
+    assert not (tmp_path / "out").exists()
+
+
+def test_train_refuses_the_heldout_file_and_a_missing_dev_file(tmp_path: Path) -> None:
+    heldout = CIRCUMVENTION_STEM.parents[2] / "datasets" / "circumvention" / "heldout.jsonl"
+    for dev, message in ((heldout, "held-out file is never trained on"),
+                         (tmp_path / "no.jsonl", "no such file")):  # fmt: skip
+        code, text = _train("--model", "circumvention", "--circumvention-dev", str(dev),
+                            "-o", str(tmp_path / "out"))  # fmt: skip
+        assert code == 2 and message in text, text
+    assert not (tmp_path / "out").exists()
