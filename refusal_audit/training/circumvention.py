@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.optimize import minimize
 
 from processors.clarification.circumvention_model import (
     FORMAT_VERSION,
@@ -121,7 +122,6 @@ Params = tuple[np.ndarray, np.ndarray, np.ndarray, float]
 def fit(q: Questions, y: np.ndarray, signs: Sequence[int], c: float) -> Params:
     """Fit the sign-constrained noisy-OR model on set labels ``y`` ``(n_sets,)`` (module
     docstring, step 2). Deterministic (zero start, L-BFGS-B)."""
-    from scipy.optimize import minimize  # imported here: `refusal-audit --help` stays quick
     mean = q.x.mean(axis=0)
     scale = q.x.std(axis=0)
     scale[scale == 0] = 1.0
