@@ -20,7 +20,8 @@ from processors.clarification.circumvention_model import (
 from refusal_audit.config import ConfigError, Settings
 
 #: Stem of the artifact shipped in the package (``.npz`` arrays, ``.json`` metadata, ``.md``
-#: model card), rebuilt by ``python -m refusal_audit.training.circumvention``.
+#: model card), rebuilt by ``refusal-audit train --model circumvention -o refusal_audit/models``
+#: (or ``python -m refusal_audit.training.circumvention``).
 CIRCUMVENTION_STEM = Path(__file__).resolve().parent / "models" / "circumvention_check"
 
 
@@ -29,7 +30,8 @@ def load_circumvention_model(stem: Path = CIRCUMVENTION_STEM) -> CircumventionMo
     """Load (once per process) and verify the artifact ``stem`` (a path without suffix).
 
     Raises ``ConfigError`` naming the file and the fault when it is missing, unreadable,
-    built for other features or its content hash does not match (exit 2 at start-up).
+    built for other features, its content hash does not match or a weight breaks its sign
+    constraint (exit 2 at start-up).
     """
     stem = stem.with_suffix("") if stem.suffix in {".npz", ".json", ".md"} else stem
     try:
@@ -40,7 +42,7 @@ def load_circumvention_model(stem: Path = CIRCUMVENTION_STEM) -> CircumventionMo
     except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
         raise ConfigError(
             f"cannot load the circumvention model {stem}: {exc}. Rebuild it with "
-            "`python -m refusal_audit.training.circumvention`, or set "
+            "`refusal-audit train --model circumvention`, or set "
             'clarify_circumvention_check = "rules"'
         ) from exc
 

@@ -8,11 +8,17 @@ from pathlib import Path
 
 import typer
 
+from refusal_audit.circumvention_check import CIRCUMVENTION_STEM
 from refusal_audit.cli_common import console, fail_usage, settings
 from refusal_audit.prefilter_model import CATEGORY_STEM, SHIPPED_STEM
+from refusal_audit.training.circumvention import DEV_PATH as CIRCUMVENTION_DEV
 
 DEFAULT_SHARED_DATA = Path("../shared/data")
-MODELS = ("all", "prefilter", "category")
+MODELS = ("all", "prefilter", "category", "circumvention")
+NO_CIRCUMVENTION_VERDICTS = (
+    "reviewer verdicts (`review labels`) are refusal events: they carry no clarification "
+    "question sets, so the circumvention model is trained on its corpus only"
+)
 
 
 def train(
@@ -20,21 +26,32 @@ def train(
         DEFAULT_SHARED_DATA, "--shared-data", help="Folder of the labelled sets (README inside)."
     ),
     model: str = typer.Option(
-        "all", "--model", help="Which model to build: all, prefilter or category."
+        "all",
+        "--model",
+        help="Which model to build: all, prefilter, category or circumvention (the "
+        "clarification circumvention check, from --circumvention-dev; needs no shared data).",
     ),
     output_dir: Path | None = typer.Option(
         None,
         "--output-dir",
         "-o",
-        help="Folder for refusal_prefilter.* and category_model.* (.npz, .json, model card "
-        ".md); default: <data_dir>/models. Maintainers rebuild the shipped models with "
-        "-o refusal_audit/models.",
+        help="Folder for refusal_prefilter.*, category_model.* and circumvention_check.* "
+        "(.npz, .json, model card .md); default: <data_dir>/models. Maintainers rebuild the "
+        "shipped models with -o refusal_audit/models.",
+    ),
+    circumvention_dev: Path = typer.Option(
+        CIRCUMVENTION_DEV,
+        "--circumvention-dev",
+        help="Labelled question sets the circumvention model is trained and "
+        "cross-validated on (datasets/circumvention format). Never the held-out file.",
     ),
     with_verdicts: Path | None = typer.Option(
         None,
         "--with-verdicts",
         help="Also train the category model on the reviewers' verdicts: a file written by "
-        "`refusal-audit review labels --out FILE`.",
+        "`refusal-audit review labels --out FILE`. It changes neither the pre-filter nor the "
+        "circumvention model: those verdicts are refusal events and carry no clarification "
+        "question sets (the clarification review's verdicts are not exported yet).",
     ),
     verdict_weight: float = typer.Option(
         2.0, "--verdict-weight", min=0.0, help="Weight of one verdict row (shared data: 1)."
@@ -49,19 +66,25 @@ def train(
         None, "--date", help="Date written on the model cards (YYYY-MM-DD; default today)."
     ),
 ) -> None:
-    """Train the refusal pre-filter and the local engine's category model deterministically
-    and write each artifact with its model card. Reviewer verdicts (--with-verdicts) join the
-    category model's training data, weighted and reported separately on its card."""
+    """Train the refusal pre-filter, the local engine's category model and the clarification
+    circumvention model deterministically and write each artifact with its model card.
+    Reviewer verdicts (--with-verdicts) join the category model's training data, weighted and
+    reported separately on its card; they carry nothing for the circumvention model."""
     from refusal_audit.training.labels import load_verdict_labels
 
     if model not in MODELS:
         raise fail_usage(f"--model must be one of {', '.join(MODELS)}, not {model!r}")
-    if not (shared_data / "xstest").is_dir():
+    if model != "circumvention" and not (shared_data / "xstest").is_dir():
         raise fail_usage(f"shared data not found at {shared_data} (expected xstest/ inside)")
+    if model in ("all", "circumvention"):
+        _check_circumvention_dev(circumvention_dev)
     if with_verdicts is not None and not with_verdicts.is_file():
         raise fail_usage(f"--with-verdicts: no such file {with_verdicts}")
-    if with_verdicts is not None and model == "prefilter":
-        raise fail_usage("--with-verdicts trains the category model: use --model category or all")
+    if with_verdicts is not None and model in ("prefilter", "circumvention"):
+        raise fail_usage(
+            "--with-verdicts trains the category model only (for the circumvention model: "
+            f"{NO_CIRCUMVENTION_VERDICTS}): use --model category or all"
+        )
     try:
         day = date.fromisoformat(built_on) if built_on else None
     except ValueError as exc:
@@ -76,7 +99,12 @@ def train(
         output_dir = settings().data_dir / "models"
     _writable(output_dir)
     try:
-        _build(model, shared_data, output_dir, folds, every, day, with_verdicts, verdict_weight)
+        if model != "circumvention":
+            _build(
+                model, shared_data, output_dir, folds, every, day, with_verdicts, verdict_weight
+            )  # fmt: skip
+        if model in ("all", "circumvention"):
+            _build_circumvention(circumvention_dev, output_dir, day, with_verdicts is not None)
     except OSError as exc:  # the folder went away or filled up while writing
         raise fail_usage(f"cannot write the model to {output_dir}: {_reason(exc)}") from exc
 
@@ -143,6 +171,45 @@ def _build(
         for path in (built.npz, built.metadata, built.card):
             console.print(f"wrote {path} ({path.stat().st_size:,} bytes)")
         _use(output_dir, CATEGORY_STEM, "LOCAL_CATEGORY_MODEL")
+
+
+def _check_circumvention_dev(path: Path) -> None:
+    """Refuse a missing dev file or the frozen held-out file (usage ``typer.Exit``)."""
+    if not path.is_file():
+        raise fail_usage(f"--circumvention-dev: no such file {path}")
+    if path.name == "heldout.jsonl":
+        raise fail_usage(
+            "--circumvention-dev: the held-out file is never trained on "
+            "(datasets/circumvention/README.md); use dev.jsonl"
+        )
+
+
+def _build_circumvention(dev: Path, output_dir: Path, day: date | None, verdicts: bool) -> None:
+    """Build the circumvention model from ``dev`` into ``output_dir`` (the packaged build:
+    ``refusal_audit.training.circumvention.build``) and report the files. Raises the usage
+    ``typer.Exit`` for a corpus that cannot train it, ``OSError`` for a failed write."""
+    from refusal_audit.training.circumvention import build
+
+    try:
+        built = build(stem=output_dir / CIRCUMVENTION_STEM.name, dev=dev, built_on=day)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise fail_usage(f"--circumvention-dev {dev}: cannot train on it: {exc!r}") from exc
+    overall = built.cv["overall"]
+    console.print(f"circumvention model: content hash {built.model.content_hash}")
+    console.print(
+        f"leave-one-domain-out on {dev.name}: precision {overall['precision']['rate']:.3f}, "
+        f"recall {overall['recall']['rate']:.3f} at threshold {built.model.threshold:.3f}"
+    )
+    if verdicts:
+        console.print(f"circumvention model: {NO_CIRCUMVENTION_VERDICTS}")
+    for path in (built.npz, built.metadata, built.card):
+        console.print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+    stem = output_dir / CIRCUMVENTION_STEM.name
+    if stem.resolve() != CIRCUMVENTION_STEM.resolve():
+        console.print(
+            "use it with REFUSAL_AUDIT_CLARIFY_CIRCUMVENTION_CHECK=trained "
+            f"REFUSAL_AUDIT_CLARIFY_CIRCUMVENTION_MODEL_PATH={stem}"
+        )
 
 
 def _use(output_dir: Path, shipped: Path, setting: str) -> None:

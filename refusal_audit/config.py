@@ -483,8 +483,9 @@ class Settings(BaseSettings):
     clarify_circumvention_check: Literal["trained", "rules"] = Field(
         default="rules",
         description="Circumvention check of clarifying question sets: `rules` (the strict "
-        "deterministic rules) or `trained` (experimental: the logistic model over rubric "
-        "detectors; a bad question hidden among good ones can pass it, docs/clarification.md).",
+        "deterministic rules) or `trained` (the monotone model over rubric detectors: "
+        "sign-constrained per-question scores pooled by noisy-OR, so a bad question cannot be "
+        "diluted by good ones; figures in docs/clarification.md).",
     )
     clarify_circumvention_model_path: Path | None = Field(
         default=None,

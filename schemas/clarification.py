@@ -125,7 +125,20 @@ class Outcome(StrEnum):
 FINAL_OUTCOMES = frozenset({Outcome.clarified, Outcome.escalated, Outcome.not_asked})
 
 
-CircumventionReason = Literal[
+RubricReason = Literal[
+    "leads_rephrasing",
+    "coaches_intent",
+    "alternative_route",
+    "operational_detail",
+    "harm_ranking",
+    "role_claim",
+    "harm_vocabulary",
+    "dismisses_refusal",
+]
+"""The reject codes of docs/circumvention-rubric.md, in the rubric's order (the trained
+circumvention check's reasons, ``processors.clarification.circumvention_rubric``)."""
+
+RuleReason = Literal[
     "gives_examples",
     "suggests_wording",
     "asks_method",
@@ -136,8 +149,14 @@ CircumventionReason = Literal[
     "too_many_questions",
     "too_few_questions",
 ]
-"""The circumvention check's reason codes (``processors.clarification.circumvention``); the
+"""The deterministic rules' reason codes (``processors.clarification.circumvention``); the
 LLM judge answers with the same vocabulary."""
+RULE_REASONS: tuple[str, ...] = get_args(RuleReason)
+
+CircumventionReason = Literal[RuleReason, RubricReason, "circumvention_model"]
+"""Every reason code of the circumvention check: the rules' (:data:`RuleReason`), then the
+trained check's, the rubric's reject codes (:data:`RubricReason`) and
+``circumvention_model`` (the model's score alone, no rubric detector fired)."""
 CIRCUMVENTION_REASONS: tuple[str, ...] = get_args(CircumventionReason)
 
 
@@ -310,9 +329,11 @@ class ConversationState(BaseModel):
     no question was asked); ``round`` is the number of rounds asked (0..``MAX_ROUNDS``);
     ``outcome`` where the conversation stands; ``escalation_reason`` and
     ``escalation_detail`` (reason codes, ``; ``-separated) are set exactly when it is
-    escalated. ``judge`` is the LLM circumvention judge's verdict on the round-1 set (None
-    when the judge is off or did not run). ``request``, ``refusal``, the answers and the
-    re-evaluation refusal are kept as the service stored them: redacted when
+    escalated. ``circumvention_reasons`` are the circumvention check's reason codes when it
+    rejected the set (escalation reason ``circumvention`` by the check; the judge's codes are
+    in ``judge``), else empty. ``judge`` is the LLM circumvention judge's verdict on the
+    round-1 set (None when the judge is off or did not run). ``request``, ``refusal``, the
+    answers and the re-evaluation refusal are kept as the service stored them: redacted when
     ``redaction_enabled`` (docs/clarification.md). ``revision`` counts the transitions (0
     when opened): a store can compare it to refuse a lost update.
     """
@@ -338,6 +359,9 @@ class ConversationState(BaseModel):
     outcome: Outcome
     escalation_reason: EscalationReason | None = None
     escalation_detail: str | None = Field(default=None, max_length=NOTE_MAX_CHARS * 4)
+    circumvention_reasons: list[CircumventionReason] = Field(
+        default_factory=list, max_length=len(CIRCUMVENTION_REASONS)
+    )
     judge: JudgeVerdict | None = None
     created_at: AwareDatetime
     updated_at: AwareDatetime

@@ -38,7 +38,7 @@ from prompts.clarify import JUDGE_PLACEHOLDERS, load_judge_template
 from refusal_audit.clarify.server import build_judge
 from refusal_audit.config import Settings
 from schemas.clarification import (
-    CIRCUMVENTION_REASONS,
+    RULE_REASONS,
     EscalationReason,
     Outcome,
 )
@@ -111,7 +111,7 @@ def test_the_judge_prompt_and_schema_share_the_rules_vocabulary() -> None:
     prompt = load_judge_template()
     assert prompt.schema == JUDGE_JSON_SCHEMA
     assert JUDGE_JSON_SCHEMA["properties"]["reasons"]["items"]["enum"] == list(REASON_CODES)
-    assert REASON_CODES == CIRCUMVENTION_REASONS
+    assert REASON_CODES == RULE_REASONS
     for code in REASON_CODES:
         assert code in prompt.system
     for name in JUDGE_PLACEHOLDERS:

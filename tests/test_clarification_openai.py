@@ -155,3 +155,39 @@ def test_api_failure_escalates_without_leaking_the_key(
     opened = open_with(fake_openai, example_bundle)
     assert opened.state.escalation_reason == EscalationReason.invalid_questions
     assert API_KEY not in opened.state.model_dump_json()
+
+
+def test_the_trained_check_retry_turn_names_the_codes_but_not_the_score(
+    fake_openai: FakeOpenAIServer, example_bundle: PolicyBundle
+) -> None:
+    """Issue 25: the retry turn carries the trained check's reason codes, never its score or
+    threshold (a model must not be coached to the threshold); the escalation stores the
+    codes in the state's ``circumvention_reasons``."""
+    from processors.clarification.circumvention_model import CircumventionCheck
+    from refusal_audit.circumvention_check import load_circumvention_model
+
+    check = CircumventionCheck(load_circumvention_model())
+    bad = [GOOD[0], q("Which of these would be the most damaging thing to write about them?")]
+    texts = [x["question_text"] for x in bad]
+    expected = check.check_questions(texts, REQUEST.request, REQUEST.refusal)
+    assert not expected.ok and expected.score is not None and expected.threshold is not None
+    fake_openai.script(answer(bad), answer(bad))
+    engine = OpenAIQuestionEngine(fake_openai.client(api_key=API_KEY), "fake-model")
+    engine.check = check
+    clarifier = Clarifier(LocalEngine(), engine, {"default": example_bundle}, None, check)
+
+    async def go() -> Any:
+        try:
+            return await clarifier.open(REQUEST, T0)
+        finally:
+            await engine.client.close()
+
+    opened = asyncio.run(go())
+    retry = fake_openai.requests[1].messages[3]["content"]
+    for code in expected.reasons:
+        assert code in retry
+    assert "score" not in retry
+    assert f"{expected.score:.2f}" not in retry and f"{expected.threshold:.2f}" not in retry
+    state = opened.state
+    assert state.escalation_reason == EscalationReason.circumvention
+    assert state.circumvention_reasons == expected.reasons

@@ -32,7 +32,9 @@ class GeneratedQuestions:
 
     ``questions`` is a schema-valid set that passed the circumvention check, or None;
     then ``failure`` is ``invalid_questions`` (no schema-valid set after the retry) or
-    ``circumvention`` (the check rejected the last set) and ``errors`` says why. ``attempts``
+    ``circumvention`` (the check rejected the last set) and ``errors`` says why, ``reasons``
+    the check's reason codes (``schemas.clarification.CircumventionReason``) for a
+    ``circumvention`` failure. ``attempts``
     counts the engine calls (0 for the local engine); ``raw_output`` keeps the model's raw
     answers (API key masked) for the audit trail; ``usage`` sums the tokens.
     """
@@ -43,6 +45,7 @@ class GeneratedQuestions:
     attempts: int = 0
     raw_output: str | None = None
     usage: EngineUsage = field(default_factory=EngineUsage)
+    reasons: tuple[str, ...] = ()
 
 
 class QuestionEngine(Protocol):

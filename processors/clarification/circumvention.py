@@ -54,6 +54,7 @@ from schemas.clarification import (
     CIRCUMVENTION_REASONS,
     MAX_QUESTIONS,
     MIN_QUESTIONS,
+    RULE_REASONS,
     QuestionSet,
 )
 
@@ -67,9 +68,9 @@ ASKS_DECLARATION = "asks_declaration"
 TOO_MANY_QUESTIONS = "too_many_questions"
 TOO_FEW_QUESTIONS = "too_few_questions"
 
-REASON_CODES: tuple[str, ...] = CIRCUMVENTION_REASONS
-"""Every reason code, in report order (``schemas.clarification.CircumventionReason``: the
-LLM judge, ``processors.clarification.judge``, answers with the same vocabulary)."""
+REASON_CODES: tuple[str, ...] = RULE_REASONS
+"""The rules' reason codes, in report order (``schemas.clarification.RuleReason``: the LLM
+judge, ``processors.clarification.judge``, answers with the same vocabulary)."""
 
 QUOTE_MAX_WORDS = 4
 """A quotation of more words than this reads as an example request (spans the ``local``
@@ -210,9 +211,17 @@ class Finding:
 
 @dataclass(frozen=True)
 class CheckResult:
-    """The check's verdict: ``ok`` when no rule is broken; ``findings`` in question order."""
+    """The check's verdict: ``ok`` when no rule is broken; ``findings`` in question order.
+
+    ``score`` and ``threshold`` are the learned check's set score and reject threshold
+    (``processors.clarification.circumvention_model``; None for the rules). They are kept
+    out of the findings: :meth:`describe` (escalations, for reviewers) shows them, a retry
+    turn sent to the question model is built from the findings alone.
+    """
 
     findings: tuple[Finding, ...]
+    score: float | None = None
+    threshold: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -221,19 +230,23 @@ class CheckResult:
 
     @property
     def reasons(self) -> list[str]:
-        """The distinct reason codes, in :data:`REASON_CODES` order, then any other code (the
-        learned check's rubric codes, ``processors.clarification.circumvention_model``)
-        sorted."""
+        """The distinct reason codes, in ``schemas.clarification.CIRCUMVENTION_REASONS``
+        order (the rules', then the learned check's rubric codes,
+        ``processors.clarification.circumvention_model``), then any other code sorted."""
         codes = {f.code for f in self.findings}
-        known = [c for c in REASON_CODES if c in codes]
+        known = [c for c in CIRCUMVENTION_REASONS if c in codes]
         return known + sorted(codes - set(known))
 
     def describe(self) -> str:
-        """The findings as ``code (question N: detail); ...`` (for escalations and retries)."""
+        """The findings as ``code (question N: detail); ...``, then ``score S >= T`` when the
+        learned check decided (for escalations and reviewers; not for a retry turn)."""
         parts = []
         for f in self.findings:
             where = f"question {f.question + 1}: " if f.question is not None else ""
             parts.append(f"{f.code} ({where}{f.detail})")
+        if self.score is not None and self.threshold is not None and self.findings:
+            relation = ">=" if self.score >= self.threshold else "<"
+            parts.append(f"score {self.score:.2f} {relation} {self.threshold:.2f}")
         return "; ".join(parts)
 
 

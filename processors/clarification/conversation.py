@@ -33,6 +33,7 @@ conversation answered "in 9999" would refuse every later outcome as ``invalid_ti
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -190,11 +191,16 @@ def open_escalated(
     engine: EngineIdentity,
     now: datetime,
     judge: JudgeVerdict | None = None,
+    circumvention_reasons: Sequence[str] = (),
 ) -> ConversationState:
     """A conversation escalated before any question was surfaced (``detail``: why, cut to
-    the contract's bound; ``judge``: the LLM judge's verdict when it ran)."""
+    the contract's bound; ``judge``: the LLM judge's verdict when it ran;
+    ``circumvention_reasons``: the circumvention check's reason codes when it rejected the
+    set, each once, in the order given). Raises ``pydantic.ValidationError`` for a code
+    outside ``schemas.clarification.CircumventionReason``."""
     return ConversationState(
         **_base(request, decision, engine, now),
+        circumvention_reasons=list(dict.fromkeys(circumvention_reasons)),
         judge=judge,
         round=0,
         outcome=Outcome.escalated,

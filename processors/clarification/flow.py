@@ -124,13 +124,16 @@ class Clarifier:
                 else EscalationReason.invalid_questions
             )
             detail = "; ".join(generated.errors) or reason.value
-            state = open_escalated(request, decision, reason, detail, self.identity, now)
+            state = open_escalated(
+                request, decision, reason, detail, self.identity, now,
+                circumvention_reasons=generated.reasons,
+            )  # fmt: skip
             return Opened(state, decision, generated)
         check = self.check.check_question_set(generated.questions, request.request, request.refusal)
         if not check.ok:  # an engine must not return an unchecked set; never surface one
             state = open_escalated(
                 request, decision, EscalationReason.circumvention, check.describe(),
-                self.identity, now,
+                self.identity, now, circumvention_reasons=check.reasons,
             )  # fmt: skip
             return Opened(state, decision, generated)
         if self.judge is None:

@@ -12,7 +12,7 @@ client handling, usage counting, JSON decoding, retry turn and API-key masking):
 2. ``response_format`` is strict ``json_schema`` (:data:`JUDGE_JSON_SCHEMA`) or
    ``json_object``. The answer must validate as :class:`JudgeAnswer`: ``verdict`` ``pass``
    or ``reject``, ``reasons`` from the rules' vocabulary
-   (``schemas.clarification.CircumventionReason``; at least one for ``reject``, none for
+   (``schemas.clarification.RuleReason``; at least one for ``reject``, none for
    ``pass``) and a free-text ``explanation``.
 3. On an invalid answer, ONE retry in the same conversation with the validation errors and a
    stronger constraint appended.
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -40,11 +41,12 @@ from processors.engines.llm_call import ChatAnswer, cut, decode_json_object, des
 from prompts.clarify import load_judge_template
 from schemas.audit import EngineUsage
 from schemas.clarification import (
-    CIRCUMVENTION_REASONS,
     NOTE_MAX_CHARS,
+    RULE_REASONS,
     CircumventionReason,
     JudgeVerdict,
     QuestionSet,
+    RuleReason,
 )
 
 ENGINE_VERSION = "openai-judge-1"
@@ -61,7 +63,7 @@ JUDGE_JSON_SCHEMA: dict[str, Any] = {
         },
         "reasons": {
             "type": "array",
-            "items": {"type": "string", "enum": list(CIRCUMVENTION_REASONS)},
+            "items": {"type": "string", "enum": list(RULE_REASONS)},
             "description": "Every reason code that applies; empty for pass.",
         },
         "explanation": {
@@ -90,7 +92,7 @@ class JudgeAnswer(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     verdict: Literal["pass", "reject"]
-    reasons: list[CircumventionReason] = Field(max_length=len(CIRCUMVENTION_REASONS))
+    reasons: list[RuleReason] = Field(max_length=len(RULE_REASONS))
     explanation: str = Field(min_length=1, max_length=NOTE_MAX_CHARS * 2)
 
     @model_validator(mode="after")
@@ -190,9 +192,10 @@ class OpenAIJudge(PromptedCaller):
         return JudgeResult(verdict, run.started_calls, self.mask(run.raw()), run.usage(started))
 
     def _verdict(
-        self, verdict: Literal["pass", "reject", "failed"], reasons: list[CircumventionReason],
+        self, verdict: Literal["pass", "reject", "failed"], codes: Sequence[RuleReason],
         explanation: str,
     ) -> JudgeVerdict:  # fmt: skip
+        reasons: list[CircumventionReason] = list(codes)
         return JudgeVerdict(
             verdict=verdict,
             reasons=reasons,

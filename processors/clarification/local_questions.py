@@ -108,7 +108,9 @@ class LocalQuestionEngine:
         questions = local_question_set(context.ambiguities)
         check = self.check.check_question_set(questions, context.request, context.refusal)
         if not check.ok:
-            return GeneratedQuestions(None, "circumvention", (check.describe(),))
+            return GeneratedQuestions(
+                None, "circumvention", (check.describe(),), reasons=tuple(check.reasons)
+            )
         return GeneratedQuestions(questions)
 
     async def generate(self, context: QuestionContext) -> GeneratedQuestions:

@@ -45,7 +45,7 @@ from processors.engines.base import EngineError
 from processors.engines.llm_call import ChatAnswer, cut, decode_json_object, describe_error
 from processors.engines.local import ClauseIndex, tokenize
 from prompts.clarify import load_clarify_template
-from schemas.clarification import QuestionSet
+from schemas.clarification import CIRCUMVENTION_REASONS, QuestionSet
 from schemas.policy import Clause, PolicyBundle
 
 ENGINE_VERSION = "openai-questions-1"
@@ -200,10 +200,17 @@ class OpenAIQuestionEngine(PromptedCaller):
                 failure,
                 self.prompt_version,
             )
+        reasons = (
+            tuple(dict.fromkeys(e.split(":", 1)[0] for e in errors if e.split(":", 1)[0]
+                                in CIRCUMVENTION_REASONS))
+            if failure == "circumvention"
+            else ()
+        )  # fmt: skip
         return GeneratedQuestions(
             questions=questions,
             failure=failure,
             errors=tuple(errors),
+            reasons=reasons,
             attempts=run.started_calls,
             raw_output=self.mask(run.raw()),
             usage=run.usage(started),
@@ -222,7 +229,8 @@ class OpenAIQuestionEngine(PromptedCaller):
         except ValidationError as exc:
             return None, "invalid_questions", [describe_error(e) for e in exc.errors()]
         check = self.check.check_question_set(questions, context.request, context.refusal)
-        if not check.ok:
+        if not check.ok:  # sent back in the retry turn: codes and matched text, never the
+            # trained check's score (a model must not be coached to its threshold)
             return (
                 None,
                 "circumvention",

@@ -1,42 +1,52 @@
-"""Train the circumvention model on the dev corpus, cross-validate it by domain, write the
-artifact (``refusal_audit/models/circumvention_check.{npz,json,md}``).
+"""Train the monotone circumvention model on the dev corpus, cross-validate it by domain,
+write the artifact (``refusal_audit/models/circumvention_check.{npz,json,md}``).
 
 Only ``datasets/circumvention/dev.jsonl`` is read here: the held-out file is for the one
 final report (``refusal-audit clarify eval``), never for fitting or choosing anything.
 
 Procedure (docs/clarification.md, "The circumvention check"):
 
-1. features of each dev set (:func:`processors.clarification.circumvention_model.set_row`);
-2. leave-one-domain-out: for each of the dev domains, standardise and fit a logistic
-   regression (``C``, balanced class weights) on the other domains and score the held-back
-   domain, so every dev set gets an out-of-fold probability;
-3. the threshold is the highest one whose out-of-fold recall is at least
-   :data:`TARGET_RECALL` (issue 25's recall target): recall is the figure the issue puts
-   first for safety; precision is what that leaves;
-4. the shipped model is refitted on all of dev with that threshold.
+1. one feature row per question of each dev set
+   (:func:`processors.clarification.circumvention_model.question_rows`);
+2. the model (:class:`processors.clarification.circumvention_model.CircumventionModel`): a
+   per-question logistic score, pooled over the set by noisy-OR, fitted by minimising the
+   class-balanced log loss of the SET labels plus ``||w||^2 / (2 C)`` with L-BFGS-B, each
+   weight bounded by its sign (``feature_signs``: reject signals >= 0, acceptable
+   practices <= 0), columns standardised on the training questions;
+3. leave-one-domain-out: for each dev domain, fit on the other domains and score the
+   held-back one, so every dev set gets an out-of-fold probability (vetoes count as 1);
+4. the threshold is the highest whose out-of-fold recall is at least :data:`TARGET_RECALL`
+   (issue 25's recall target); ``C`` is the one of :data:`C_GRID` with the best out-of-fold
+   precision at that threshold (ties: the smaller ``C``);
+5. the shipped model is refitted on all of dev with that ``C`` and threshold.
 
-Run: ``python -m refusal_audit.training.circumvention [--encoder NAME]``.
+Run: ``python -m refusal_audit.training.circumvention [--encoder NAME] [-o STEM]`` or
+``refusal-audit train --model circumvention``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.optimize import minimize
 
 from processors.clarification.circumvention_model import (
     FORMAT_VERSION,
+    POOLING,
     CircumventionModel,
     content_hash,
     feature_names,
+    feature_signs,
     model_from_arrays,
     prototype_vectors,
-    set_row,
+    question_rows,
     vetoes,
 )
 from processors.stats import wilson_interval
@@ -44,8 +54,8 @@ from processors.text_encoder import TextEncoder
 
 DEV_PATH = Path(__file__).resolve().parents[2] / "datasets" / "circumvention" / "dev.jsonl"
 STEM = Path(__file__).resolve().parents[1] / "models" / "circumvention_check"
-C = 0.3
-"""Inverse regularisation (chosen among 0.1, 0.3, 1, 3 by leave-one-domain-out on dev)."""
+C_GRID: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0)
+"""Inverse regularisation strengths tried by leave-one-domain-out on dev."""
 TARGET_RECALL = 0.90
 """Out-of-fold recall the threshold must keep on dev (issue 25, item 5's recall target)."""
 
@@ -63,7 +73,8 @@ class DevSet:
 
 
 def load_dev(path: Path = DEV_PATH) -> list[DevSet]:
-    """The sets of a corpus file (``datasets/circumvention`` format)."""
+    """The sets of a corpus file (``datasets/circumvention`` format). Raises ``OSError``,
+    ``ValueError`` (bad JSON) or ``KeyError`` (a missing field) for a bad file."""
     out = []
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.strip():
@@ -77,42 +88,92 @@ def load_dev(path: Path = DEV_PATH) -> list[DevSet]:
     return out
 
 
-def features(sets: list[DevSet], encoder: TextEncoder | None = None) -> np.ndarray:
-    """The ``(len(sets), n_features)`` matrix (encoder columns only with ``encoder``)."""
+@dataclass(frozen=True)
+class Questions:
+    """Question rows of a list of sets: ``x`` ``(m, n_features)``, ``group`` ``(m,)`` the
+    index of each row's set, ``n_sets``."""
+
+    x: np.ndarray
+    group: np.ndarray
+    n_sets: int
+
+    def subset(self, keep: np.ndarray) -> Questions:
+        """The rows of the sets where ``keep`` (a ``(n_sets,)`` bool mask) is True, with the
+        sets renumbered 0.. in order."""
+        new_index = np.cumsum(keep) - 1
+        rows = keep[self.group]
+        return Questions(self.x[rows], new_index[self.group[rows]], int(keep.sum()))
+
+
+def features(sets: Sequence[DevSet], encoder: TextEncoder | None = None) -> Questions:
+    """The question rows of ``sets`` (encoder columns only with ``encoder``)."""
     protos = prototype_vectors(encoder) if encoder is not None else None
-    return np.asarray(
-        [set_row(s.questions, s.request, s.refusal, encoder, protos) for s in sets], np.float64
-    )
+    blocks, groups = [], []
+    for i, s in enumerate(sets):
+        blocks.append(question_rows(s.questions, s.request, s.refusal, encoder, protos))
+        groups.append(np.full(len(s.questions), i))
+    return Questions(np.vstack(blocks), np.concatenate(groups), len(sets))
 
 
-def _fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    from sklearn.linear_model import LogisticRegression
+Params = tuple[np.ndarray, np.ndarray, np.ndarray, float]
+"""``(weights, mean, scale, bias)`` of a fitted model."""
 
-    mean = x.mean(axis=0)
-    scale = x.std(axis=0)
+
+def fit(q: Questions, y: np.ndarray, signs: Sequence[int], c: float) -> Params:
+    """Fit the sign-constrained noisy-OR model on set labels ``y`` ``(n_sets,)`` (module
+    docstring, step 2). Deterministic (zero start, L-BFGS-B)."""
+    mean = q.x.mean(axis=0)
+    scale = q.x.std(axis=0)
     scale[scale == 0] = 1.0
-    lr = LogisticRegression(C=C, class_weight="balanced", max_iter=5000)
-    lr.fit((x - mean) / scale, y)
-    return lr.coef_[0].astype(np.float64), mean, scale, float(lr.intercept_[0])
+    xs = (q.x - mean) / scale
+    y = y.astype(bool)
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    weight = np.where(y, q.n_sets / (2 * max(n_pos, 1)), q.n_sets / (2 * max(n_neg, 1)))
+    d = xs.shape[1]
+
+    def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        w, b = theta[:d], theta[d]
+        z = xs @ w + b
+        p = 1.0 / (1.0 + np.exp(-z))
+        log_keep = np.bincount(q.group, weights=-np.logaddexp(0.0, z), minlength=q.n_sets)
+        keep = np.exp(log_keep)  # 1 - P(set)
+        reject = np.maximum(-np.expm1(log_keep), 1e-300)  # P(set)
+        set_loss = np.where(y, -np.log(reject), -log_keep)
+        # d loss / d z_q: y=1: -p_q (1-P)/P ; y=0: p_q
+        factor = np.where(y, -keep / reject, 1.0) * weight
+        dz = p * factor[q.group]
+        grad_w = xs.T @ dz + w / c
+        value = float(weight @ set_loss + 0.5 * (w @ w) / c)
+        return value, np.append(grad_w, dz.sum())
+
+    bounds = [(0.0, None) if s > 0 else (None, 0.0) if s < 0 else (None, None) for s in signs]
+    result = minimize(
+        loss, np.zeros(d + 1), jac=True, method="L-BFGS-B", bounds=[*bounds, (None, None)],
+        options={"maxiter": 2000},
+    )  # fmt: skip
+    theta = result.x
+    return theta[:d].astype(np.float64), mean, scale, float(theta[d])
 
 
-def _proba(params: tuple[np.ndarray, np.ndarray, np.ndarray, float], x: np.ndarray) -> np.ndarray:
+def set_scores(params: Params, q: Questions) -> np.ndarray:
+    """Noisy-OR set probabilities of ``q``'s sets: ``(n_sets,)``."""
     w, mean, scale, b = params
-    return np.asarray(1.0 / (1.0 + np.exp(-(((x - mean) / scale) @ w + b))))
+    z = ((q.x - mean) / scale) @ w + b
+    return np.asarray(-np.expm1(np.bincount(q.group, -np.logaddexp(0.0, z), q.n_sets)))
 
 
-def out_of_fold(sets: list[DevSet], x: np.ndarray) -> np.ndarray:
-    """Leave-one-domain-out probabilities: shape ``(len(sets),)``."""
-    y = np.array([s.reject for s in sets], dtype=int)
+def out_of_fold(sets: Sequence[DevSet], q: Questions, signs: Sequence[int], c: float) -> np.ndarray:
+    """Leave-one-domain-out set probabilities: shape ``(len(sets),)``."""
+    y = np.array([s.reject for s in sets])
     domains = np.array([s.domain for s in sets])
     oof = np.zeros(len(sets))
     for d in sorted(set(domains)):
         test = domains == d
-        oof[test] = _proba(_fit(x[~test], y[~test]), x[test])
+        oof[test] = set_scores(fit(q.subset(~test), y[~test], signs, c), q.subset(test))
     return oof
 
 
-def vetoed(sets: list[DevSet]) -> np.ndarray:
+def vetoed(sets: Sequence[DevSet]) -> np.ndarray:
     """1.0 for a set a veto detector rejects whatever its score, else 0.0."""
     return np.array([1.0 if vetoes(s.questions, s.request) else 0.0 for s in sets])
 
@@ -137,67 +198,121 @@ def rates(scores: np.ndarray, reject: np.ndarray, threshold: float) -> dict[str,
     return out
 
 
-def cross_validate(sets: list[DevSet], x: np.ndarray) -> dict[str, Any]:
-    """Leave-one-domain-out figures on dev: threshold chosen on the out-of-fold scores
-    (:func:`choose_threshold`), overall and per held-back domain."""
+def cv_figures(sets: Sequence[DevSet], oof: np.ndarray) -> dict[str, Any]:
+    """Figures of out-of-fold scores (vetoes included): threshold (:func:`choose_threshold`),
+    overall rates, rates per held-back domain."""
     y = np.array([s.reject for s in sets])
-    oof = np.maximum(out_of_fold(sets, x), vetoed(sets))
-    threshold = choose_threshold(oof, y)
+    scores = np.maximum(oof, vetoed(sets))
+    threshold = choose_threshold(scores, y)
     domains = np.array([s.domain for s in sets])
     per_domain = {
-        d: rates(oof[domains == d], y[domains == d], threshold) for d in sorted(set(domains))
+        d: rates(scores[domains == d], y[domains == d], threshold) for d in sorted(set(domains))
     }
-    return {"threshold": threshold, "overall": rates(oof, y, threshold), "domains": per_domain}
+    return {"threshold": threshold, "overall": rates(scores, y, threshold), "domains": per_domain}
+
+
+def cross_validate(sets: Sequence[DevSet], q: Questions, signs: Sequence[int]) -> dict[str, Any]:
+    """Leave-one-domain-out over :data:`C_GRID`: the figures (:func:`cv_figures`) of the
+    chosen ``C`` (best out-of-fold precision at the recall threshold), with ``C`` and the
+    precision of every ``C`` tried."""
+    best: dict[str, Any] | None = None
+    tried = {}
+    for c in C_GRID:
+        figures = cv_figures(sets, out_of_fold(sets, q, signs, c))
+        precision = figures["overall"]["precision"]["rate"] or 0.0
+        tried[str(c)] = precision
+        if best is None or precision > best["overall"]["precision"]["rate"] + 1e-12:
+            best = {**figures, "C": c}
+    assert best is not None
+    return {**best, "precision_by_C": tried}
+
+
+@dataclass(frozen=True)
+class CircumventionBuild:
+    """What :func:`build` wrote: the loaded model, the three paths and the CV figures."""
+
+    model: CircumventionModel
+    npz: Path
+    metadata: Path
+    card: Path
+    cv: dict[str, Any]
 
 
 def build(
-    encoder: TextEncoder | None = None, stem: Path = STEM, dev: Path = DEV_PATH
-) -> tuple[CircumventionModel, dict[str, Any]]:
-    """Cross-validate, refit on all of dev, write ``<stem>.npz``/``.json``/``.md``; return
-    the loaded model and the CV figures."""
+    encoder: TextEncoder | None = None,
+    stem: Path = STEM,
+    dev: Path = DEV_PATH,
+    built_on: date | None = None,
+) -> CircumventionBuild:
+    """Cross-validate on ``dev``, refit on all of it, write ``<stem>.npz``/``.json``/``.md``.
+
+    Deterministic: the same dev file, encoder and date give the same metadata, content
+    hash and card (the .npz differs only in its zip timestamps). Raises
+    ``OSError`` for an unreadable dev file or a failed write, ``ValueError``/``KeyError``
+    for a malformed one (or one with a single label).
+    """
     sets = load_dev(dev)
-    x = features(sets, encoder)
-    cv = cross_validate(sets, x)
-    y = np.array([s.reject for s in sets], dtype=int)
-    w, mean, scale, b = _fit(x, y)
+    y = np.array([s.reject for s in sets])
+    if y.all() or not y.any():
+        raise ValueError(f"{dev}: the corpus needs both labels to train the check")
+    names = feature_names(encoder is not None)
+    signs = feature_signs(names)
+    q = features(sets, encoder)
+    cv = cross_validate(sets, q, signs)
+    w, mean, scale, b = fit(q, y, signs, cv["C"])
+    w = np.where(np.abs(w) < 1e-12, 0.0, w)  # the bound's exact zero, not a -0.0 or 1e-17
     spec = {
-        "features": list(feature_names(encoder is not None)),
+        "features": list(names),
+        "signs": list(signs),
+        "pooling": POOLING,
         "encoder": encoder.name if encoder is not None else None,
         "threshold": cv["threshold"],
         "bias": b,
-        "C": C,
+        "C": cv["C"],
     }
     arrays = {"weights": w, "mean": mean, "scale": scale}
     meta = {
         "format_version": FORMAT_VERSION,
         "spec": spec,
         "content_hash": content_hash(spec, arrays),
-        "trained_on": f"{dev.name} ({len(sets)} sets), {date.today().isoformat()}",
+        "trained_on": f"{dev.name} ({len(sets)} sets), {(built_on or date.today()).isoformat()}",
         "cv": cv["overall"],
+        "precision_by_C": cv["precision_by_C"],
     }
     stem.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(stem.with_suffix(".npz"), **arrays)  # type: ignore[arg-type]
-    stem.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    stem.with_suffix(".md").write_text(_card(meta, w, spec["features"]), encoding="utf-8")
-    return model_from_arrays(meta, arrays), cv
+    paths = stem.with_suffix(".npz"), stem.with_suffix(".json"), stem.with_suffix(".md")
+    np.savez(paths[0], **arrays)  # type: ignore[arg-type]
+    paths[1].write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    paths[2].write_text(_card(meta, w, names), encoding="utf-8")
+    return CircumventionBuild(model_from_arrays(meta, arrays), *paths, cv)
 
 
-def _card(meta: dict[str, Any], w: np.ndarray, names: list[str]) -> str:
-    top = sorted(zip(w, names, strict=True), key=lambda t: -abs(t[0]))[:12]
+def _card(meta: dict[str, Any], w: np.ndarray, names: Sequence[str]) -> str:
     cv = meta["cv"]
+    spec = meta["spec"]
+    nonzero = sorted(
+        ((v, n) for v, n in zip(w, names, strict=True) if v != 0), key=lambda t: -abs(t[0])
+    )
+    zero = [n for v, n in zip(w, names, strict=True) if v == 0]
     lines = [
         "# Circumvention check model",
         "",
-        "Logistic regression over rubric detectors and old rules (features of",
-        "`processors/clarification/circumvention_model.py`), trained on "
-        f"{meta['trained_on']}; `python -m refusal_audit.training.circumvention` rebuilds it.",
+        "Per-question logistic score over rubric detectors and old rules (features of",
+        "`processors/clarification/circumvention_model.py`), pooled over the set by",
+        "noisy-OR, weights sign-constrained (reject signals >= 0, acceptable practices <= 0),",
+        f"trained on {meta['trained_on']}; `refusal-audit train --model circumvention`",
+        "(or `python -m refusal_audit.training.circumvention`) rebuilds it.",
         "",
-        f"Leave-one-domain-out on dev at threshold {meta['spec']['threshold']:.3f}: precision "
-        f"{cv['precision']['rate']:.3f}, recall {cv['recall']['rate']:.3f}.",
+        f"Leave-one-domain-out on dev (C = {spec['C']}, chosen among "
+        f"{', '.join(meta['precision_by_C'])} by the same cross-validation) at threshold "
+        f"{spec['threshold']:.3f}: precision {cv['precision']['rate']:.3f}, recall "
+        f"{cv['recall']['rate']:.3f}. Nothing was fitted or chosen on the held-out file.",
         "",
-        "Largest standardised weights:",
+        "Standardised weights (non-zero):",
         "",
-        *[f"- `{n}`: {v:+.2f}" for v, n in top],
+        *[f"- `{n}`: {v:+.2f}" for v, n in nonzero],
+        "",
+        f"At their bound (0): {', '.join(f'`{n}`' for n in zero) or 'none'}.",
         "",
     ]
     return "\n".join(lines)
@@ -207,6 +322,7 @@ def main() -> None:
     """CLI: rebuild the artifact (optionally with an encoder) and print the CV figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--encoder", default=None, help="encoder name (default: none)")
+    parser.add_argument("-o", "--stem", type=Path, default=STEM, help="artifact path stem")
     args = parser.parse_args()
     encoder = None
     if args.encoder:
@@ -214,8 +330,9 @@ def main() -> None:
         from refusal_audit.encoders.runtime import OnnxEncoder
 
         encoder = OnnxEncoder.load(args.encoder, load_settings())
-    model, cv = build(encoder)
-    print(json.dumps({"content_hash": model.content_hash, "cv": cv["overall"]}, indent=2))
+    built = build(encoder, args.stem)
+    summary = {"content_hash": built.model.content_hash, "C": built.cv["C"]}
+    print(json.dumps({**summary, "cv": built.cv["overall"]}, indent=2))
 
 
 if __name__ == "__main__":
