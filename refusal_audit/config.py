@@ -481,11 +481,11 @@ class Settings(BaseSettings):
         default=None, description="Model of an openai question engine; unset: `openai_model`."
     )
     clarify_circumvention_check: Literal["trained", "rules"] = Field(
-        default="rules",
-        description="Circumvention check of clarifying question sets: `rules` (the strict "
-        "deterministic rules) or `trained` (the monotone model over rubric detectors: "
-        "sign-constrained per-question scores pooled by noisy-OR, so a bad question cannot be "
-        "diluted by good ones; figures in docs/clarification.md).",
+        default="trained",
+        description="Circumvention check of clarifying question sets: `trained` (the monotone "
+        "model over rubric detectors: sign-constrained per-question scores pooled by "
+        "noisy-OR, so a bad question cannot be diluted by good ones) or `rules` (the strict "
+        "deterministic rules); figures in docs/clarification.md.",
     )
     clarify_circumvention_model_path: Path | None = Field(
         default=None,

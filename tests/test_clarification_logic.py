@@ -7,6 +7,7 @@ import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -24,6 +25,8 @@ from processors.clarification.flow import Clarifier, UnknownBundleError
 from processors.clarification.local_questions import LocalQuestionEngine, local_question_set
 from processors.clarification.routing import ROUTES, route_for
 from processors.engines.local import LocalEngine
+from refusal_audit.circumvention_check import build_circumvention_check
+from refusal_audit.config import Settings
 from schemas.clarification import (
     ClarificationAnswer,
     ClarificationRequest,
@@ -261,16 +264,23 @@ def test_harm_words_are_rejected_even_when_the_request_used_them() -> None:
 
 
 def test_fixture_is_sorted_by_the_check() -> None:
+    """The default (trained) check sorts the release-gate fixture; the rules reject two sets
+    the rubric calls acceptable (b23 asks for the depth wanted, b24 names the topic in the
+    user's own words: docs/clarification.md, "Which is the default")."""
     rows = [json.loads(line) for line in FIXTURE.read_text().splitlines() if line.strip()]
     assert sum(r["teaches_circumvention"] for r in rows) >= 20
     assert sum(not r["teaches_circumvention"] for r in rows) >= 12
-    wrong = [
-        r["id"]
-        for r in rows
-        if check_questions(r["questions"], r["request"], r["refusal"]).ok
-        == r["teaches_circumvention"]
-    ]
-    assert wrong == []
+    default = build_circumvention_check(Settings())
+
+    def wrong(check: Any) -> list[str]:
+        return [
+            r["id"]
+            for r in rows
+            if check(r["questions"], r["request"], r["refusal"]).ok == r["teaches_circumvention"]
+        ]
+
+    assert wrong(default.check_questions) == []
+    assert wrong(check_questions) == ["b23", "b24"]
 
 
 # -- the local question engine ---------------------------------------------------------------

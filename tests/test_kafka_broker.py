@@ -5,6 +5,7 @@ them to a consumer group whose committed offsets stick, and keeps all of it over
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -184,8 +185,14 @@ def test_idempotent_produce_headers_consume_commit(kafka_bootstrap: str, topic: 
         consumer.close()
 
 
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
 def test_restart_keeps_messages_and_offsets(
-    kafka_bootstrap: str, topic: str, broker_control: BrokerControl
+    kafka_bootstrap: str, topic: str, broker_control: BrokerControl, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     records = records_for(20, uuid.uuid4().hex)
     produce(kafka_bootstrap, topic, records)
@@ -200,7 +207,13 @@ def test_restart_keeps_messages_and_offsets(
     finally:
         consumer.close()
 
-    broker_control.restart()
+    # A terminal width in the environment must not hide the broker from the scripts (ps
+    # truncated its command line to COLUMNS: kafka-down said "not running" and left it up).
+    monkeypatch.setenv("COLUMNS", "80")
+    broker_control.stop()
+    assert broker_control.port is not None and not _port_open(broker_control.port)
+    assert not broker_control.alive()
+    broker_control.start()
 
     # Every message is still there for a fresh group...
     fresh = make_consumer(kafka_bootstrap, f"g-fresh-{topic}", topic)

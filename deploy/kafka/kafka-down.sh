@@ -32,7 +32,7 @@ warn_other_brokers() {  # warn_other_brokers [STATE_DIR we looked at]
         [[ "$dir" == "${1:-}" ]] && continue
         log "warning: a broker started by kafka-up.sh is still running: pid $pid, state dir $dir"
         log "warning: stop it with: KAFKA_STATE_DIR=$dir $0"
-    done < <(ps -eo pid=,args= 2>/dev/null \
+    done < <(ps -ww -eo pid=,args= 2>/dev/null \
         | grep -F -- "-Dlog4j2.configurationFile=$SCRIPT_DIR/log4j2.xml" \
         | grep -F -- " kafka.Kafka " | sed 's/^ *//' || true)
 }
@@ -66,7 +66,7 @@ fi
 
 # Only signal the process if it still is this state dir's broker (PIDs get reused).
 if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null \
-    && ps -o args= -p "$pid" 2>/dev/null | grep -qF -- "kafka.Kafka $PROPS"; then
+    && ps -ww -o args= -p "$pid" 2>/dev/null | grep -qF -- "kafka.Kafka $PROPS"; then
     log "stopping pid $pid (SIGTERM, SIGKILL after ${KAFKA_STOP_TIMEOUT}s)"
     kill -TERM "$pid" 2>/dev/null || true
     deadline=$((SECONDS + KAFKA_STOP_TIMEOUT))

@@ -71,7 +71,7 @@ running_pid() {
     [[ -f "$PID_FILE" ]] || return 0
     pid="$(tr -dc '0-9' <"$PID_FILE")"
     if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null \
-        && ps -o args= -p "$pid" 2>/dev/null | grep -qF -- "kafka.Kafka $PROPS"; then
+        && ps -ww -o args= -p "$pid" 2>/dev/null | grep -qF -- "kafka.Kafka $PROPS"; then
         echo "$pid"
     else
         rm -f "$PID_FILE"
