@@ -12,13 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from prometheus_client import generate_latest
+from streaming import Deployment, stop, wait_for_web
 from typer.testing import CliRunner
 
 from processors.evaluation import EvalItem, Labels, classifier_vs_detector, evaluate
 from refusal_audit.cli import app
 from refusal_audit.pipeline import RunReport
 from refusal_audit.worker.web import record_metrics
+from schemas.events import DISAGREEMENT_DIRECTIONS
 from streams.metrics import WorkerMetrics
 from warehouse import Warehouse, connect, load_migrations, migrate
 from warehouse.queries import run_named
@@ -251,3 +254,56 @@ def test_run_report_counts_each_event_once(cli_env: dict[str, str], tmp_path: Pa
     assert Counter(counts["disagreements"]) == Counter(
         {"classifier_refusal_detector_not": 1, "detector_refusal_classifier_not": 1}
     )
+
+
+@pytest.mark.kafka
+def test_the_worker_stores_and_counts_disagreements(
+    kafka_bootstrap: str, unique_topic_prefix: str, tmp_path: Path
+) -> None:
+    """Through a real broker: the streaming worker stores both verdicts and counts each
+    disagreement on /metrics by direction."""
+    dep = Deployment(kafka_bootstrap, unique_topic_prefix, tmp_path)
+    dep.cli("topics", "create")
+    log = _write(tmp_path / "verdicts.jsonl", EVENTS)
+    assert f"delivered {len(EVENTS)}" in dep.cli("produce", str(log)).stdout
+    worker = dep.start_worker()
+    try:
+        wait_for_web(dep, worker)
+        dep.wait_drained(worker)
+        metrics = dep.metrics()
+        name = "refusal_audit_refusal_disagreements_total"
+        for direction in DISAGREEMENT_DIRECTIONS:
+            assert f'{name}{{direction="{direction}"}} 1.0' in metrics, metrics
+        rows = dep.sql(
+            "SELECT log_id, is_refusal, detected_is_refusal, refusal_disagreement "
+            "FROM refusal_events FINAL ORDER BY log_id"
+        )
+    finally:
+        stop(worker)
+    assert worker.returncode == 0, dep.worker_logs()
+    got = {
+        r["log_id"]: (r["is_refusal"], r["detected_is_refusal"], r["refusal_disagreement"])
+        for r in rows
+    }
+    assert got == EXPECTED
+
+
+def test_the_review_app_lists_disagreements_for_reviewers_only(
+    warehouse: Warehouse, tmp_path: Path
+) -> None:
+    from review_app_harness import PASSWORDS, Reviewer, audit_in_review, serve
+
+    audit_in_review(warehouse, EVENTS, tmp_path / "verdicts.jsonl")
+    with serve(warehouse, tmp_path / "data", audit_log=False) as running:
+        anonymous = Reviewer(running.url, "nobody")
+        assert anonymous.http.get("/disagreements").status_code in (302, 303)
+        bob = Reviewer(running.url, "bob", PASSWORDS["bob"])
+        page = bob.http.get("/disagreements")
+        assert page.status_code == 200
+        assert "missed-refusal" in page.text and "flagged-answer" in page.text
+        assert "agree-refusal" not in page.text
+        one = bob.http.get("/disagreements?direction=classifier_refusal_detector_not")
+        assert "flagged-answer" in one.text and "missed-refusal" not in one.text
+        assert bob.http.get("/disagreements?direction=sideways").status_code == 400
+        anonymous.close()
+        bob.close()
