@@ -89,6 +89,9 @@ class EvalItem:
     event was not audited. ``label_in_classifier``: the refusal label was read from the
     event's ``classifier.is_refusal``, which the pipeline trusted, so ``detected_refusal`` is
     then the text pre-filter's decision alone (what it would have decided without the label).
+    ``classifier_refusal`` / ``detector_refusal``: the platform classifier's ``is_refusal``
+    verdict and our own detection's, when the event carried a verdict that is not the label
+    (None otherwise), for ``classifier_vs_detector``.
     """
 
     labels: Labels
@@ -97,6 +100,8 @@ class EvalItem:
     estimated_fp: bool | None = None
     fp_score: float | None = None
     label_in_classifier: bool = False
+    classifier_refusal: bool | None = None
+    detector_refusal: bool | None = None
 
 
 def rate(k: int, n: int) -> dict[str, float]:
@@ -148,7 +153,12 @@ def evaluate(items: Sequence[EvalItem]) -> dict[str, Any]:
       audited filter, so ``labelled_refusals - n`` were not audited (the pre-filter did not
       pass them, or their batch failed);
     - ``category_agreement``: top-level category against the category label on audited items
-      (``agreement["n"]``); ``labelled`` counts the items with a category label.
+      (``agreement["n"]``); ``labelled`` counts the items with a category label;
+    - ``classifier_vs_detector``: on the items with a refusal label that carried the platform
+      classifier's verdict beside our detection's (``compared``): ``disagreements`` (Wilson
+      rate over ``compared``), per direction, and of the disagreements how often each side
+      had the label (``classifier_right``, ``detector_right``, rates over the disagreements);
+      ``classifier`` / ``detector``: each one's agreement figures over the compared items.
     """
     in_classifier = [i for i in items if i.label_in_classifier]
     report: dict[str, Any] = {
@@ -194,6 +204,16 @@ def evaluate(items: Sequence[EvalItem]) -> dict[str, Any]:
                 )
             )
         report["false_positive_detection"] = section
+    compared = [
+        i
+        for i in items
+        if i.labels.is_refusal is not None
+        and not i.label_in_classifier
+        and i.classifier_refusal is not None
+        and i.detector_refusal is not None
+    ]
+    if compared:
+        report["classifier_vs_detector"] = classifier_vs_detector(compared)
     with_category = [i for i in items if i.labels.category is not None]
     cat_items = [i for i in with_category if i.category is not None]
     if cat_items:
@@ -208,3 +228,29 @@ def evaluate(items: Sequence[EvalItem]) -> dict[str, Any]:
             ],
         }
     return report
+
+
+def classifier_vs_detector(items: Sequence[EvalItem]) -> dict[str, Any]:
+    """Which of the platform classifier and our detection was right, on ``items`` that carry
+    a refusal label and both verdicts (``classifier_refusal``, ``detector_refusal``; raises
+    ``ValueError`` for an item without them). See :func:`evaluate` for the keys."""
+    if any(
+        i.labels.is_refusal is None or i.classifier_refusal is None or i.detector_refusal is None
+        for i in items
+    ):
+        raise ValueError("every item needs a refusal label and both verdicts")
+    truth = [bool(i.labels.is_refusal) for i in items]
+    classifier = [bool(i.classifier_refusal) for i in items]
+    detector = [bool(i.detector_refusal) for i in items]
+    split = [(t, c) for t, c, d in zip(truth, classifier, detector, strict=True) if c != d]
+    right = sum(t == c for t, c in split)
+    return {
+        "compared": len(items),
+        "disagreements": rate(len(split), len(items)),
+        "classifier_refusal_detector_not": sum(c for _t, c in split),
+        "detector_refusal_classifier_not": sum(not c for _t, c in split),
+        "classifier_right": rate(right, len(split)),
+        "detector_right": rate(len(split) - right, len(split)),
+        "classifier": binary_agreement(truth, classifier),
+        "detector": binary_agreement(truth, detector),
+    }

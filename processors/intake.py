@@ -211,6 +211,9 @@ def prepare_many(
             continue
         event, redactions, fingerprint = c
         decision = next(decisions)
+        detected = decision.detected if decision.source == "classifier" else decision
+        if not settings.prefilter:
+            detected = None  # nothing was detected: every event passes
         out.append(
             StoredEvent(
                 event=event,
@@ -222,6 +225,9 @@ def prepare_many(
                 source=record.source,
                 ingested_at=now,
                 content_fingerprint=fingerprint,
+                detected_is_refusal=detected.is_refusal if detected is not None else None,
+                detected_refusal_score=detected.score if detected is not None else None,
+                refusal_disagreement=decision.disagreement,
             )
         )
     return out

@@ -1,8 +1,10 @@
 """Refusal pre-filter: decide whether a logged response is a refusal before paying for an audit.
 
 Pure and deterministic (no I/O). :func:`detect_refusal` trusts an upstream
-classifier's ``is_refusal`` verdict when the event carries one; otherwise
-:func:`detect_refusal_text` scores the response text with weighted lexical cues.
+classifier's ``is_refusal`` verdict when the event carries one (and still runs the text
+detection, kept beside the verdict as ``RefusalDecision.detected``: a disagreement is
+recorded, see ``docs/batch.md``); otherwise :func:`detect_refusal_text` scores the
+response text with weighted lexical cues.
 :func:`detect_refusals` / :func:`detect_refusal_texts` do the same for a batch and, given a
 trained scorer (``processors.refusal_model.RefusalModel``, setting ``prefilter_model =
 "trained"``), let it decide ``is_refusal`` and ``score`` while the cues below still explain
@@ -44,7 +46,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from processors.regex_gates import Gate, gated_search, required_literals
-from schemas.events import RefusalEvent
+from schemas.events import RefusalDisagreement, RefusalEvent, refusal_disagreement
 
 RefusalKind = Literal["full", "partial", "none"]
 
@@ -62,7 +64,10 @@ class RefusalDecision:
     probability-like confidence in [0, 1] that the response is a refusal (0.5 is the decision
     boundary of the text scorer); ``cues`` names the cues that fired, in order of
     detection, for explainability; ``source`` says whether the upstream classifier or the
-    text scorer decided.
+    text scorer decided. ``detected`` is, when the classifier decided, what our own text
+    detection decided on the same response (the decision the event would have had without
+    the verdict; None otherwise): the classifier stays authoritative, the two are compared
+    (:attr:`disagreement`) and both are stored.
     """
 
     is_refusal: bool
@@ -70,6 +75,19 @@ class RefusalDecision:
     score: float
     cues: tuple[str, ...]
     source: Literal["classifier", "text"]
+    detected: RefusalDecision | None = None
+
+    @property
+    def disagreement(self) -> RefusalDisagreement:
+        """How the classifier's verdict and our detection differ on this response.
+
+        ``"classifier_refusal_detector_not"`` (the classifier says refusal, our detection
+        does not), ``"detector_refusal_classifier_not"`` (the other way), or ``"none"``
+        (they agree, or only one of them decided: ``detected`` is None).
+        """
+        if self.source != "classifier" or self.detected is None:
+            return "none"
+        return refusal_disagreement(self.is_refusal, self.detected.is_refusal)
 
 
 @dataclass(frozen=True)
@@ -512,12 +530,15 @@ def detect_refusal_texts(
 
 
 def _classifier_decision(event: RefusalEvent, text: RefusalDecision) -> RefusalDecision:
+    """The classifier's verdict on ``event`` (authoritative), with ``text`` (our detection of
+    its response) kept as ``detected``; the cues name the verdict, then the text cues."""
     signal = event.classifier
     assert signal is not None and signal.is_refusal is not None
+    cues = ("classifier_verdict", *text.cues)
     if not signal.is_refusal:
-        return RefusalDecision(False, "none", 0.0, ("classifier_verdict",), "classifier")
+        return RefusalDecision(False, "none", 0.0, cues, "classifier", text)
     kind: RefusalKind = text.kind if text.kind != "none" else "full"
-    return RefusalDecision(True, kind, 1.0, ("classifier_verdict", *text.cues), "classifier")
+    return RefusalDecision(True, kind, 1.0, cues, "classifier", text)
 
 
 def _trusts_classifier(event: RefusalEvent) -> bool:
@@ -529,27 +550,18 @@ def detect_refusals(
 ) -> list[RefusalDecision]:
     """:func:`detect_refusal` for a batch of events, text scored with ``model`` if given.
 
-    An upstream ``classifier.is_refusal`` verdict still wins; a positive verdict takes its
-    full/partial ``kind`` from the cue scorer (as :func:`detect_refusal`). Returns one
-    decision per event, in order. Never raises.
+    Every response is read by our text detection, in one batch (:func:`detect_refusal_texts`,
+    the trained ``model`` if given). An upstream ``classifier.is_refusal`` verdict still wins
+    (``source="classifier"``; a positive verdict takes its full/partial ``kind`` from our
+    detection) and our detection's own decision is kept beside it as ``detected``, so a
+    disagreement between the two is recorded rather than lost. Returns one decision per
+    event, in order. Never raises.
     """
-    out: list[RefusalDecision | None] = [None] * len(events)
-    text_idx: list[int] = []
-    for i, event in enumerate(events):
-        if _trusts_classifier(event):
-            signal = event.classifier
-            assert signal is not None
-            text = detect_refusal_text(event.response) if signal.is_refusal else _NO_TEXT
-            out[i] = _classifier_decision(event, text)
-        else:
-            text_idx.append(i)
-    decisions = detect_refusal_texts([events[i].response for i in text_idx], model)
-    for i, decision in zip(text_idx, decisions, strict=True):
-        out[i] = decision
-    return [d for d in out if d is not None]
-
-
-_NO_TEXT = RefusalDecision(False, "none", 0.0, (), "text")
+    texts = detect_refusal_texts([e.response for e in events], model)
+    return [
+        _classifier_decision(event, text) if _trusts_classifier(event) else text
+        for event, text in zip(events, texts, strict=True)
+    ]
 
 
 def detect_refusal(event: RefusalEvent, model: TextScorer | None = None) -> RefusalDecision:
@@ -558,7 +570,8 @@ def detect_refusal(event: RefusalEvent, model: TextScorer | None = None) -> Refu
     When ``event.classifier`` is set and its ``is_refusal`` is not None, that verdict wins
     (``source="classifier"``; ``score`` is 1.0 or 0.0; ``kind`` is ``"none"`` for a
     non-refusal, else the text scorer's ``full``/``partial`` reading, defaulting to
-    ``"full"`` when the text shows no refusal cue; cue ``"classifier_verdict"``). Otherwise the
+    ``"full"`` when the text shows no refusal cue; cues ``"classifier_verdict"`` then the text
+    detection's; ``detected`` our text detection's own decision). Otherwise the
     result of :func:`detect_refusal_text` on ``event.response`` (or of the trained ``model``,
     :func:`detect_refusal_texts`). Never raises.
     """

@@ -62,16 +62,22 @@ def eval_item(
     the event's attributes; when they carry no refusal label but the event's
     ``classifier.is_refusal`` does (a label mapped there with ``--map``), that verdict is the
     label, and since the pipeline trusted it, the item is scored with the text pre-filter's
-    decision alone (``label_in_classifier``; the trained ``model`` when the pipeline uses
-    one, else the cue scorer).
+    decision alone (``label_in_classifier``: the stored ``detected_is_refusal``, or, when the
+    pre-filter was off, the trained ``model`` if the pipeline uses one, else the cue scorer).
+    A classifier verdict that is not the label is kept beside our detection's
+    (``classifier_refusal``, ``detector_refusal``) for the classifier-vs-detector figures.
     """
     labels = labels_from_attributes(stored.event.attributes)
     detected = stored.is_refusal
     in_classifier = False
     classifier = stored.event.classifier
-    if labels.is_refusal is None and classifier is not None and classifier.is_refusal is not None:
-        labels = replace(labels, is_refusal=classifier.is_refusal)
-        detected = detect_refusal_texts([stored.event.response], model)[0].is_refusal
+    verdict = classifier.is_refusal if classifier is not None else None
+    ours = stored.detected_is_refusal
+    if verdict is not None and ours is None:  # the pre-filter was off: read it now
+        ours = detect_refusal_texts([stored.event.response], model)[0].is_refusal
+    if labels.is_refusal is None and verdict is not None:
+        labels = replace(labels, is_refusal=verdict)
+        detected = bool(ours)
         in_classifier = True
     return EvalItem(
         labels=labels,
@@ -80,6 +86,8 @@ def eval_item(
         estimated_fp=assessment.is_estimated_false_positive if assessment else None,
         fp_score=assessment.false_positive_score if assessment else None,
         label_in_classifier=in_classifier,
+        classifier_refusal=verdict if not in_classifier else None,
+        detector_refusal=ours if not in_classifier else None,
     )
 
 

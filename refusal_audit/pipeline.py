@@ -113,6 +113,12 @@ class RunReport:
     ladder that resolved them (``first``, ``split``, ``retry``, ``reaudit``; ``unresolved``
     for the events it could not audit) and ``engine_calls`` the model calls made (both stay
     empty with the local engine; batches that failed as a whole are not in them).
+
+    ``disagreements`` counts the run's events (``events``) whose platform classifier verdict
+    and our own refusal detection differ, by direction (``StoredEvent.refusal_disagreement``:
+    ``classifier_refusal_detector_not``, ``detector_refusal_classifier_not``; agreement is
+    not counted). Each such event is stored with both verdicts (``warehouse.queries``
+    lists them).
     """
 
     records: int = 0
@@ -137,6 +143,7 @@ class RunReport:
     stored_gap_flags: list[PolicyGapFlag] = field(default_factory=list, repr=False)
     engine_steps: Counter[str] = field(default_factory=Counter, repr=False)
     engine_calls: int = 0
+    disagreements: Counter[str] = field(default_factory=Counter, repr=False)
 
     def all_assessments(self) -> list[StoredAssessment]:
         """The assessments of the run's refusals: audited now, then those already stored."""
@@ -415,6 +422,8 @@ class AuditPipeline:
             return []
         taken[log_id] = fingerprint
         report.events += 1
+        if outcome.refusal_disagreement != "none":
+            report.disagreements[outcome.refusal_disagreement] += 1
         run.events.append(outcome)
         run.origins.append(record)
         if not outcome.is_refusal:

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from processors.stats import wilson_interval
 from refusal_audit.pipeline import Failure, RunReport
+from schemas.events import DISAGREEMENT_DIRECTIONS
 
 MAX_FAILURES_SHOWN = 20
 
@@ -43,6 +44,7 @@ def print_report(report: RunReport, console: Console) -> None:
     ):
         counts.add_row(label, str(value))
     console.print(counts)
+    console.print(disagreement_line(report))
     if report.retired:
         shown = ", ".join(report.retired[:10]) + (" ..." if len(report.retired) > 10 else "")
         console.print(
@@ -91,6 +93,23 @@ def print_report(report: RunReport, console: Console) -> None:
     print_failures(report.failures, console)
 
 
+def disagreement_line(report: RunReport) -> str:
+    """One line: how many of the run's events the platform classifier and our refusal
+    detection judged differently, by direction (``RunReport.disagreements``), and where the
+    events are listed."""
+    d = report.disagreements
+    total = sum(d.values())
+    if not total:
+        return "classifier vs our refusal detection: no disagreement"
+    return (
+        f"[yellow]classifier vs our refusal detection: {total} disagreement(s) "
+        f"({d['classifier_refusal_detector_not']} classifier refusal, detector not; "
+        f"{d['detector_refusal_classifier_not']} detector refusal, classifier not); the "
+        "classifier's verdict decided; both are stored: `refusal-audit query "
+        "refusal_disagreement_events` lists them[/yellow]"
+    )
+
+
 def print_failures(failures: Sequence[Failure], console: Console, *, stored: bool = True) -> None:
     """Print failed records and batches as a table: source, location, reason code, reason.
 
@@ -131,6 +150,7 @@ def report_document(report: RunReport) -> dict[str, Any]:
             "failed_batches": report.failed_batches,
             "failed_events": report.failed_events,
             "already_audited": len(report.stored_assessments),
+            "disagreements": {d: report.disagreements[d] for d in DISAGREEMENT_DIRECTIONS},
         },
         "audit_summary": report.summary().model_dump(mode="json"),
         "batches": [b.model_dump(mode="json") for b in report.batch_records],
@@ -249,6 +269,29 @@ def engine_steps_line(figures: dict[str, Any]) -> str | None:
     )
 
 
+def classifier_vs_detector_line(figures: dict[str, Any]) -> str:
+    """The eval's ``classifier_vs_detector`` figures in one line ("" when not measured):
+    how often the platform classifier's verdict and our detection differed on labelled
+    events, and which one the label sided with."""
+    v = figures.get("classifier_vs_detector")
+    if v is None:
+        return ""
+    line = (
+        f"platform classifier vs our detection, {v['compared']} labelled events with both: "
+        f"disagree on {_fmt_rate(v['disagreements'])} "
+        f"({v['classifier_refusal_detector_not']} classifier refusal, detector not; "
+        f"{v['detector_refusal_classifier_not']} detector refusal, classifier not)"
+    )
+    if v["disagreements"]["k"]:
+        line += (
+            f"; the label sides with the classifier {_fmt_rate(v['classifier_right'])}, "
+            f"with our detection {_fmt_rate(v['detector_right'])}"
+        )
+    return line + (
+        f"; F1 classifier {v['classifier']['f1']:.3f}, our detection {v['detector']['f1']:.3f}"
+    )
+
+
 def print_eval(figures: dict[str, Any], console: Console) -> None:
     """Print ``refusal_audit.evaluate.run_eval`` figures (rates with Wilson 95% intervals).
 
@@ -290,6 +333,9 @@ def print_eval(figures: dict[str, Any], console: Console) -> None:
         console.print("Agreement with the labels: nothing to measure.")
     for note in eval_notes(figures):
         console.print(note)
+    versus = classifier_vs_detector_line(figures)
+    if versus:
+        console.print(versus)
     categories = figures.get("category_agreement")
     if categories is not None:
         agreement = categories["agreement"]

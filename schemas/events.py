@@ -89,6 +89,28 @@ class RefusalEvent(BaseModel):
         return value
 
 
+RefusalDisagreement = Literal[
+    "none", "classifier_refusal_detector_not", "detector_refusal_classifier_not"
+]
+"""How the platform classifier's ``is_refusal`` verdict and our own detection differ on one
+response: the classifier says refusal and our detection does not, the other way round, or
+``"none"`` (they agree, or only one of them decided)."""
+
+
+#: The two directions of a :data:`RefusalDisagreement` (every value but ``"none"``).
+DISAGREEMENT_DIRECTIONS: tuple[RefusalDisagreement, ...] = (
+    "classifier_refusal_detector_not",
+    "detector_refusal_classifier_not",
+)
+
+
+def refusal_disagreement(classifier: bool, detected: bool) -> RefusalDisagreement:
+    """The :data:`RefusalDisagreement` of a classifier verdict and our detection's verdict."""
+    if classifier == detected:
+        return "none"
+    return "classifier_refusal_detector_not" if classifier else "detector_refusal_classifier_not"
+
+
 class StoredEvent(BaseModel):
     """A refusal event as the warehouse keeps it: redacted, with the pre-filter's decision.
 
@@ -101,6 +123,15 @@ class StoredEvent(BaseModel):
     copy of the ``log_id`` with another fingerprint is a different event under a used id
     (dead-lettered ``duplicate_log_id``; the first stored copy wins), one with the same
     fingerprint a harmless redelivery. Empty for rows stored before it existed.
+
+    ``detected_is_refusal`` / ``detected_refusal_score`` are what our own refusal detection
+    (the text pre-filter, or its trained model) decided on the response, whoever decided
+    ``is_refusal``: for an event carrying the platform classifier's ``is_refusal`` verdict
+    the verdict is authoritative and these keep our detection beside it; otherwise they equal
+    ``is_refusal`` / ``refusal_score``. None when nothing was detected (the pre-filter was
+    off) and for rows stored before they existed. ``refusal_disagreement`` compares the
+    classifier's verdict with ours (:data:`RefusalDisagreement`; ``"none"`` when they agree
+    or either is missing).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -114,6 +145,9 @@ class StoredEvent(BaseModel):
     source: str
     ingested_at: AwareDatetime
     content_fingerprint: str = Field(default="", max_length=64)
+    detected_is_refusal: bool | None = None
+    detected_refusal_score: float | None = Field(default=None, ge=0.0, le=1.0)
+    refusal_disagreement: RefusalDisagreement = "none"
 
 
 class StoredIdentity(NamedTuple):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from schemas.events import DISAGREEMENT_DIRECTIONS
+
 
 class WorkerMetrics:
     """The worker's metrics, in their own registry (so tests can make fresh ones).
@@ -28,6 +30,16 @@ class WorkerMetrics:
             "Events the pre-filter judged not refusals.",
             registry=r,
         )
+        self.refusal_disagreements = Counter(
+            "refusal_audit_refusal_disagreements_total",
+            "Events whose platform classifier refusal verdict and our refusal detection "
+            "differ, by direction (classifier_refusal_detector_not, "
+            "detector_refusal_classifier_not).",
+            ["direction"],
+            registry=r,
+        )
+        for direction in DISAGREEMENT_DIRECTIONS:
+            self.refusal_disagreements.labels(direction)  # both series exist from the start
         self.batches = Counter(
             "refusal_audit_batches_total", "Audit batches by outcome.", ["outcome"], registry=r
         )

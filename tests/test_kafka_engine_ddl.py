@@ -405,6 +405,12 @@ def _reject_cases(worker_messages: list[OutputMessage]) -> list[OutputMessage]:
         (TOPICS.stored_events, orjson.dumps({**event, "refusal_kind": "maybe", "zzz": 1}), None),
         (
             TOPICS.stored_events,
+            orjson.dumps({**event, "refusal_disagreement": "sideways"}),
+            None,
+        ),
+        (TOPICS.stored_events, orjson.dumps({**event, "detected_refusal_score": 1.5}), None),
+        (
+            TOPICS.stored_events,
             orjson.dumps({**event, "redactions": {"EMAIL": "x"}, "ingested_at": "yesterday"}),
             None,
         ),
@@ -447,6 +453,8 @@ def test_messages_the_sink_cannot_decode_become_the_same_dead_letters(
     json_topics = [(r[0], r[4]) for r in sink if r[0] != TOPICS.dead_letters]
     assert [(r[0], r[4]) for r in engine if r[0] != TOPICS.dead_letters] == json_topics
     assert ("ke.stored-events", "not a StoredEvent: refusal_kind, zzz") in json_topics
+    assert ("ke.stored-events", "not a StoredEvent: refusal_disagreement") in json_topics
+    assert ("ke.stored-events", "not a StoredEvent: detected_refusal_score") in json_topics
     assert ("ke.audit-batches", "not a BatchRecord: summary.policy_gap_flags.0.example_log_ids, "
             "summary.policy_gap_flags.1.description, summary.policy_gap_flags.1.example_log_ids.0"
             ) in json_topics  # fmt: skip

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import csv
 from collections import Counter
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from processors.prefilter import RefusalDecision, detect_refusal, detect_refusal_text
+from processors.prefilter import (
+    CueReading,
+    RefusalDecision,
+    detect_refusal,
+    detect_refusal_text,
+    detect_refusals,
+)
 from schemas.events import ClassifierSignal, RefusalEvent
 
 XSTEST_FILES = ("xstest_v2_completions_gpt4.csv", "xstest_v2_completions_llama2orig.csv")
@@ -183,6 +190,52 @@ def test_classifier_says_refusal_overrides_text() -> None:
 
 
 def test_classifier_says_no_refusal_overrides_text() -> None:
-    d = detect_refusal(_event("I'm sorry, but I can't help with that.",
-                              ClassifierSignal(is_refusal=False, flagged=False)))
-    assert d == RefusalDecision(False, "none", 0.0, ("classifier_verdict",), "classifier")
+    text = "I'm sorry, but I can't help with that."
+    d = detect_refusal(_event(text, ClassifierSignal(is_refusal=False, flagged=False)))
+    assert (d.is_refusal, d.kind, d.score, d.source) == (False, "none", 0.0, "classifier")
+    assert d.cues[0] == "classifier_verdict"
+
+
+def test_classifier_negative_on_a_plain_refusal_keeps_our_detection_beside_it() -> None:
+    text = "I'm sorry, but I can't help with that."
+    d = detect_refusal(_event(text, ClassifierSignal(is_refusal=False)))
+    assert not d.is_refusal  # the platform's verdict stays authoritative
+    assert d.detected == detect_refusal_text(text) and d.detected.is_refusal
+    assert d.disagreement == "detector_refusal_classifier_not"
+    assert "apology" in d.cues  # the reviewer sees why our detection disagrees
+
+
+def test_classifier_positive_on_a_compliant_answer_is_the_other_disagreement() -> None:
+    text = "Sure! Here is a short poem about spring: green buds, warm rain, long light."
+    d = detect_refusal(_event(text, ClassifierSignal(is_refusal=True)))
+    assert d.is_refusal and d.source == "classifier"
+    assert d.detected is not None and not d.detected.is_refusal
+    assert d.detected.score == detect_refusal_text(text).score < 0.5
+    assert d.disagreement == "classifier_refusal_detector_not"
+
+
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [("I'm sorry, but I can't help with that.", True), ("Sure, here you go: 42.", False)],
+)
+def test_agreement_and_text_decisions_have_no_disagreement(text: str, verdict: bool) -> None:
+    agreed = detect_refusal(_event(text, ClassifierSignal(is_refusal=verdict)))
+    assert agreed.detected is not None and agreed.detected.is_refusal == verdict
+    assert agreed.disagreement == "none"
+    alone = detect_refusal(_event(text))
+    assert alone.source == "text" and alone.detected is None and alone.disagreement == "none"
+
+
+def test_batch_detection_reads_classifier_events_with_the_trained_model_too() -> None:
+    class Always:  # a TextScorer that calls everything a refusal
+        def scores(self, readings: Sequence[CueReading]) -> list[float]:
+            return [0.9] * len(readings)
+
+    events = [
+        _event("Sure, here you go: 42.", ClassifierSignal(is_refusal=False)),
+        _event("Sure, here you go: 42."),
+    ]
+    trusted, alone = detect_refusals(events, Always())
+    assert alone.is_refusal and not trusted.is_refusal
+    assert trusted.detected == alone
+    assert trusted.disagreement == "detector_refusal_classifier_not"

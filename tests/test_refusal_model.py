@@ -170,9 +170,14 @@ def test_an_upstream_verdict_still_wins_over_the_model() -> None:
         _event("I'm sorry, but I can't help with that."),
     ]
     got = detect_refusals(events, model)
-    assert got[:2] == [detect_refusal(e) for e in events[:2]]
+    verdict = [(d.is_refusal, d.score, d.source) for d in got[:2]]
+    assert verdict == [(d.is_refusal, d.score, d.source) for d in map(detect_refusal, events[:2])]
     assert got[0].source == got[1].source == "classifier"
     assert got[2].source == "text" and got[2].is_refusal
+    # our detection beside the verdict is the trained model's, as for events without one
+    assert [d.detected for d in got[:2]] == detect_refusal_texts(
+        [e.response for e in events[:2]], model
+    )
 
 
 def test_label_mappings_follow_the_readmes() -> None:

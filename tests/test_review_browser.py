@@ -297,3 +297,30 @@ def test_a_right_to_left_override_does_not_reverse_the_following_text(
             assert first < last, f"{needle!r} in {selector} is drawn right to left"
         assert page.locator("#request .invisible-char").first.is_visible()
         assert not page.errors
+
+
+def test_the_disagreements_page_lists_both_directions_and_filters(
+    browser: Any, warehouse: Warehouse, tmp_path: Path
+) -> None:
+    """The review app lists the events on which the platform classifier and our detection
+    disagree (issue 25), and keeps one direction when asked."""
+    from review_app_harness import audit_in_review
+    from test_refusal_disagreement import EVENTS
+
+    with ThreadPoolExecutor(1) as pool:  # Playwright's sync API keeps an event loop here
+        pool.submit(audit_in_review, warehouse, EVENTS, tmp_path / "verdicts.jsonl").result()
+    with serve(warehouse, tmp_path / "data", audit_log=False) as running:
+        page = open_page(browser, running, "bob")
+        page.click("text=Classifier vs detector")
+        page.wait_for_url(running.url + "/disagreements")
+        rows = page.locator("#disagreements tbody tr")
+        assert rows.count() == 2
+        listed = rows.all_inner_texts()
+        assert any("missed-refusal" in r and "detector refusal classifier not" in r for r in listed)
+        assert any("flagged-answer" in r and "classifier refusal detector not" in r for r in listed)
+        screenshot(page, tmp_path, "review-disagreements.png")
+        with page.expect_navigation():
+            page.click("text=detector refusal classifier not")
+        assert rows.count() == 1 and "missed-refusal" in rows.first.inner_text()
+        assert "apology" in rows.first.inner_text()  # our cues say why we call it a refusal
+        assert not page.errors

@@ -27,6 +27,7 @@ from schemas import (
     StoredEvent,
 )
 from schemas.deadletter import DeadLetterStage
+from schemas.events import DISAGREEMENT_DIRECTIONS, RefusalDisagreement
 from schemas.review import Verdict, VerdictInput, verdict_id
 from warehouse import (
     NAMED_QUERIES,
@@ -116,7 +117,17 @@ def event_time(spec: Spec) -> datetime:
     return datetime(base.year, base.month, base.day, 0, 30, tzinfo=spec.offset)
 
 
+#: day-1 events carry the platform classifier's verdict (``is_refusal``); our detection
+#: disagrees with it on these two, one each way
+DETECTOR_DISAGREES: dict[str, RefusalDisagreement] = {
+    "e07": "classifier_refusal_detector_not",
+    "e08": "detector_refusal_classifier_not",
+}
+
+
 def make_event(spec: Spec, ingested_at: datetime = AUDIT_TIME) -> StoredEvent:
+    direction: RefusalDisagreement = DETECTOR_DISAGREES.get(spec.log_id, "none")
+    detected = spec.is_refusal if direction == "none" else not spec.is_refusal
     return StoredEvent(
         event=RefusalEvent(
             log_id=spec.log_id,
@@ -126,7 +137,9 @@ def make_event(spec: Spec, ingested_at: datetime = AUDIT_TIME) -> StoredEvent:
             model=spec.model,
             product=spec.product,
             conversation_id=f"c-{spec.log_id}" if spec.day else None,
-            classifier=ClassifierSignal(flagged=spec.is_refusal, score=0.5, labels=["x"])
+            classifier=ClassifierSignal(
+                flagged=spec.is_refusal, score=0.5, labels=["x"], is_refusal=spec.is_refusal
+            )
             if spec.day == 1
             else None,
             attributes={"team": "t1", "spec": spec.log_id},
@@ -138,6 +151,9 @@ def make_event(spec: Spec, ingested_at: datetime = AUDIT_TIME) -> StoredEvent:
         refusal_cues=["i can't"] if spec.is_refusal else [],
         source="logs/day.jsonl",
         ingested_at=ingested_at,
+        detected_is_refusal=detected,
+        detected_refusal_score=0.8 if detected else 0.2,
+        refusal_disagreement=direction,
     )
 
 
@@ -446,6 +462,9 @@ def test_round_trip_of_all_record_kinds(warehouse: Warehouse) -> None:
         )
         assert row["refusal_cues"] == stored.refusal_cues
         assert row["ingested_at"] == stored.ingested_at
+        assert row["classifier_is_refusal"] == (signal.is_refusal if signal else None)
+        ours = ("detected_is_refusal", "detected_refusal_score", "refusal_disagreement")
+        assert [row[c] for c in ours] == [getattr(stored, c) for c in ours]
 
 
 def test_alerts_round_trip(warehouse: Warehouse) -> None:
@@ -713,6 +732,29 @@ def test_prefilter(warehouse: Warehouse) -> None:
         for day, group in grouped([s for s in SPECS if s.product == "chat"], day_of).items()
     ]
     assert_rows(chat, expected_chat)
+
+
+def test_refusal_disagreement_queries(warehouse: Warehouse) -> None:
+    load(warehouse)
+    days = run_named(warehouse.client, warehouse.database, "refusal_disagreements").as_dicts()
+    verdicts = [s for s in SPECS if s.day == 1]  # day-1 events carry a classifier verdict
+    by_model = grouped(verdicts, lambda s: (day_of(s), s.model))
+    assert [(r["day"], r["model"]) for r in days] == list(by_model)
+    for row in days:
+        group = by_model[(row["day"], row["model"])]
+        directions = Counter(DETECTOR_DISAGREES.get(s.log_id, "none") for s in group)
+        assert row["classifier_verdicts"] == row["compared"] == len(group)
+        assert row["disagreements"] == len(group) - directions["none"]
+        for direction in DISAGREEMENT_DIRECTIONS:
+            assert row[direction] == directions[direction]
+    listed = run_named(warehouse.client, warehouse.database, "refusal_disagreement_events")
+    assert {(r["log_id"], r["direction"]) for r in listed.as_dicts()} == set(
+        DETECTOR_DISAGREES.items()
+    )
+    chat = run_named(
+        warehouse.client, warehouse.database, "refusal_disagreement_events", product="chat"
+    )
+    assert chat.rows == []  # e07 and e08 are api events
 
 
 def test_dead_letters_query(warehouse: Warehouse) -> None:

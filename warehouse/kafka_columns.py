@@ -125,6 +125,9 @@ _EVENT_MAP: Mapping[str, str] = {
     "source": _json(_E, "source", "String"),
     "ingested_at": _time(_E, "ingested_at"),
     "content_fingerprint": _json(_E, "content_fingerprint", "String"),
+    "detected_is_refusal": _json(_E, "detected_is_refusal", "Nullable(Bool)"),
+    "detected_refusal_score": _json(_E, "detected_refusal_score", "Nullable(Float64)"),
+    "refusal_disagreement": _json(_E, "refusal_disagreement", "String"),
 }
 
 _ASSESSMENT_MAP: Mapping[str, str] = {

@@ -19,6 +19,7 @@ from typing import Any
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from processors.gap_text import describe_gap_sql
+from schemas.events import DISAGREEMENT_DIRECTIONS
 from warehouse.client import Client, WarehouseError, validate_identifier
 from warehouse.named import (
     DAY_MODEL_PRODUCT,
@@ -45,6 +46,7 @@ __all__ = [
 _MIN_DATE = date(1970, 1, 1)
 _MAX_DATE = date(2149, 6, 6)  # ClickHouse Date range
 _READONLY_ERROR_CODE = 164  # READONLY
+_WILSON = ("rate", "wilson_low", "wilson_high")  # with_proportions' columns
 
 
 class UnknownQueryError(WarehouseError, KeyError):
@@ -220,6 +222,71 @@ GROUP BY day
 ORDER BY day
 """,
             columns=("day", "events", "refusals", "non_refusals"),
+            filters=MODEL_PRODUCT,
+        ),
+        NamedQuery(
+            name="refusal_disagreements",
+            description="Per event day and model: events carrying the platform classifier's "
+            "refusal verdict, how many of them our own detection also read (compared; rows "
+            "stored before it existed were not), and the disagreements by direction, with "
+            "the disagreement rate of the compared events and its Wilson 95% interval.",
+            sql=f"""
+SELECT toDate(event_time) AS day, model,
+       countIf(classifier_is_refusal IS NOT NULL) AS classifier_verdicts,
+       countIf(classifier_is_refusal IS NOT NULL AND detected_is_refusal IS NOT NULL)
+           AS compared,
+       countIf(refusal_disagreement != 'none') AS disagreements,
+       countIf(refusal_disagreement = 'classifier_refusal_detector_not')
+           AS classifier_refusal_detector_not,
+       countIf(refusal_disagreement = 'detector_refusal_classifier_not')
+           AS detector_refusal_classifier_not
+FROM {{db:Identifier}}.refusal_events FINAL
+WHERE {DAY_MODEL_PRODUCT}
+GROUP BY day, model
+HAVING classifier_verdicts > 0
+ORDER BY day, model
+""",
+            columns=(
+                "day",
+                "model",
+                "classifier_verdicts",
+                "compared",
+                "disagreements",
+                *_WILSON,
+                *DISAGREEMENT_DIRECTIONS,
+            ),
+            filters=MODEL_PRODUCT,
+            postprocess=with_proportions(("disagreements", "compared", *_WILSON)),
+        ),
+        NamedQuery(
+            name="refusal_disagreement_events",
+            description="Every stored event whose platform classifier verdict and our own "
+            "refusal detection differ (newest event first): direction, both verdicts, our "
+            "detection's score and cues, the policy bundle, and the redacted request and "
+            "response (first 300 characters each) to review.",
+            sql=f"""
+SELECT log_id, event_time, model, product, policy_bundle,
+       refusal_disagreement AS direction,
+       classifier_is_refusal, detected_is_refusal, detected_refusal_score, refusal_cues,
+       substringUTF8(request, 1, 300) AS request, substringUTF8(response, 1, 300) AS response
+FROM {{db:Identifier}}.refusal_events FINAL
+WHERE refusal_disagreement != 'none' AND {DAY_MODEL_PRODUCT}
+ORDER BY event_time DESC, log_id
+""",
+            columns=(
+                "log_id",
+                "event_time",
+                "model",
+                "product",
+                "policy_bundle",
+                "direction",
+                "classifier_is_refusal",
+                "detected_is_refusal",
+                "detected_refusal_score",
+                "refusal_cues",
+                "request",
+                "response",
+            ),
             filters=MODEL_PRODUCT,
         ),
         NamedQuery(

@@ -84,7 +84,8 @@ EVENT_COLUMNS = (
     "policy_bundle", "conversation_id", "has_classifier", "classifier_flagged",
     "classifier_score", "classifier_labels", "classifier_is_refusal", "attributes",
     "redactions", "is_refusal", "refusal_kind", "refusal_score", "refusal_cues", "source",
-    "ingested_at", "content_fingerprint",
+    "ingested_at", "content_fingerprint", "detected_is_refusal", "detected_refusal_score",
+    "refusal_disagreement",
 )  # fmt: skip
 
 ASSESSMENT_COLUMNS = (
@@ -209,6 +210,9 @@ def _event_row(item: StoredEvent) -> list[Any]:
         item.source,
         to_utc(item.ingested_at),
         item.content_fingerprint,
+        item.detected_is_refusal,
+        item.detected_refusal_score,
+        item.refusal_disagreement,
     ]
 
 

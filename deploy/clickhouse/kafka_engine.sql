@@ -48,7 +48,10 @@ SELECT JSONExtract(message, 'event', 'log_id', 'String') AS log_id,
        JSONExtract(message, 'refusal_cues', 'Array(String)') AS refusal_cues,
        JSONExtract(message, 'source', 'String') AS source,
        parseDateTime64BestEffort(JSONExtractString(message, 'ingested_at'), 3, 'UTC') AS ingested_at,
-       JSONExtract(message, 'content_fingerprint', 'String') AS content_fingerprint
+       JSONExtract(message, 'content_fingerprint', 'String') AS content_fingerprint,
+       JSONExtract(message, 'detected_is_refusal', 'Nullable(Bool)') AS detected_is_refusal,
+       JSONExtract(message, 'detected_refusal_score', 'Nullable(Float64)') AS detected_refusal_score,
+       if(JSONHas(message, 'refusal_disagreement'), JSONExtract(message, 'refusal_disagreement', 'String'), 'none') AS refusal_disagreement
 FROM `refusal_audit`.kafka_stored_events_landing
 WHERE empty(problems);
 
@@ -171,7 +174,15 @@ SELECT if(_error = '', value, _raw_message) AS message,
         if(JSONHas(message, 'content_fingerprint'), arrayConcat(
         if(JSONType(message, 'content_fingerprint') IN ('String'), [], ['content_fingerprint']),
         if(JSONType(message, 'content_fingerprint') != 'String' OR lengthUTF8(JSONExtractString(message, 'content_fingerprint')) <= 64, [], ['content_fingerprint'])), []),
-        arrayMap(k1 -> k1, arrayFilter(k1 -> NOT has(['event', 'redactions', 'is_refusal', 'refusal_kind', 'refusal_score', 'refusal_cues', 'source', 'ingested_at', 'content_fingerprint'], k1), JSONExtractKeys(message)))))), ['(value)']), ['(value)']) AS problems
+        if(JSONHas(message, 'detected_is_refusal'), if(JSONType(message, 'detected_is_refusal') IN ('Bool', 'Null'), [], ['detected_is_refusal']), []),
+        if(JSONHas(message, 'detected_refusal_score'), arrayConcat(
+        if(JSONType(message, 'detected_refusal_score') IN ('Int64', 'UInt64', 'Double', 'Null'), [], ['detected_refusal_score']),
+        if(JSONType(message, 'detected_refusal_score') NOT IN ('Int64', 'UInt64', 'Double') OR JSONExtractFloat(message, 'detected_refusal_score') >= 0.0, [], ['detected_refusal_score']),
+        if(JSONType(message, 'detected_refusal_score') NOT IN ('Int64', 'UInt64', 'Double') OR JSONExtractFloat(message, 'detected_refusal_score') <= 1.0, [], ['detected_refusal_score'])), []),
+        if(JSONHas(message, 'refusal_disagreement'), arrayConcat(
+        if(JSONType(message, 'refusal_disagreement') IN ('String'), [], ['refusal_disagreement']),
+        if(JSONType(message, 'refusal_disagreement') != 'String' OR JSONExtractString(message, 'refusal_disagreement') IN ('none', 'classifier_refusal_detector_not', 'detector_refusal_classifier_not'), [], ['refusal_disagreement'])), []),
+        arrayMap(k1 -> k1, arrayFilter(k1 -> NOT has(['event', 'redactions', 'is_refusal', 'refusal_kind', 'refusal_score', 'refusal_cues', 'source', 'ingested_at', 'content_fingerprint', 'detected_is_refusal', 'detected_refusal_score', 'refusal_disagreement'], k1), JSONExtractKeys(message)))))), ['(value)']), ['(value)']) AS problems
 FROM `refusal_audit`.kafka_stored_events_queue;
 
 -- refusal-audit.assessments -> refusal_audit.assessments

@@ -61,6 +61,22 @@ def panels() -> list[Json]:
             unit="ops",
             width=12,
         ),
+        make_panel(
+            "timeseries",
+            "Platform classifier vs our refusal detection: disagreements by direction",
+            [
+                prom_target(
+                    f"sum by (direction) (increase("
+                    f"refusal_audit_refusal_disagreements_total{{{_SEL}}}[{_RATE}]))",
+                    "{{direction}}",
+                )
+            ],
+            stacked=True,
+            width=24,
+            description="Events whose classifier.is_refusal verdict and our detection differ "
+            "(the verdict decided; `refusal-audit query refusal_disagreement_events` lists "
+            "them).",
+        ),
         row("Audit"),
         make_panel(
             "timeseries",

@@ -49,7 +49,10 @@ class PeriodData:
     ``dead_letters`` (``dead_letters``, day of recording); ``fp_by_model`` is
     ``warehouse.report_queries.false_positives_by_model`` (with ``rate``, ``low``, ``high``).
     ``thin_model`` and ``thin_series`` (per model and bucket, the widest first) are the
-    notes on rates whose interval is wider than ``max_width``.
+    notes on rates whose interval is wider than ``max_width``. ``disagreements`` sums the
+    ``refusal_disagreements`` named query over the period (``classifier_verdicts``,
+    ``compared``, ``disagreements`` and one count per direction) and
+    ``disagreement_events`` holds the ``refusal_disagreement_events`` rows, newest first.
     """
 
     slice: ReportFilter
@@ -69,6 +72,8 @@ class PeriodData:
     dead_letters: list[dict[str, Any]]
     thin_model: list[ThinRate] = field(default_factory=list)
     thin_series: list[ThinRate] = field(default_factory=list)
+    disagreements: dict[str, int] = field(default_factory=dict)
+    disagreement_events: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -92,6 +97,19 @@ def _thin(
         for r in rows
     )
     return [note for note in notes if note is not None]
+
+
+DISAGREEMENT_COUNTS = (
+    "classifier_verdicts",
+    "compared",
+    "disagreements",
+    "classifier_refusal_detector_not",
+    "detector_refusal_classifier_not",
+)
+
+
+def _disagreement_totals(rows: list[dict[str, Any]]) -> dict[str, int]:
+    return {k: sum(int(r[k]) for r in rows) for k in DISAGREEMENT_COUNTS}
 
 
 def collect(
@@ -135,4 +153,8 @@ def collect(
         dead_letters=_named(client, database, "dead_letters", slice_),
         thin_model=thin_model,
         thin_series=thin_series,
+        disagreements=_disagreement_totals(
+            _named(client, database, "refusal_disagreements", slice_)
+        ),
+        disagreement_events=_named(client, database, "refusal_disagreement_events", slice_),
     )

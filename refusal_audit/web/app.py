@@ -41,6 +41,7 @@ from refusal_audit.review_service import ReviewRefused, ReviewService
 from refusal_audit.web.approvals import approval_routes
 from refusal_audit.web.clarifications import clarification_routes
 from refusal_audit.web.csrf import CSRF_MESSAGE, SessionCsrf, plain_reply
+from refusal_audit.web.disagreements import disagreement_routes
 from refusal_audit.web.visible_text import visible, visible_plain
 from schemas.review import REVIEW_REASONS, ReviewerAccount, ReviewQueue, VerdictInput
 from warehouse.client import WarehouseError
@@ -521,6 +522,7 @@ def create_app(
         Route("/", login_required(index)),
         Route("/history", login_required(history)),
         *clarification_routes(service.store, login_required, render),
+        *disagreement_routes(service.store, login_required, render),
         *approval_routes(service.store, login_required, render),
         Route("/unskip", login_required(unskip), methods=["POST"]),
         Route("/queues/{queue}/claim", login_required(claim), methods=["POST"]),

@@ -30,6 +30,8 @@ def record_metrics(metrics: WorkerMetrics, report: RunReport) -> None:
     metrics.events_consumed.inc(report.records)
     metrics.refusals_audited.inc(len(report.assessments))
     metrics.non_refusals.inc(report.non_refusals)
+    for direction, n in report.disagreements.items():
+        metrics.refusal_disagreements.labels(direction).inc(n)
     metrics.batches.labels("stored").inc(report.batches - report.failed_batches)
     metrics.batches.labels("dead_lettered").inc(report.failed_batches)
     for batch in report.batch_records:

@@ -310,6 +310,7 @@ async def process_window(ctx: WorkerContext, events: Sequence[Any]) -> RunReport
             "dead_letters": len(report.failures),
             "batches": report.batches,
             "identical_copies": report.identical_copies,
+            "refusal_disagreements": sum(report.disagreements.values()),
         },
     )
     if report.retired:
