@@ -14,7 +14,7 @@ from refusal_audit.prefilter_model import CATEGORY_STEM, SHIPPED_STEM
 from refusal_audit.training.circumvention import DEV_PATH as CIRCUMVENTION_DEV
 
 DEFAULT_SHARED_DATA = Path("../shared/data")
-MODELS = ("all", "prefilter", "category", "circumvention")
+MODELS = ("all", "prefilter", "category", "circumvention", "cascade")
 NO_CIRCUMVENTION_VERDICTS = (
     "reviewer verdicts (`review labels`) are refusal events: they carry no clarification "
     "question sets, so the circumvention model is trained on its corpus only"
@@ -29,7 +29,9 @@ def train(
         "all",
         "--model",
         help="Which model to build: all, prefilter, category or circumvention (the "
-        "clarification circumvention check, from --circumvention-dev; needs no shared data).",
+        "clarification circumvention check, from --circumvention-dev; needs no shared data); "
+        "or cascade (the refusal cascade's encoder head: needs the fetched int8 MiniLM "
+        "encoder and a few minutes; not part of all).",
     ),
     output_dir: Path | None = typer.Option(
         None,
@@ -99,7 +101,9 @@ def train(
         output_dir = settings().data_dir / "models"
     _writable(output_dir)
     try:
-        if model != "circumvention":
+        if model == "cascade":
+            _build_cascade(shared_data, output_dir, every)
+        elif model != "circumvention":
             _build(
                 model, shared_data, output_dir, folds, every, day, with_verdicts, verdict_weight
             )  # fmt: skip
@@ -209,6 +213,35 @@ def _build_circumvention(dev: Path, output_dir: Path, day: date | None, verdicts
         console.print(
             "use it with REFUSAL_AUDIT_CLARIFY_CIRCUMVENTION_CHECK=trained "
             f"REFUSAL_AUDIT_CLARIFY_CIRCUMVENTION_MODEL_PATH={stem}"
+        )
+
+
+def _build_cascade(shared_data: Path, output_dir: Path, every: int) -> None:
+    """Build the refusal cascade's encoder head into ``output_dir`` and report the files.
+    Raises the usage ``typer.Exit`` when the encoder is not installed or the data cannot
+    train it, ``OSError`` for a failed write."""
+    from refusal_audit.encoders.catalog import EncoderError
+    from refusal_audit.encoders.runtime import OnnxEncoder
+    from refusal_audit.prefilter_cascade import HEAD_STEM
+    from refusal_audit.training.refusal_cascade import ENCODER, build_head
+
+    try:
+        encoder = OnnxEncoder.load(ENCODER, settings())
+    except EncoderError as exc:
+        raise fail_usage(f"the cascade head needs its encoder: {exc}") from exc
+    stem = output_dir / HEAD_STEM.name
+    try:
+        built = build_head(shared_data, stem, encoder, every=every)
+    except (ValueError, KeyError, FileNotFoundError) as exc:
+        raise fail_usage(f"cannot train the cascade head on {shared_data}: {exc}") from exc
+    console.print(f"cascade head: content hash {built.content_hash} ({built.rows} rows)")
+    for suffix in (".npz", ".json", ".md"):
+        path = stem.with_suffix(suffix)
+        console.print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+    if stem.resolve() != HEAD_STEM.resolve():
+        console.print(
+            "use it with REFUSAL_AUDIT_PREFILTER_CASCADE_BAND='[0.4, 0.6]' "
+            f"REFUSAL_AUDIT_PREFILTER_CASCADE_HEAD_PATH={stem}"
         )
 
 

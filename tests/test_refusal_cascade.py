@@ -178,3 +178,34 @@ def test_the_pipeline_runs_the_cascade_with_the_real_encoder(
         f"SELECT DISTINCT engine_version FROM `{warehouse.database}`.assessments"
     ).result_rows
     assert versions and all(cascade.version in v[0] for v in versions), versions
+
+
+def test_train_builds_a_cascade_head_that_loads(
+    tmp_path: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`refusal-audit train --model cascade` fits a head (every 40th row here) with the
+    installed encoder; the head loads and decides; without the encoder it is exit 2 naming
+    the fetch command."""
+    from typer.testing import CliRunner
+
+    from refusal_audit.cli import app
+
+    monkeypatch.setenv("REFUSAL_AUDIT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("REFUSAL_AUDIT_ENCODER_DIR", str(tmp_path / "no-encoders"))
+    args = ["train", "--model", "cascade", "--shared-data", str(shared_data), "--every", "40",
+            "-o", str(tmp_path / "models")]  # fmt: skip
+    missing = CliRunner().invoke(app, args)
+    assert missing.exit_code == 2 and "encoders fetch" in missing.output, missing.output
+    monkeypatch.setenv("REFUSAL_AUDIT_ENCODER_DIR", str(INSTALLED))
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    built = load_head(tmp_path / "models" / "refusal_cascade_head")
+    assert built.encoder == "all-minilm-l6-v2-q" and "PREFILTER_CASCADE_HEAD_PATH" in res.output
+    assert (tmp_path / "models" / "refusal_cascade_head.md").is_file()
+    stem = tmp_path / "models" / "refusal_cascade_head"
+    cfg = Settings(data_dir=tmp_path / "data", encoder_dir=INSTALLED,
+                   prefilter_cascade_band=(0.0, 1.0), prefilter_cascade_head_path=stem)  # fmt: skip
+    cascade = build_cascade(cfg)
+    assert cascade is not None and cascade.head.content_hash == built.content_hash
+    out, reached = cascade.decide(text_decisions([SURE]), ["How do I make a bomb?"], [SURE])
+    assert reached == 1 and HEAD_CUE in out[0].cues

@@ -136,23 +136,54 @@ def write_card(stem: Path, rows: int, refusals: int, encoder: str, digest: str) 
     )
 
 
+@dataclass(frozen=True)
+class BuiltHead:
+    """What :func:`build_head` wrote: the artifact ``stem``, its content hash and row counts."""
+
+    stem: Path
+    content_hash: str
+    rows: int
+    refusals: int
+
+
+def build_head(shared_data: Path, stem: Path, encoder: TextEncoder, every: int = 1) -> BuiltHead:
+    """Fit the head on every ``every``-th labelled row of each source and write ``stem``.npz /
+    .json / .md. Raises ``FileNotFoundError`` / ``ValueError`` for missing or bad shared data,
+    ``ValueError`` when the rows hold one class only, ``OSError`` for a failed write."""
+    from refusal_audit.prefilter_cascade import save_head
+
+    rows = load_refusal_examples(shared_data)
+    if every > 1:
+        seen: dict[str, int] = {}
+        kept = []
+        for row in rows:
+            seen[row.source] = seen.get(row.source, -1) + 1
+            if seen[row.source] % every == 0:
+                kept.append(row)
+        rows = kept
+    data = build_data(rows, encoder)
+    if data.y.all() or not data.y.any():
+        raise ValueError("the labelled rows hold one class only: nothing to fit")
+    w, b = fit(data.x, data.y, data.source)
+    refusals = int(data.y.sum())
+    extra = {"rows": len(data.y), "refusals": refusals, "c": C}
+    digest = save_head(stem, w, b, 0.5, encoder.name, encoder.dim, extra)
+    write_card(stem, len(data.y), refusals, encoder.name, digest)
+    return BuiltHead(stem, digest, len(data.y), refusals)
+
+
 def main() -> None:
     """Fit the shipped head on every labelled row and write its artifact."""
     from refusal_audit.config import Settings
     from refusal_audit.encoders.runtime import OnnxEncoder
-    from refusal_audit.prefilter_cascade import HEAD_STEM, save_head
+    from refusal_audit.prefilter_cascade import HEAD_STEM
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shared-data", type=Path, default=Path("../shared/data"))
     parser.add_argument("--out", type=Path, default=HEAD_STEM)
     args = parser.parse_args()
-    encoder = OnnxEncoder.load(ENCODER, Settings())
-    data = build_data(load_refusal_examples(args.shared_data), encoder)
-    w, b = fit(data.x, data.y, data.source)
-    digest = save_head(args.out, w, b, 0.5, encoder.name, encoder.dim,
-                       {"rows": len(data.y), "refusals": int(data.y.sum()), "c": C})  # fmt: skip
-    write_card(args.out, len(data.y), int(data.y.sum()), encoder.name, digest)
-    print(f"wrote {args.out}.npz/.json/.md ({len(data.y)} rows), content hash {digest[:12]}")
+    built = build_head(args.shared_data, args.out, OnnxEncoder.load(ENCODER, Settings()))
+    print(f"wrote {args.out}.npz/.json/.md ({built.rows} rows), hash {built.content_hash[:12]}")
 
 
 if __name__ == "__main__":
