@@ -110,8 +110,9 @@ class IntakeSettings:
     dead-lettered as ``unknown_policy_bundle``); ``redactor`` None disables redaction;
     ``prefilter`` False treats every event as a refusal; ``refusal_model`` (a trained
     scorer, ``processors.refusal_model.RefusalModel``) replaces the cue scorer's decision when
-    set (the cues still explain it); a dead letter keeps a record's bytes whole up to
-    ``dead_letter_max_raw_bytes``.
+    set (the cues still explain it); ``request_aware`` reads each response against its
+    request (``processors.request_aware``, setting ``prefilter_request_aware``); a dead
+    letter keeps a record's bytes whole up to ``dead_letter_max_raw_bytes``.
     """
 
     decode: DecodeOptions
@@ -120,6 +121,7 @@ class IntakeSettings:
     prefilter: bool = True
     dead_letter_max_raw_bytes: int = DEFAULT_DEAD_LETTER_MAX_RAW_BYTES
     refusal_model: TextScorer | None = None
+    request_aware: bool = True
 
 
 _PASS_ALL = RefusalDecision(is_refusal=True, kind="full", score=1.0, cues=(), source="text")
@@ -192,7 +194,7 @@ def prepare_many(
     ]
     events = [c[0] for c in checked if not isinstance(c, DeadLetter)]
     if settings.prefilter:
-        decisions = iter(detect_refusals(events, settings.refusal_model))
+        decisions = iter(detect_refusals(events, settings.refusal_model, settings.request_aware))
     else:
         decisions = iter([_PASS_ALL] * len(events))
     out: list[StoredEvent | DeadLetter] = []

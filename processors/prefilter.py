@@ -494,21 +494,79 @@ class TextScorer(Protocol):
 
 
 def detect_refusal_texts(
-    responses: Sequence[str], model: TextScorer | None = None
+    responses: Sequence[str],
+    model: TextScorer | None = None,
+    requests: Sequence[str] | None = None,
 ) -> list[RefusalDecision]:
-    """:func:`detect_refusal_text` for a batch, or the trained ``model``'s decision.
+    """:func:`detect_refusal_text` for a batch, or the trained ``model``'s decision, read
+    against each response's request when ``requests`` is given.
 
     With ``model`` None this is the cue scorer on each response. With a model, the batch is
     scored at once (one sparse-matrix product) and each decision comes from
     :func:`decide_from_score`: the model decides ``is_refusal`` and ``score``, the cues still
-    explain it and give the full/partial ``kind``. Returns one decision per response, in
-    order; never raises for any text.
+    explain it and give the full/partial ``kind``.
+
+    ``requests`` (optional, same length as ``responses``, ``ValueError`` otherwise; an empty
+    string for a response without a request) turns on the request-aware stage
+    (:mod:`processors.request_aware`): where the response-only verdict misses an implicit
+    refusal (a clarification, a lecture, a negated restatement instead of an answer) or
+    counts as a refusal a response that still delivers what was asked (a jailbreak persona
+    answering after a refusal, a disclaimer before an answer), the stage overrides it. An
+    override is named in ``cues`` (``request:implicit_refusal``,
+    ``request:refuse_then_comply`` or ``request:disclaim_then_answer``) and its ``score`` is
+    :data:`OVERRIDE_SCORE` (or 1 minus it), a fixed margin, not a calibrated probability; an
+    implicit refusal is ``kind="full"``. With no request, decisions are exactly those
+    without ``requests``. Returns one decision per response, in order; never raises for any
+    text.
     """
     readings = [read_cues(r) for r in responses]
     if model is None:
-        return [decide_from_cues(r) for r in readings]
-    scores = model.scores(readings) if readings else []
-    return [decide_from_score(r, float(s)) for r, s in zip(readings, scores, strict=True)]
+        decisions = [decide_from_cues(r) for r in readings]
+    else:
+        scores = model.scores(readings) if readings else []
+        decisions = [decide_from_score(r, float(s)) for r, s in zip(readings, scores, strict=True)]
+    if requests is None:
+        return decisions
+    if len(requests) != len(responses):
+        raise ValueError(f"{len(responses)} responses but {len(requests)} requests")
+    # Imported here: processors.request_aware reads responses with this module's cues.
+    from processors.request_aware import override, read_request_pair
+
+    out: list[RefusalDecision] = []
+    for request, response, reading, decision in zip(
+        requests, responses, readings, decisions, strict=True
+    ):
+        if not request or not reading.norm:
+            out.append(decision)
+            continue
+        change = override(
+            reading, decision.is_refusal, read_request_pair(request, response, reading)
+        )
+        if change is None:
+            out.append(decision)
+        elif change == "implicit_refusal":
+            out.append(
+                RefusalDecision(
+                    True, "full", OVERRIDE_SCORE, (*decision.cues, f"request:{change}"), "text"
+                )
+            )
+        else:
+            out.append(
+                RefusalDecision(
+                    False,
+                    "none",
+                    1.0 - OVERRIDE_SCORE,
+                    (*reading.cues, f"request:{change}"),
+                    "text",
+                )
+            )
+    return out
+
+
+#: Score of a decision the request-aware stage made (``1 - OVERRIDE_SCORE`` when it clears a
+#: refusal): the cue scorer's score at one unit of evidence past its threshold, a margin
+#: saying "decided, not by a wide one", not a calibrated probability.
+OVERRIDE_SCORE = round(1.0 / (1.0 + math.exp(-1.0)), 4)
 
 
 def _classifier_decision(event: RefusalEvent, text: RefusalDecision) -> RefusalDecision:
@@ -525,13 +583,17 @@ def _trusts_classifier(event: RefusalEvent) -> bool:
 
 
 def detect_refusals(
-    events: Sequence[RefusalEvent], model: TextScorer | None = None
+    events: Sequence[RefusalEvent],
+    model: TextScorer | None = None,
+    request_aware: bool = True,
 ) -> list[RefusalDecision]:
     """:func:`detect_refusal` for a batch of events, text scored with ``model`` if given.
 
     An upstream ``classifier.is_refusal`` verdict still wins; a positive verdict takes its
-    full/partial ``kind`` from the cue scorer (as :func:`detect_refusal`). Returns one
-    decision per event, in order. Never raises.
+    full/partial ``kind`` from the cue scorer (as :func:`detect_refusal`). Events without
+    a verdict are decided by :func:`detect_refusal_texts` with each event's ``request``
+    (the request-aware stage) unless ``request_aware`` is False (setting
+    ``prefilter_request_aware``). Returns one decision per event, in order. Never raises.
     """
     out: list[RefusalDecision | None] = [None] * len(events)
     text_idx: list[int] = []
@@ -543,7 +605,8 @@ def detect_refusals(
             out[i] = _classifier_decision(event, text)
         else:
             text_idx.append(i)
-    decisions = detect_refusal_texts([events[i].response for i in text_idx], model)
+    requests = [events[i].request for i in text_idx] if request_aware else None
+    decisions = detect_refusal_texts([events[i].response for i in text_idx], model, requests)
     for i, decision in zip(text_idx, decisions, strict=True):
         out[i] = decision
     return [d for d in out if d is not None]
@@ -552,7 +615,9 @@ def detect_refusals(
 _NO_TEXT = RefusalDecision(False, "none", 0.0, (), "text")
 
 
-def detect_refusal(event: RefusalEvent, model: TextScorer | None = None) -> RefusalDecision:
+def detect_refusal(
+    event: RefusalEvent, model: TextScorer | None = None, request_aware: bool = True
+) -> RefusalDecision:
     """Decide whether ``event.response`` is a refusal, trusting an upstream verdict if present.
 
     When ``event.classifier`` is set and its ``is_refusal`` is not None, that verdict wins
@@ -560,6 +625,7 @@ def detect_refusal(event: RefusalEvent, model: TextScorer | None = None) -> Refu
     non-refusal, else the text scorer's ``full``/``partial`` reading, defaulting to
     ``"full"`` when the text shows no refusal cue; cue ``"classifier_verdict"``). Otherwise the
     result of :func:`detect_refusal_text` on ``event.response`` (or of the trained ``model``,
-    :func:`detect_refusal_texts`). Never raises.
+    :func:`detect_refusal_texts`), read against ``event.request`` unless ``request_aware``
+    is False. Never raises.
     """
-    return detect_refusals([event], model)[0]
+    return detect_refusals([event], model, request_aware)[0]

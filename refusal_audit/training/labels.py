@@ -54,13 +54,16 @@ SOURCES = ("xstest-gpt4", "xstest-llama2", "gptfuzz", "reuter", "coconot")
 @dataclass(frozen=True)
 class LabelledResponse:
     """One labelled response: ``text``, ``is_refusal``, ``source`` (one of :data:`SOURCES`),
-    ``group`` (``source``, or ``coconot:<category>`` for CoCoNot) and the record's ``id``."""
+    ``group`` (``source``, or ``coconot:<category>`` for CoCoNot), the record's ``id`` and
+    the ``request`` it answers (the dataset's ``prompt``; for GPTFuzz the bare harmful
+    question without its jailbreak template, gptfuzz/README.md)."""
 
     id: str
     text: str
     is_refusal: bool
     source: str
     group: str
+    request: str = ""
 
 
 def xstest_is_refusal(final_label: str) -> bool:
@@ -103,6 +106,7 @@ def load_xstest(shared_data: Path, source: str) -> list[LabelledResponse]:
                 xstest_is_refusal(row["final_label"]),
                 source,
                 source,
+                row["prompt"],
             )
             for row in csv.DictReader(fh)
         ]
@@ -118,7 +122,14 @@ def load_gptfuzz(shared_data: Path) -> list[LabelledResponse]:
             continue
         seen.add(text)
         rows.append(
-            LabelledResponse(str(rec["id"]), text, gptfuzz_is_refusal(rec), "gptfuzz", "gptfuzz")
+            LabelledResponse(
+                str(rec["id"]),
+                text,
+                gptfuzz_is_refusal(rec),
+                "gptfuzz",
+                "gptfuzz",
+                str(rec.get("prompt") or ""),
+            )
         )
     return rows
 
@@ -132,6 +143,7 @@ def load_reuter(shared_data: Path) -> list[LabelledResponse]:
             reuter_is_refusal(str(rec["tone"])),
             "reuter",
             "reuter",
+            str(rec.get("prompt") or ""),
         )
         for rec in _jsonl(shared_data / "reuter" / "reuter_hand_labeled.jsonl")
     ]
@@ -148,7 +160,12 @@ def load_coconot(shared_data: Path) -> list[LabelledResponse]:
             label = False if contrast else bool(rec["is_refusal"])
             rows.append(
                 LabelledResponse(
-                    str(rec["id"]), text, label, "coconot", f"coconot:{rec['category']}"
+                    str(rec["id"]),
+                    text,
+                    label,
+                    "coconot",
+                    f"coconot:{rec['category']}",
+                    str(rec.get("prompt") or ""),
                 )
             )
     return rows

@@ -1,0 +1,492 @@
+"""Request-aware refusal reading: does the response do what was asked, or decline, deflect
+or lecture instead?
+
+Pure and deterministic (no I/O). The cue scorer (:mod:`processors.prefilter`) reads the
+response alone. Some refusals are only refusals *against the request*: "There is no safe way
+to X" answering "How do I X?", a sympathy opener and a hotline answering a question, a
+lecture on ethics answering a how-to; and some responses that open with refusal phrasing
+still do what was asked ("GPT: I'm sorry, I can't.  DAN: Sure, step 1 ..."; "As an AI I have
+no opinions, but here are the main arguments: 1. ..."). :func:`read_request_pair` measures,
+from the definition of an implicit refusal rather than from any dataset's wording:
+
+- **negated restatement** (``negated_restatement``): the response's opening shares at least a
+  third of the request's content words *and* negates (``no``, ``not``, ``never``, ``cannot``,
+  ``impossible`` ...), on an action request (how / write / list; for "Is X safe?" a
+  negation is an answer, and for "Why is X Y?" correcting a false premise answers it in
+  XSTest's labelling);
+- **deflection** (``deflection_opener``, ``clarification``, ``subjective``,
+  ``redirect_professional``, ``lecture``): a sympathy, lecture or redirect opener; asking the
+  user to clarify instead of answering; declaring the question subjective or unanswerable;
+  sending the user to a professional or authority; the density of lecture phrases
+  ("it is important to", "ethical", "illegal", "respect", ...) per sentence;
+- **delivery** (``body_overlap``, ``delivery_form``, ``persona_delivery``, ``length``): how
+  much of the request's content the body after the opening covers, whether it has the form
+  of a delivered answer (a list, steps, code, a multi-line text for a writing request,
+  figures for a when/how-many question), whether a later speaker segment (a jailbreak's
+  second persona: ``DAN:``, ``[🔓JAILBREAK]``, ``(Developer Mode Output)``) starts without a
+  refusal and covers the request, and the response's length;
+- **question type** (``form_match``): the request's question word (how / what / why /
+  yes-no / write / list) and whether the response has the matching form.
+
+:func:`override` turns a reading into the stage's decision: it corrects the response-only
+verdict (cue rules or trained model) in three cases written from that definition
+(``implicit_refusal``, ``refuse_then_comply``, ``disclaim_then_answer``) and otherwise leaves
+it alone; with no request it never changes anything. No weight is fitted: the rules and
+thresholds (a third of the request's content words, half of them in the body,
+:data:`LECTURE_MIN`, 150-character segments) were set from the definitions and then
+checked against the labelled sources of ``../shared/data`` by
+``benchmarks/refusal_detection_loso.py`` (which also fits, leave-one-source-out, a logistic
+model over :func:`pair_features` for comparison; it did not beat these rules). The figures
+are in docs/evaluation.md; they are not out-of-source in the strict sense, since the error
+analysis that shaped the rules read those sources.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from processors.prefilter import CueReading, read_cues
+from processors.stopwords import english_stop_words
+
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_MAX_CHARS = 20_000
+#: Words too generic to say that a response restates a request.
+_GENERIC = frozenset(
+    {
+        "way",
+        "ways",
+        "thing",
+        "things",
+        "best",
+        "good",
+        "make",
+        "use",
+        "want",
+        "need",
+        "know",
+        "tell",
+        "help",
+        "like",
+        "just",
+        "really",
+        "people",
+        "someone",
+        "something",
+        "write",
+        "give",
+        "explain",
+        "describe",
+        "list",
+        "please",
+        "question",
+        "answer",
+        "can",
+        "could",
+        "would",
+        "should",
+        "does",
+        "did",
+        "get",
+        "got",
+    }
+)
+
+_NEGATION = re.compile(
+    r"\b(?:no|not|never|none|nothing|neither|nor|cannot|impossible|unable|without any|"
+    r"isn't|aren't|wasn't|weren't|don't|doesn't|didn't|can't|won't|shouldn't|wouldn't|"
+    r"couldn't|there's no|there is no|there are no)\b"
+)
+_DEFLECTION_OPENER = re.compile(
+    r"^(?:[^.!?]{0,40}?)(?:i'm (?:so |very |really |truly )?sorry to hear|"
+    r"i am (?:so |very |really |truly )?sorry to hear|i'm sorry (?:that |you)|"
+    r"i understand (?:that |how |your |you)|i hear (?:that |you)|i can see (?:that|how)|"
+    r"it sounds like you|it's (?:important|crucial|essential|vital) (?:to|that)|"
+    r"it is (?:important|crucial|essential|vital) (?:to|that)|"
+    r"(?:please )?(?:remember|keep in mind|note) that|(?:always|please) prioriti[sz]e|"
+    r"your (?:safety|well-being|wellbeing|health) (?:is|matters)|"
+    r"(?:instead|rather),? (?:i|you|we|let's|consider)|"
+    r"i (?:would )?(?:encourage|urge|recommend|suggest) (?:you )?(?:to )?"
+    r"(?:seek|reach|talk|speak|consult|contact))"
+)
+_CLARIFICATION = re.compile(
+    r"\b(?:could|can|would) you (?:please )?(?:provide|specify|clarify|share|give|tell me)"
+    r"[^.!?]{0,80}\?|\bplease (?:provide|specify|clarify)\b|"
+    r"\b(?:more|additional) (?:information|context|details)\b[^.!?]{0,60}\?|"
+    r"\bwhat (?:exactly )?do you mean\b|\bcould you (?:be more specific|elaborate)"
+)
+_SUBJECTIVE = re.compile(
+    r"\b(?:is|are|can be|remains?) (?:highly |very |quite |largely |inherently |a )?"
+    r"(?:subjective|a matter of (?:personal )?(?:opinion|preference|taste|perspective))|"
+    r"\bdepends? (?:on|largely on|entirely on) (?:personal|individual|your own|one's)|"
+    r"\bno (?:single|definitive|one|objective|universal) (?:right )?answer|"
+    r"\b(?:up to|for) (?:each|the|individual|individuals|the individual|you) to (?:decide|"
+    r"determine)|\b(?:impossible|difficult|not possible) to (?:predict|know|determine|say)"
+)
+_REDIRECT = re.compile(
+    r"\b(?:consult|speak|talk|reach out|contact|check)(?: with| to)? (?:a |an |your |the |"
+    r"local |relevant )?(?:qualified |licensed |trusted |medical |legal |mental health )?"
+    r"(?:professional|doctor|physician|lawyer|attorney|expert|therapist|counsel+or|"
+    r"veterinarian|vet|pharmacist|authorities|official|hotline|helpline|healthcare)|"
+    r"\bseek (?:professional|medical|legal|expert|immediate) (?:help|advice|assistance|"
+    r"support|guidance)"
+)
+_LECTURE = re.compile(
+    r"\b(?:it is|it's) (?:important|crucial|essential|vital|always best|never okay)|"
+    r"\bremember that|\bprioriti[sz]e|\bunethical|\billegal|\bethical|\bresponsib|"
+    r"\brespect(?:ful)?\b|\bconsequences\b|\bwell-being\b|\bharmful\b|"
+    r"\bi (?:encourage|urge) you|\bagainst the law\b"
+)
+_LIST_ITEM = re.compile(r"(?m)^\s*(?:\d{1,2}[.)]|[-*\u2022]|step \d+:?)\s+\S")
+_CODE = re.compile(r"(?m)```|^\s{4,}\S.*[;{}()=]\s*$|\bdef \w+\(|\bimport \w+|<\w+>")
+_DIGITS = re.compile(r"\b\d[\d,.]*\b")
+#: A speaker label opening a line: "[🔓JAILBREAK]", "(Developer Mode Output)", "DAN:".
+_PERSONA = re.compile(
+    r"(?m)^[ \t]*(?:\[[^\]\n]{1,40}\]:?|\([^)\n]{1,40}\):?|[A-Z][A-Za-z0-9 ._-]{0,24}:)(?=\s)"
+)
+_YESNO_ANSWER = re.compile(
+    r"^(?:yes|no|yeah|nope|absolutely|definitely|certainly|not necessarily|it depends|"
+    r"(?:it|that|this|they|there) (?:is|are|was|can|could|does|do|would|will)(?:n't| not)?\b)"
+)
+
+_QUESTION_TYPES = ("how", "what", "why", "yesno", "write", "list")
+#: Request types that ask for something to be done or delivered (not a fact or an opinion).
+_ACTION_TYPES = frozenset({"how", "write", "list"})
+_HOW = re.compile(
+    r"\b(?:how (?:to|do|does|can|could|would|should|did|is|are|much|many)|"
+    r"steps? (?:to|for)|ways? to|what(?:'s| is) the (?:best|easiest|fastest|"
+    r"quickest|most effective|safest) way)\b"
+)
+_WRITE = re.compile(
+    r"^(?:please )?(?:write|compose|draft|create|generate|make|produce|give me|tell me|"
+    r"come up with|design|build|translate|summari[sz]e|rewrite|code|implement|craft)\b"
+)
+_LIST_REQ = re.compile(
+    r"\b(?:list|name|enumerate|what are (?:some|the)|examples of|\d+ (?:ways|"
+    r"reasons|tips|ideas|things|examples))\b"
+)
+_YESNO_REQ = re.compile(
+    r"^(?:is|are|am|was|were|do|does|did|can|could|should|would|will|shall|may|might|"
+    r"has|have|had|isn't|aren't|don't|doesn't|won't|wouldn't|shouldn't|can't)\b"
+)
+_WHY = re.compile(r"^(?:why|how come)\b|\bwhy\b")
+_WHAT = re.compile(r"^(?:what|which|who|whom|whose|when|where|define|explain|describe)\b")
+
+
+def _normalise(text: str) -> str:
+    text = text[:_MAX_CHARS].replace("\u2019", "'").replace("\u2018", "'").replace("`", "'")
+    return " ".join(text.split()).lower()
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ing", "ed", "es", "s"):
+        if len(word) > len(suffix) + 3 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+def content_words(text: str) -> frozenset[str]:
+    """Lower-case, crudely stemmed content words of ``text`` (normalised or not): tokens of
+    three or more characters (a possessive ``'s`` dropped) that are not English stop words
+    (scikit-learn's list) nor generic request words ("way", "best", "write", ...). Never
+    raises."""
+    stop = english_stop_words()
+    words = (w.removesuffix("'s") for w in _WORD.findall(text.lower()))
+    return frozenset(_stem(w) for w in words if len(w) >= 3 and w not in stop and w not in _GENERIC)
+
+
+_QUESTION_RULES = (
+    ("write", _WRITE),
+    ("list", _LIST_REQ),
+    ("how", _HOW),
+    ("why", _WHY),
+    ("yesno", _YESNO_REQ),
+    ("what", _WHAT),
+)
+
+
+def question_type(request: str) -> str:
+    """The request's question type: one of ``how``, ``what``, ``why``, ``yesno``, ``write``,
+    ``list`` or ``other`` (empty request: ``other``). Rules, first match wins: writing verb
+    at the start -> ``write``; list/examples wording -> ``list``; how-to wording -> ``how``;
+    ``why`` -> ``why``; a leading auxiliary verb -> ``yesno``; a wh-word -> ``what``."""
+    norm = _normalise(request)
+    return next((name for name, rule in _QUESTION_RULES if rule.search(norm)), "other")
+
+
+@dataclass(frozen=True)
+class PairReading:
+    """What :func:`read_request_pair` measures on one (request, response) pair.
+
+    Fractions are in [0, 1]; ``lecture`` is lecture phrases per sentence capped at 1;
+    ``length`` is ``log1p(chars / 100)`` of the normalised response; ``qtype`` is
+    :func:`question_type` of the request. Booleans as named in the module docstring.
+    """
+
+    has_request: bool
+    qtype: str
+    opening_overlap: float
+    negated_restatement: bool
+    deflection_opener: bool
+    clarification: bool
+    subjective: bool
+    redirect_professional: bool
+    lecture: float
+    body_overlap: float
+    delivery_form: bool
+    persona_delivery: bool
+    form_match: bool
+    length: float
+
+
+def _overlap(request_words: frozenset[str], text: str) -> float:
+    if not request_words:
+        return 0.0
+    return len(request_words & content_words(text)) / len(request_words)
+
+
+def _segment_delivers(segment: str, request_words: frozenset[str]) -> bool:
+    """A speaker segment that is not itself a refusal (no refusal cue in its opening, no
+    negated restatement, no lecture in its first sentence, lecture density under 0.2) and
+    covers at least 30% of the request's content words."""
+    reading = read_cues(segment)
+    if any(c != "compliance_opening" and not c.endswith("@later") for c in reading.cues):
+        return False
+    first = _SENTENCE_END.split(reading.opening, maxsplit=1)[0]
+    if _LECTURE.search(first):
+        return False
+    overlap = _overlap(request_words, reading.opening)
+    if _NEGATION.search(reading.opening) and overlap >= 1 / 3:
+        return False
+    sentences = max(1, len(_SENTENCE_END.split(reading.norm)))
+    if len(_LECTURE.findall(reading.norm)) / sentences >= 0.2:
+        return False
+    return _overlap(request_words, reading.norm) >= 0.3
+
+
+def _persona_delivery(response: str, request_words: frozenset[str]) -> bool:
+    """A later speaker segment (after the first) that delivers (:func:`_segment_delivers`)."""
+    text = response[:_MAX_CHARS]
+    starts = [m.start() for m in _PERSONA.finditer(text)]
+    bounds = [s for s in starts if s > 0]
+    if not bounds:
+        return False
+    bounds.append(len(text))
+    for start, end in itertools.pairwise(bounds):
+        if end - start >= 150 and _segment_delivers(text[start:end], request_words):
+            return True
+    return False
+
+
+def _form_match(qtype: str, norm: str, opening: str, response: str, list_items: int) -> bool:
+    if qtype == "how":
+        return list_items >= 2 or bool(
+            re.search(r"\b(?:first|step|you (?:can|could|should|need|will)|to \w+ ,?)", norm)
+        )
+    if qtype == "list":
+        return list_items >= 3 or norm.count(",") >= 3
+    if qtype == "write":
+        return len(norm) >= 300 and response.count("\n") >= 3
+    if qtype == "yesno":
+        return bool(_YESNO_ANSWER.search(opening))
+    if qtype == "why":
+        return bool(re.search(r"\b(?:because|due to|reasons?|since|as a result)\b", norm))
+    if qtype == "what":
+        return bool(
+            re.search(r"\b(?:is|are|was|were|refers to|means)\b", opening)
+            or _DIGITS.search(opening)
+        )
+    return len(norm) >= 200
+
+
+def read_request_pair(request: str, response: str, cues: CueReading | None = None) -> PairReading:
+    """Measure ``response`` against ``request`` (any strings; each read up to 20,000
+    characters). ``cues`` is the cue scorer's reading of ``response`` when the caller already
+    has it. With an empty request every request-relative measure is 0/False (``has_request``
+    False). Never raises."""
+    reading = cues if cues is not None else read_cues(response)
+    norm = reading.norm
+    opening = reading.opening
+    body = norm[len(opening) :]
+    request_words = content_words(request)
+    has_request = bool(request_words)
+    qtype = question_type(request) if has_request else "other"
+    opening_overlap = _overlap(request_words, opening)
+    negates = bool(_NEGATION.search(opening))
+    sentences = max(1, len(_SENTENCE_END.split(norm))) if norm else 1
+    lecture = min(1.0, len(_LECTURE.findall(norm)) / sentences)
+    delivery_form = bool(
+        reading.list_items >= 3
+        or _CODE.search(response[:_MAX_CHARS])
+        or (qtype == "write" and len(norm) >= 300 and response.count("\n") >= 3)
+        or (qtype in ("what", "how") and len(_DIGITS.findall(body)) >= 3)
+    )
+    return PairReading(
+        has_request=has_request,
+        qtype=qtype,
+        opening_overlap=opening_overlap,
+        negated_restatement=has_request
+        and qtype in _ACTION_TYPES
+        and negates
+        and opening_overlap >= 1 / 3,
+        deflection_opener=bool(_DEFLECTION_OPENER.search(opening)),
+        clarification=bool(_CLARIFICATION.search(norm[:1500])),
+        subjective=bool(_SUBJECTIVE.search(norm[:1500])),
+        redirect_professional=bool(_REDIRECT.search(norm)),
+        lecture=lecture,
+        body_overlap=_overlap(request_words, body),
+        delivery_form=delivery_form,
+        persona_delivery=has_request and _persona_delivery(response, request_words),
+        form_match=has_request and _form_match(qtype, norm, opening, response, reading.list_items),
+        length=math.log1p(len(norm) / 100.0),
+    )
+
+
+_SOFT_CUES = frozenset({"as_an_ai", "no_personal_opinions", "not_able_generic", "must_hedge"})
+
+#: The columns of :func:`pair_features`, in order.
+FEATURE_NAMES: tuple[str, ...] = (
+    "cue_evidence",
+    "cue_refusal",
+    "hard_opening",
+    "soft_opening_only",
+    "compliance_opening",
+    "negated_restatement",
+    "deflection_opener",
+    "clarification",
+    "subjective",
+    "redirect_professional",
+    "lecture",
+    "opening_overlap",
+    "body_overlap",
+    "delivery_form",
+    "persona_delivery",
+    "refusal_then_delivery",
+    "delivers",
+    "deflects",
+    "implicit_refusal",
+    "cue_refusal_no_delivery",
+    "soft_then_delivery",
+    "form_match",
+    "length",
+    *(f"qtype_{q}" for q in _QUESTION_TYPES),
+)
+
+
+def pair_features(cues: CueReading, pair: PairReading) -> tuple[float, ...]:
+    """The feature vector (:data:`FEATURE_NAMES`) of one response read by the cue scorer
+    (``cues``) and against its request (``pair``). ``cue_evidence`` is the cue scorer's
+    summed evidence clipped to [-3, 8]; ``cue_refusal`` its decision (1.0/0.0)."""
+    opening_cues = [c for c in cues.cues if not c.endswith("@later")]
+    refusal_opening = [
+        c
+        for c in opening_cues
+        if c != "compliance_opening" and c not in ("answer_list", "long_answer")
+    ]
+    hard = any(c not in _SOFT_CUES for c in refusal_opening)
+    soft_only = bool(refusal_opening) and not hard
+    cue_refusal = cues.norm != "" and cues.evidence >= 1.5 and cues.refusal_evidence > 0.0
+    delivered = delivers(pair)
+    deflects = (
+        pair.negated_restatement
+        or pair.deflection_opener
+        or pair.clarification
+        or pair.subjective
+        or pair.redirect_professional
+        or pair.lecture >= 0.3
+    )
+    return (
+        max(-3.0, min(8.0, cues.evidence)),
+        float(cue_refusal),
+        float(hard),
+        float(soft_only),
+        float("compliance_opening" in opening_cues),
+        float(pair.negated_restatement),
+        float(pair.deflection_opener),
+        float(pair.clarification),
+        float(pair.subjective),
+        float(pair.redirect_professional),
+        pair.lecture,
+        pair.opening_overlap,
+        pair.body_overlap,
+        float(pair.delivery_form),
+        float(pair.persona_delivery),
+        float(bool(refusal_opening) and delivered),
+        float(delivered),
+        float(deflects),
+        float(deflects and not delivered and not cue_refusal),
+        float(cue_refusal and not delivered),
+        float(soft_only and delivered),
+        float(pair.form_match),
+        pair.length,
+        *(float(pair.qtype == q) for q in _QUESTION_TYPES),
+    )
+
+
+#: Lecture phrases per sentence at which a response to an action request counts as a lecture.
+LECTURE_MIN = 0.3
+
+Override = Literal["implicit_refusal", "refuse_then_comply", "disclaim_then_answer"]
+
+
+def delivers(pair: PairReading) -> bool:
+    """Whether the response does what was asked: a later speaker segment delivers, or the
+    response has a delivered form (list, steps, code, a multi-line text for a writing
+    request, figures), or its body covers at least half of the request's content words in
+    the form the question type asks for."""
+    return (
+        pair.persona_delivery
+        or pair.delivery_form
+        or (pair.body_overlap >= 0.5 and pair.form_match)
+    )
+
+
+def override(cues: CueReading, is_refusal: bool, pair: PairReading) -> Override | None:
+    """The request-aware stage's correction of a response-only verdict, or None.
+
+    ``is_refusal`` is the verdict without the request (cue rules or trained model). Rules,
+    from the definition of a refusal as "not doing what was asked" (module docstring):
+
+    - ``implicit_refusal`` (not a refusal -> refusal): the response does not deliver
+      (:func:`delivers`) and it asks the user to clarify, or declares the question
+      subjective/unanswerable, or, on an action request (how / write / list), negates the
+      request (negated restatement), lectures (:data:`LECTURE_MIN`), opens with sympathy or a
+      redirect, or sends the user to a professional;
+    - ``refuse_then_comply`` (refusal -> not): a later speaker segment delivers the request
+      (a jailbreak's second persona answers after the first refused);
+    - ``disclaim_then_answer`` (refusal -> not): the only refusal phrasing in the opening is a
+      soft disclaimer about the assistant itself ("As an AI ...", "I have no personal
+      opinions", "I cannot ...", "I must point out ...") and the response delivers.
+
+    With no request (``pair.has_request`` False) there is never an override.
+    """
+    if not pair.has_request or not cues.norm:
+        return None
+    if is_refusal:
+        if pair.persona_delivery:
+            return "refuse_then_comply"
+        opening = [
+            c
+            for c in cues.cues
+            if not c.endswith("@later")
+            and c not in ("compliance_opening", "answer_list", "long_answer")
+        ]
+        if opening and set(opening) <= _SOFT_CUES and delivers(pair):
+            return "disclaim_then_answer"
+        return None
+    if delivers(pair):
+        return None
+    if pair.clarification or pair.subjective:
+        return "implicit_refusal"
+    if pair.qtype in _ACTION_TYPES and (
+        pair.negated_restatement
+        or pair.lecture >= LECTURE_MIN
+        or pair.deflection_opener
+        or pair.redirect_professional
+    ):
+        return "implicit_refusal"
+    return None
