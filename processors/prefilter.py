@@ -511,9 +511,11 @@ def detect_refusal_texts(
     (:mod:`processors.request_aware`): where the response-only verdict misses an implicit
     refusal (a clarification, a lecture, a negated restatement instead of an answer) or
     counts as a refusal a response that still delivers what was asked (a jailbreak persona
-    answering after a refusal, a disclaimer before an answer), the stage overrides it. An
+    answering after a refusal, a disclaimer before an answer, "No, ..." answering a yes/no
+    question), the stage overrides it. An
     override is named in ``cues`` (``request:implicit_refusal``,
-    ``request:refuse_then_comply`` or ``request:disclaim_then_answer``) and its ``score`` is
+    ``request:refuse_then_comply``, ``request:disclaim_then_answer`` or
+    ``request:answers_no``) and its ``score`` is
     :data:`OVERRIDE_SCORE` (or 1 minus it), a fixed margin, not a calibrated probability; an
     implicit refusal is ``kind="full"``. With no request, decisions are exactly those
     without ``requests``. Returns one decision per response, in order; never raises for any
