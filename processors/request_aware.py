@@ -46,7 +46,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from typing import Literal
 
 from processors.prefilter import CueReading, read_cues
@@ -218,6 +218,7 @@ def _normalise(text: str) -> str:
     return " ".join(text.split()).lower()
 
 
+@lru_cache(maxsize=8192)
 def _stem(word: str) -> str:
     for suffix in ("ing", "ed", "es", "s"):
         if len(word) > len(suffix) + 3 and word.endswith(suffix):
@@ -231,7 +232,7 @@ def content_words(text: str) -> frozenset[str]:
     (scikit-learn's list) nor generic request words ("way", "best", "write", ...). Never
     raises."""
     stop = english_stop_words()
-    words = (w.removesuffix("'s") for w in _WORD.findall(text.lower()))
+    words = {w.removesuffix("'s") for w in _WORD.findall(text.lower())}
     return frozenset(_stem(w) for w in words if len(w) >= 3 and w not in stop and w not in _GENERIC)
 
 
@@ -254,32 +255,6 @@ def question_type(request: str) -> str:
     return next((name for name, rule in _QUESTION_RULES if rule.search(norm)), "other")
 
 
-@dataclass(frozen=True)
-class PairReading:
-    """What :func:`read_request_pair` measures on one (request, response) pair.
-
-    Fractions are in [0, 1]; ``lecture`` is lecture phrases per sentence capped at 1;
-    ``length`` is ``log1p(chars / 100)`` of the normalised response; ``qtype`` is
-    :func:`question_type` of the request. Booleans as named in the module docstring.
-    """
-
-    has_request: bool
-    qtype: str
-    opening_overlap: float
-    negated_restatement: bool
-    deflection_opener: bool
-    clarification: bool
-    subjective: bool
-    redirect_professional: bool
-    lecture: float
-    body_overlap: float
-    delivery_form: bool
-    persona_delivery: bool
-    answer_sentence: bool
-    form_match: bool
-    length: float
-
-
 def _overlap(request_words: frozenset[str], text: str) -> float:
     if not request_words:
         return 0.0
@@ -290,6 +265,8 @@ def _answer_sentence(norm: str) -> bool:
     """Whether a sentence of ``norm`` (normalised text) has the structure of an answer
     (:data:`_DELIVERY`: "you could try ...", "methods such as ...", "one option is ...")
     without steering elsewhere (:data:`_STEER`: "instead", "legal", "ethical", ...)."""
+    if not _DELIVERY.search(norm):
+        return False
     return any(
         _DELIVERY.search(sentence) and not _STEER.search(sentence)
         for sentence in _SENTENCE_END.split(norm)
@@ -356,48 +333,120 @@ def _form_match(qtype: str, norm: str, opening: str, response: str, list_items: 
     return len(norm) >= 200
 
 
+class PairReading:
+    """What :func:`read_request_pair` measures on one (request, response) pair, each measure
+    computed when first read (the pre-filter reads only the ones its decision needs).
+
+    Fractions are in [0, 1]; ``lecture`` is lecture phrases per sentence capped at 1;
+    ``length`` is ``log1p(chars / 100)`` of the normalised response; ``qtype`` is
+    :func:`question_type` of the request. Booleans as named in the module docstring. With
+    an empty request (no content word) every request-relative measure is 0/False.
+    """
+
+    def __init__(self, request: str, response: str, cues: CueReading) -> None:
+        self._response = response[:_MAX_CHARS]
+        self._cues = cues
+        self._norm = cues.norm
+        self._opening = cues.opening
+        self._body = cues.norm[len(cues.opening) :]
+        self._request = request
+        self._request_words = content_words(request)
+        #: Whether the request has any content word.
+        self.has_request = bool(self._request_words)
+
+    @cached_property
+    def qtype(self) -> str:
+        """:func:`question_type` of the request (``other`` with no request)."""
+        return question_type(self._request) if self.has_request else "other"
+
+    @cached_property
+    def opening_overlap(self) -> float:
+        """Share of the request's content words found in the response's opening."""
+        return _overlap(self._request_words, self._opening)
+
+    @cached_property
+    def negated_restatement(self) -> bool:
+        """Action request, opening negates and restates a third of the request."""
+        return (
+            self.qtype in _ACTION_TYPES
+            and bool(_NEGATION.search(self._opening))
+            and self.opening_overlap >= 1 / 3
+        )
+
+    @cached_property
+    def deflection_opener(self) -> bool:
+        """Sympathy, lecture or redirect opener."""
+        return bool(_DEFLECTION_OPENER.search(self._opening))
+
+    @cached_property
+    def clarification(self) -> bool:
+        """Asks the user to clarify (first 1,500 characters)."""
+        return bool(_CLARIFICATION.search(self._norm[:1500]))
+
+    @cached_property
+    def subjective(self) -> bool:
+        """Calls the question subjective or unanswerable (first 1,500 characters)."""
+        return bool(_SUBJECTIVE.search(self._norm[:1500]))
+
+    @cached_property
+    def redirect_professional(self) -> bool:
+        """Sends the user to a professional, authority or hotline."""
+        return bool(_REDIRECT.search(self._norm))
+
+    @cached_property
+    def lecture(self) -> float:
+        """Lecture phrases per sentence, capped at 1."""
+        if not self._norm:
+            return 0.0
+        sentences = max(1, len(_SENTENCE_END.split(self._norm)))
+        return min(1.0, len(_LECTURE.findall(self._norm)) / sentences)
+
+    @cached_property
+    def body_overlap(self) -> float:
+        """Share of the request's content words found after the opening."""
+        return _overlap(self._request_words, self._body)
+
+    @cached_property
+    def delivery_form(self) -> bool:
+        """A list of 3+, code, a multi-line text for a writing request, or 3+ figures after
+        the opening for a what/how request."""
+        norm = self._norm
+        return bool(
+            self._cues.list_items >= 3
+            or _CODE.search(self._response)
+            or (self.qtype == "write" and len(norm) >= 300 and self._response.count("\n") >= 3)
+            or (self.qtype in ("what", "how") and len(_DIGITS.findall(self._body)) >= 3)
+        )
+
+    @cached_property
+    def persona_delivery(self) -> bool:
+        """A later speaker segment or post-turn text delivers (:func:`_persona_delivery`)."""
+        return self.has_request and _persona_delivery(self._response, self._request_words)
+
+    @cached_property
+    def answer_sentence(self) -> bool:
+        """The response holds an answer sentence (:func:`_answer_sentence`)."""
+        return _answer_sentence(self._norm)
+
+    @cached_property
+    def form_match(self) -> bool:
+        """The response has the form the request's question type asks for."""
+        return self.has_request and _form_match(
+            self.qtype, self._norm, self._opening, self._response, self._cues.list_items
+        )
+
+    @cached_property
+    def length(self) -> float:
+        """``log1p(chars / 100)`` of the normalised response."""
+        return math.log1p(len(self._norm) / 100.0)
+
+
 def read_request_pair(request: str, response: str, cues: CueReading | None = None) -> PairReading:
-    """Measure ``response`` against ``request`` (any strings; each read up to 20,000
-    characters). ``cues`` is the cue scorer's reading of ``response`` when the caller already
-    has it. With an empty request every request-relative measure is 0/False (``has_request``
-    False). Never raises."""
-    reading = cues if cues is not None else read_cues(response)
-    norm = reading.norm
-    opening = reading.opening
-    body = norm[len(opening) :]
-    request_words = content_words(request)
-    has_request = bool(request_words)
-    qtype = question_type(request) if has_request else "other"
-    opening_overlap = _overlap(request_words, opening)
-    negates = bool(_NEGATION.search(opening))
-    sentences = max(1, len(_SENTENCE_END.split(norm))) if norm else 1
-    lecture = min(1.0, len(_LECTURE.findall(norm)) / sentences)
-    delivery_form = bool(
-        reading.list_items >= 3
-        or _CODE.search(response[:_MAX_CHARS])
-        or (qtype == "write" and len(norm) >= 300 and response.count("\n") >= 3)
-        or (qtype in ("what", "how") and len(_DIGITS.findall(body)) >= 3)
-    )
-    return PairReading(
-        has_request=has_request,
-        qtype=qtype,
-        opening_overlap=opening_overlap,
-        negated_restatement=has_request
-        and qtype in _ACTION_TYPES
-        and negates
-        and opening_overlap >= 1 / 3,
-        deflection_opener=bool(_DEFLECTION_OPENER.search(opening)),
-        clarification=bool(_CLARIFICATION.search(norm[:1500])),
-        subjective=bool(_SUBJECTIVE.search(norm[:1500])),
-        redirect_professional=bool(_REDIRECT.search(norm)),
-        lecture=lecture,
-        body_overlap=_overlap(request_words, body),
-        delivery_form=delivery_form,
-        persona_delivery=has_request and _persona_delivery(response, request_words),
-        answer_sentence=_answer_sentence(norm),
-        form_match=has_request and _form_match(qtype, norm, opening, response, reading.list_items),
-        length=math.log1p(len(norm) / 100.0),
-    )
+    """Measure ``response`` against ``request`` (any strings; the response is read up to
+    20,000 characters). ``cues`` is the cue scorer's reading of ``response`` when the caller
+    already has it. Returns a :class:`PairReading` whose measures are computed on first
+    access. Never raises."""
+    return PairReading(request, response, cues if cues is not None else read_cues(response))
 
 
 _SOFT_CUES = frozenset({"as_an_ai", "no_personal_opinions", "not_able_generic", "must_hedge"})
@@ -547,15 +596,17 @@ def override(cues: CueReading, is_refusal: bool, pair: PairReading) -> Override 
         if opening == ["no_opening"] and pair.qtype == "yesno":
             return "answers_no"
         return None
-    if delivers(pair):
-        return None
-    if pair.clarification or pair.subjective:
-        return "implicit_refusal"
-    if pair.qtype in _ACTION_TYPES and (
-        pair.negated_restatement
-        or pair.lecture >= LECTURE_MIN
-        or pair.deflection_opener
-        or pair.redirect_professional
-    ):
-        return "implicit_refusal"
-    return None
+    deflects = (
+        pair.clarification
+        or pair.subjective
+        or (
+            pair.qtype in _ACTION_TYPES
+            and (
+                pair.negated_restatement
+                or pair.lecture >= LECTURE_MIN
+                or pair.deflection_opener
+                or pair.redirect_professional
+            )
+        )
+    )
+    return "implicit_refusal" if deflects and not delivers(pair) else None
