@@ -79,6 +79,15 @@ PLAIN_ANSWER = (
     "and cool it under running water before peeling.",
 )
 
+#: A story that negates something in its second sentence: a delivery, not a negated
+#: restatement (the negation must be in the sentence that restates the request).
+STORY = (
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "The lighthouse keeper found the bottle at dawn, wedged between two rocks near the "
+    "message board. Nothing in forty years had prepared him for the handwriting inside: "
+    "his own.",
+)
+
 
 def _event(request: str, response: str, classifier: ClassifierSignal | None = None) -> RefusalEvent:
     return RefusalEvent(
@@ -117,7 +126,8 @@ def test_a_refusal_whose_body_delivers_the_request_is_not_a_refusal(
 
 
 def test_plain_refusals_and_plain_answers_keep_their_verdict() -> None:
-    for (request, response), refusal in ((HARD_REFUSAL, True), (PLAIN_ANSWER, False)):
+    cases = ((HARD_REFUSAL, True), (PLAIN_ANSWER, False), (STORY, False))
+    for (request, response), refusal in cases:
         with_request = detect_refusal_texts([response], requests=[request])[0]
         assert with_request == detect_refusal_text(response)
         assert with_request.is_refusal is refusal
