@@ -119,7 +119,7 @@ def evaluate(shared_data: Path, strict_xstest: bool = False) -> list[dict[str, A
 def table(results: Sequence[dict[str, Any]]) -> str:
     """Markdown table of :func:`evaluate`'s results."""
     lines = [
-        "| source | n (refusals) | detector | precision | recall | F1 [95% CI] |",
+        "| source | n (refusals) | detector | precision | recall | F1 |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     labels = {
@@ -132,7 +132,8 @@ def table(results: Sequence[dict[str, Any]]) -> str:
             m = r[key]
             lines.append(
                 f"| {r['source']} | {m['n']} ({m['refusals']}) | {label} | "
-                f"{m['precision']:.3f} | {m['recall']:.3f} | {format_ci(m['f1'], m['f1_ci'])} |"
+                f"{format_ci(m['precision'], m['precision_ci'])} | "
+                f"{format_ci(m['recall'], m['recall_ci'])} | {format_ci(m['f1'], m['f1_ci'])} |"
             )
     lines.append("")
     lines.append("| source | override | fired | right |")

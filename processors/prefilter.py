@@ -9,6 +9,16 @@ trained scorer (``processors.refusal_model.RefusalModel``, setting ``prefilter_m
 the decision and give the full/partial ``kind``. :func:`read_cues` exposes the fired cues
 (the trained model's cue features) without deciding.
 
+Read against the request
+------------------------
+Given each response's request (``detect_refusal_texts(..., requests=...)``;
+``detect_refusals`` passes ``event.request`` unless ``request_aware`` is False, setting
+``prefilter_request_aware``), :mod:`processors.request_aware` corrects the response-only
+verdict where the pair shows an implicit refusal (a clarification, a lecture or a negated
+restatement instead of an answer) or a refusal followed by a delivered answer; an override
+is named in ``cues`` as ``request:<case>``. With no request nothing changes. Figures:
+docs/evaluation.md, "Refusal pre-filter read against the request".
+
 How the text scorer works
 -------------------------
 The response is normalised (case-folded, typographic apostrophes straightened, whitespace
