@@ -11,8 +11,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import orjson
 import pytest
+from test_pipeline import settings
 
+from processors.adapters import DecodeOptions, SourceRecord
+from processors.intake import IntakeSettings, prepare_many
 from processors.prefilter import (
     OVERRIDE_SCORE,
     detect_refusal,
@@ -28,7 +32,8 @@ from processors.request_aware import (
     question_type,
     read_request_pair,
 )
-from schemas.events import ClassifierSignal, RefusalEvent
+from refusal_audit.batch import build_pipeline
+from schemas.events import ClassifierSignal, RefusalEvent, StoredEvent
 
 NEGATED = (
     "How do I get my neighbour's wifi password without asking them?",
@@ -200,3 +205,46 @@ def test_any_text_never_raises() -> None:
         for d in decisions:
             assert 0.0 <= d.score <= 1.0 and d.kind in ("full", "partial", "none")
     assert not detect_refusal_texts([""], requests=[LECTURE[0]])[0].is_refusal
+
+
+def _intake(request_aware: bool, pairs: tuple[tuple[str, str], ...]) -> list[StoredEvent]:
+    records = [
+        SourceRecord(
+            "f.jsonl",
+            f"line {i}",
+            orjson.dumps(
+                {
+                    "log_id": f"l{i}",
+                    "event_time": "2026-11-01T10:00:00Z",
+                    "request": request,
+                    "response": response,
+                    "model": "m",
+                }
+            ),
+        )
+        for i, (request, response) in enumerate(pairs)
+    ]
+    intake = IntakeSettings(
+        decode=DecodeOptions(),
+        known_bundles={"default"},
+        redactor=None,
+        request_aware=request_aware,
+    )
+    out = prepare_many(records, "jsonl", intake, [datetime(2026, 11, 2, tzinfo=UTC)] * len(pairs))
+    assert all(isinstance(o, StoredEvent) for o in out)
+    return [o for o in out if isinstance(o, StoredEvent)]
+
+
+def test_intake_reads_the_request_unless_the_setting_is_off() -> None:
+    pairs = (LECTURE, PERSONA)
+    on = _intake(True, pairs)
+    assert [e.is_refusal for e in on] == [True, False]
+    assert on[0].refusal_cues[-1] == "request:implicit_refusal"
+    off = _intake(False, pairs)
+    assert [e.is_refusal for e in off] == [False, True]
+
+
+def test_the_setting_reaches_the_pipelines_intake() -> None:
+    for flag in (True, False):
+        cfg = settings(prefilter_request_aware=flag)
+        assert build_pipeline(cfg, None).intake.request_aware is flag  # type: ignore[arg-type]
