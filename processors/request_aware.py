@@ -208,10 +208,13 @@ _LIST_REQ = re.compile(
     r"\b(?:list|name|enumerate|what are (?:some|the)|examples of|\d+ (?:ways|"
     r"reasons|tips|ideas|things|examples))\b"
 )
-_YESNO_REQ = re.compile(
-    r"^(?:is|are|am|was|were|do|does|did|can|could|should|would|will|shall|may|might|"
+_AUXILIARY = (
+    r"(?:is|are|am|was|were|do|does|did|can|could|should|would|will|shall|may|might|"
     r"has|have|had|isn't|aren't|don't|doesn't|won't|wouldn't|shouldn't|can't)\b"
 )
+_YESNO_REQ = re.compile(r"^" + _AUXILIARY)
+#: A yes/no question after a lead-in clause: "If X, isn't Y?", "Honestly, are they ...?".
+_YESNO_CLAUSE = re.compile(r"(?:^|[,.;:] )" + _AUXILIARY + r"[^.?!]*\?")
 _WHY = re.compile(r"^(?:why|how come)\b|\bwhy\b")
 _WHAT = re.compile(r"^(?:what|which|who|whom|whose|when|where|define|explain|describe)\b")
 
@@ -370,6 +373,13 @@ class PairReading:
         return question_type(self._request) if self.has_request else "other"
 
     @cached_property
+    def yes_no(self) -> bool:
+        """The request is a yes/no question, also after a lead-in ("If X, isn't Y?")."""
+        return self.qtype == "yesno" or (
+            self.has_request and bool(_YESNO_CLAUSE.search(_normalise(self._request)))
+        )
+
+    @cached_property
     def opening_overlap(self) -> float:
         """Share of the request's content words found in the response's opening."""
         return _overlap(self._request_words, self._opening)
@@ -463,6 +473,18 @@ def read_request_pair(request: str, response: str, cues: CueReading | None = Non
 
 
 _SOFT_CUES = frozenset({"as_an_ai", "no_personal_opinions", "not_able_generic", "must_hedge"})
+#: Cues that judge the question's premise rather than decline to act ("No, that is not
+#: accurate", "the premise is false"): after "No," answering a yes/no question, an answer.
+_JUDGES_PREMISE = frozenset(
+    {
+        "no_opening",
+        "not_appropriate",
+        "question_problematic",
+        "question_nonsense",
+        "illegal_unethical",
+        "inappropriate_request",
+    }
+)
 
 #: The columns of :func:`pair_features`, in order.
 FEATURE_NAMES: tuple[str, ...] = (
@@ -587,9 +609,11 @@ def override(cues: CueReading, is_refusal: bool, pair: PairReading) -> Override 
       this to "I cannot give opinions / predict" before a prose answer was measured and
       dropped: Reuter's annotators split such answers about 60/40 between complied and
       refused.)
-    - ``answers_no`` (refusal -> not): the request is a yes/no question and the only refusal
-      cue is the response opening with "No," (the cue scorer's ``no_opening``, meant for
-      "No, I won't"): a "no" answers a yes/no question.
+    - ``answers_no`` (refusal -> not): the request is a yes/no question (also after a
+      lead-in clause: "If X, isn't Y?") and the response opens with "No," (the cue scorer's
+      ``no_opening``, meant for "No, I won't") with no other refusal cue than ones judging
+      the premise ("that is not accurate", "the premise is false", "it is illegal"): a "no"
+      answers a yes/no question.
 
     With no request (``pair.has_request`` False) there is never an override.
     """
@@ -606,7 +630,7 @@ def override(cues: CueReading, is_refusal: bool, pair: PairReading) -> Override 
         ]
         if opening and set(opening) <= _SOFT_CUES and delivers(pair):
             return "disclaim_then_answer"
-        if opening == ["no_opening"] and pair.qtype == "yesno":
+        if "no_opening" in opening and set(opening) <= _JUDGES_PREMISE and pair.yes_no:
             return "answers_no"
         return None
     deflects = (
