@@ -534,7 +534,9 @@ def test_descriptions_stored_with_one_batch_count_are_shown_without_it(
             for f in record.summary.policy_gap_flags
         ]
         summary = record.summary.model_copy(update={"policy_gap_flags": flags})
-        legacy.append(record.model_copy(update={"summary": summary, "audited_at": at}))
+        legacy.append(
+            record.model_copy(update={"summary": summary, "audited_at": at})
+        )
     warehouse.insert_batches(legacy)
     stored = [
         str(d)

@@ -212,23 +212,10 @@ def test_a_category_keeps_its_colour_whatever_else_the_report_holds() -> None:
     from refusal_audit.html_report.chart_base import category_colours
 
     codes = [
-        "over_refusal",
-        "policy_gray_zone",
-        "capability_boundary",
-        "clarification_needed",
-        "genuine_safety_refusal",
-        "violence",
-        "weapons",
-        "drugs",
-        "self_harm",
-        "hate_harassment",
-        "sexual_minors",
-        "sexual_content",
-        "privacy",
-        "cyber",
-        "fraud",
-        "misinformation",
-        "intellectual_property",
+        "over_refusal", "policy_gray_zone", "capability_boundary", "clarification_needed",
+        "genuine_safety_refusal", "violence", "weapons", "drugs", "self_harm",
+        "hate_harassment", "sexual_minors", "sexual_content", "privacy", "cyber", "fraud",
+        "misinformation", "intellectual_property",
     ]  # the shipped taxonomy's codes
     every = category_colours(codes)
     assert len(set(every.values())) == len(codes)  # all told apart
@@ -286,7 +273,7 @@ def test_logged_text_cannot_inject_markup_or_break_the_charts(
     charts = draw(data)
     by_model = charts["fp-by-model"].svg()
     assert "gpt-$\\frac{a}{$" in by_model  # drawn as text, not math
-    assert "url(#axes_1)" in html  # chart text is not rewritten like an id reference
+    assert 'url(#axes_1)' in html  # chart text is not rewritten like an id reference
     titles = [a.get_title(loc="left") for a in charts["fp-over-time"].figure.axes]
     assert any("_hidden-model" in t for t in titles)
 
