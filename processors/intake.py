@@ -111,9 +111,10 @@ class IntakeSettings:
     dead-lettered as ``unknown_policy_bundle``); ``redactor`` None disables redaction;
     ``prefilter`` False treats every event as a refusal; ``refusal_model`` (a trained
     scorer, ``processors.refusal_model.RefusalModel``) replaces the cue scorer's decision when
-    set (the cues still explain it); ``cascade`` (``processors.refusal_cascade``) re-decides
-    the text decisions in its uncertain band, reading each response against its request; a
-    dead letter keeps a record's bytes whole up to
+    set (the cues still explain it); ``request_aware`` reads each response against its
+    request (``processors.request_aware``, setting ``prefilter_request_aware``);
+    ``cascade`` (``processors.refusal_cascade``) re-decides the text decisions in its
+    uncertain band with an encoder head; a dead letter keeps a record's bytes whole up to
     ``dead_letter_max_raw_bytes``.
     """
 
@@ -123,6 +124,7 @@ class IntakeSettings:
     prefilter: bool = True
     dead_letter_max_raw_bytes: int = DEFAULT_DEAD_LETTER_MAX_RAW_BYTES
     refusal_model: TextScorer | None = None
+    request_aware: bool = True
     cascade: Cascade | None = None
 
 
@@ -196,7 +198,7 @@ def prepare_many(
     ]
     events = [c[0] for c in checked if not isinstance(c, DeadLetter)]
     if settings.prefilter:
-        decided = detect_refusals(events, settings.refusal_model)
+        decided = detect_refusals(events, settings.refusal_model, settings.request_aware)
         if settings.cascade is not None:
             decided, _ = settings.cascade.decide(
                 decided, [e.request for e in events], [e.response for e in events]

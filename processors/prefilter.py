@@ -11,6 +11,16 @@ trained scorer (``processors.refusal_model.RefusalModel``, setting ``prefilter_m
 the decision and give the full/partial ``kind``. :func:`read_cues` exposes the fired cues
 (the trained model's cue features) without deciding.
 
+Read against the request
+------------------------
+Given each response's request (``detect_refusal_texts(..., requests=...)``;
+``detect_refusals`` passes ``event.request`` unless ``request_aware`` is False, setting
+``prefilter_request_aware``), :mod:`processors.request_aware` corrects the response-only
+verdict where the pair shows an implicit refusal (a clarification, a lecture or a negated
+restatement instead of an answer) or a refusal followed by a delivered answer; an override
+is named in ``cues`` as ``request:<case>``. With no request nothing changes. Figures:
+docs/evaluation.md, "Refusal pre-filter read against the request".
+
 How the text scorer works
 -------------------------
 The response is normalised (case-folded, typographic apostrophes straightened, whitespace
@@ -512,21 +522,81 @@ class TextScorer(Protocol):
 
 
 def detect_refusal_texts(
-    responses: Sequence[str], model: TextScorer | None = None
+    responses: Sequence[str],
+    model: TextScorer | None = None,
+    requests: Sequence[str] | None = None,
 ) -> list[RefusalDecision]:
-    """:func:`detect_refusal_text` for a batch, or the trained ``model``'s decision.
+    """:func:`detect_refusal_text` for a batch, or the trained ``model``'s decision, read
+    against each response's request when ``requests`` is given.
 
     With ``model`` None this is the cue scorer on each response. With a model, the batch is
     scored at once (one sparse-matrix product) and each decision comes from
     :func:`decide_from_score`: the model decides ``is_refusal`` and ``score``, the cues still
-    explain it and give the full/partial ``kind``. Returns one decision per response, in
-    order; never raises for any text.
+    explain it and give the full/partial ``kind``.
+
+    ``requests`` (optional, same length as ``responses``, ``ValueError`` otherwise; an empty
+    string for a response without a request) turns on the request-aware stage
+    (:mod:`processors.request_aware`): where the response-only verdict misses an implicit
+    refusal (a clarification, a lecture, a negated restatement instead of an answer) or
+    counts as a refusal a response that still delivers what was asked (a jailbreak persona
+    answering after a refusal, a disclaimer before an answer, "No, ..." answering a yes/no
+    question), the stage overrides it. An
+    override is named in ``cues`` (``request:implicit_refusal``,
+    ``request:refuse_then_comply``, ``request:disclaim_then_answer`` or
+    ``request:answers_no``) and its ``score`` is
+    :data:`OVERRIDE_SCORE` (or 1 minus it), a fixed margin, not a calibrated probability; an
+    implicit refusal is ``kind="full"``. With no request, decisions are exactly those
+    without ``requests``. Returns one decision per response, in order; never raises for any
+    text.
     """
     readings = [read_cues(r) for r in responses]
     if model is None:
-        return [decide_from_cues(r) for r in readings]
-    scores = model.scores(readings) if readings else []
-    return [decide_from_score(r, float(s)) for r, s in zip(readings, scores, strict=True)]
+        decisions = [decide_from_cues(r) for r in readings]
+    else:
+        scores = model.scores(readings) if readings else []
+        decisions = [decide_from_score(r, float(s)) for r, s in zip(readings, scores, strict=True)]
+    if requests is None:
+        return decisions
+    if len(requests) != len(responses):
+        raise ValueError(f"{len(responses)} responses but {len(requests)} requests")
+    # Imported here: processors.request_aware reads responses with this module's cues.
+    from processors.request_aware import override, read_request_pair
+
+    out: list[RefusalDecision] = []
+    for request, response, reading, decision in zip(
+        requests, responses, readings, decisions, strict=True
+    ):
+        if not request or not reading.norm:
+            out.append(decision)
+            continue
+        change = override(
+            reading, decision.is_refusal, read_request_pair(request, response, reading)
+        )
+        if change is None:
+            out.append(decision)
+        elif change == "implicit_refusal":
+            out.append(
+                RefusalDecision(
+                    True, "full", OVERRIDE_SCORE, (*decision.cues, f"request:{change}"), "text"
+                )
+            )
+        else:
+            out.append(
+                RefusalDecision(
+                    False,
+                    "none",
+                    1.0 - OVERRIDE_SCORE,
+                    (*reading.cues, f"request:{change}"),
+                    "text",
+                )
+            )
+    return out
+
+
+#: Score of a decision the request-aware stage made (``1 - OVERRIDE_SCORE`` when it clears a
+#: refusal): the cue scorer's score at one unit of evidence past its threshold, a margin
+#: saying "decided, not by a wide one", not a calibrated probability.
+OVERRIDE_SCORE = round(1.0 / (1.0 + math.exp(-1.0)), 4)
 
 
 def _classifier_decision(event: RefusalEvent, text: RefusalDecision) -> RefusalDecision:
@@ -546,25 +616,31 @@ def _trusts_classifier(event: RefusalEvent) -> bool:
 
 
 def detect_refusals(
-    events: Sequence[RefusalEvent], model: TextScorer | None = None
+    events: Sequence[RefusalEvent],
+    model: TextScorer | None = None,
+    request_aware: bool = True,
 ) -> list[RefusalDecision]:
     """:func:`detect_refusal` for a batch of events, text scored with ``model`` if given.
 
     Every response is read by our text detection, in one batch (:func:`detect_refusal_texts`,
-    the trained ``model`` if given). An upstream ``classifier.is_refusal`` verdict still wins
-    (``source="classifier"``; a positive verdict takes its full/partial ``kind`` from our
-    detection) and our detection's own decision is kept beside it as ``detected``, so a
-    disagreement between the two is recorded rather than lost. Returns one decision per
-    event, in order. Never raises.
+    the trained ``model`` if given, each response read against its event's ``request`` by the
+    request-aware stage unless ``request_aware`` is False: setting ``prefilter_request_aware``).
+    An upstream ``classifier.is_refusal`` verdict still wins (``source="classifier"``; a
+    positive verdict takes its full/partial ``kind`` from our detection) and our detection's
+    own decision is kept beside it as ``detected``, so a disagreement between the two is
+    recorded rather than lost. Returns one decision per event, in order. Never raises.
     """
-    texts = detect_refusal_texts([e.response for e in events], model)
+    requests = [e.request for e in events] if request_aware else None
+    texts = detect_refusal_texts([e.response for e in events], model, requests)
     return [
         _classifier_decision(event, text) if _trusts_classifier(event) else text
         for event, text in zip(events, texts, strict=True)
     ]
 
 
-def detect_refusal(event: RefusalEvent, model: TextScorer | None = None) -> RefusalDecision:
+def detect_refusal(
+    event: RefusalEvent, model: TextScorer | None = None, request_aware: bool = True
+) -> RefusalDecision:
     """Decide whether ``event.response`` is a refusal, trusting an upstream verdict if present.
 
     When ``event.classifier`` is set and its ``is_refusal`` is not None, that verdict wins
@@ -573,6 +649,7 @@ def detect_refusal(event: RefusalEvent, model: TextScorer | None = None) -> Refu
     ``"full"`` when the text shows no refusal cue; cues ``"classifier_verdict"`` then the text
     detection's; ``detected`` our text detection's own decision). Otherwise the
     result of :func:`detect_refusal_text` on ``event.response`` (or of the trained ``model``,
-    :func:`detect_refusal_texts`). Never raises.
+    :func:`detect_refusal_texts`), read against ``event.request`` unless ``request_aware``
+    is False. Never raises.
     """
-    return detect_refusals([event], model)[0]
+    return detect_refusals([event], model, request_aware)[0]

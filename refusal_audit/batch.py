@@ -169,6 +169,7 @@ def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) ->
         prefilter=cfg.prefilter_enabled,
         dead_letter_max_raw_bytes=cfg.dead_letter_max_raw_bytes,
         refusal_model=refusal_model,
+        request_aware=cfg.prefilter_request_aware,
         cascade=cascade,
     )
     engine = make_engine(cfg, engine_name)

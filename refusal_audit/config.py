@@ -326,6 +326,13 @@ class Settings(BaseSettings):
         description="Refusal pre-filter: `cues` (hand-weighted cue scorer) or `trained` (the "
         "shipped logistic model, `refusal-audit train`; its hash joins the engine version).",
     )
+    prefilter_request_aware: bool = Field(
+        default=True,
+        description="Read each response against its request in the pre-filter: an implicit "
+        "refusal (clarification, lecture, negated restatement instead of an answer) counts as "
+        "a refusal, a refusal followed by a delivered answer does not (docs/evaluation.md). "
+        "Events without a request are unaffected.",
+    )
     prefilter_model_path: Path | None = Field(
         default=None,
         description="With prefilter_model = trained: the artifact to load, a path without "

@@ -451,10 +451,19 @@ A_COUNT = re.compile(r"\d+ refusal")  # "3 refusal(s) categorised ...": one batc
 
 
 def audit_demo(env: dict[str, str], tmp_path: Path) -> dict[str, Any]:
-    """``refusal-audit audit examples/refusal_log.jsonl --out ...`` (the demo); its document."""
+    """``refusal-audit audit examples/refusal_log.jsonl --out ...`` (the demo); its document.
+
+    The pre-filter reads responses alone here (``prefilter_request_aware`` off): the gap
+    expectations below are the demo's cue-scorer refusals. Reading the requests also passes
+    the log's 13 clarifying questions ("Make it shorter." -> "Could you share the text
+    ...?"), which the local engine files under ``policy_gray_zone`` with no clause, so
+    their topic word joins the gap descriptions of whichever batches they land in.
+    """
     out = tmp_path / "demo.json"
     result = CliRunner().invoke(
-        app, ["audit", "examples/refusal_log.jsonl", "--out", str(out)], env=env
+        app,
+        ["audit", "examples/refusal_log.jsonl", "--out", str(out)],
+        env=env | {"REFUSAL_AUDIT_PREFILTER_REQUEST_AWARE": "false"},
     )
     assert result.exit_code == 0, result.output
     doc: dict[str, Any] = json.loads(out.read_text())

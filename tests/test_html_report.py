@@ -72,7 +72,9 @@ def period(reviewed: list[dict[str, Any]], warehouse: Warehouse) -> PeriodData: 
 
 def test_the_figures_are_the_warehouse_s(period: PeriodData, warehouse: Warehouse) -> None:
     daily = run_named(warehouse.client, warehouse.database, "false_positive_rate").as_dicts()
-    assert period.counts["audited"] == sum(r["audited"] for r in daily) == 249
+    # 262: the pre-filter reads each response against its request, so the log's 13
+    # clarifying questions ("Could you share the text ...?") count as refusals (249 before)
+    assert period.counts["audited"] == sum(r["audited"] for r in daily) == 262
     for row in period.fp_by_model:
         mine = [r for r in daily if r["model"] == row["model"]]
         k, n = sum(r["estimated_false_positives"] for r in mine), sum(r["audited"] for r in mine)
@@ -228,8 +230,10 @@ def test_a_category_keeps_its_colour_whatever_else_the_report_holds() -> None:
 def test_gap_bars_are_labelled_by_their_topic_in_whole_words(period: PeriodData) -> None:
     axes = draw(period)["policy-gaps"].figure.axes[0]
     labels = [t.get_text().replace("\n", " ") for t in axes.get_yticklabels()]
-    assert labels[0] == "1. contract, early, internet, provider, terminate"
-    assert labels[1] == "2. better, dead, list, painless"
+    # "shorter": the log's clarification events ("Make it shorter.") that the request-aware
+    # pre-filter passes since it reads the request (before: contract... / better, dead, ...)
+    assert labels[0] == "1. shorter, contract, early, internet, provider, terminate"
+    assert labels[1] == "2. shorter"
     assert not any(text.startswith("…") or text.endswith("…") for text in labels)
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 from sklearn.linear_model import LogisticRegression
 
-from processors.prefilter import CueReading, decide_from_cues, read_cues
+from processors.prefilter import CueReading, detect_refusal_texts, read_cues
 from processors.refusal_cascade import CascadeBand, head_rows
 from processors.text_encoder import TextEncoder
 from refusal_audit.training.labels import LabelledResponse, load_refusal_examples
@@ -48,7 +48,8 @@ BoolArray = npt.NDArray[np.bool_]
 @dataclass(frozen=True)
 class CascadeData:
     """Labelled rows encoded once: ``x`` (head rows, shape ``(n, width)``), ``y`` (refusal),
-    ``source``, the cue scorer's ``cue_score`` and ``cue_pred``, and the ``readings``."""
+    ``source``, the first stage's ``cue_score`` and ``cue_pred`` (the cue scorer with the
+    request-aware stage, as the pipeline runs it by default), and the ``readings``."""
 
     rows: tuple[LabelledResponse, ...]
     readings: tuple[CueReading, ...]
@@ -63,7 +64,8 @@ def build_data(rows: list[LabelledResponse], encoder: TextEncoder) -> CascadeDat
     """Encode every row's request and response and build the head rows (slow: one encoder
     run per text, about 10 ms per response on one core)."""
     readings = tuple(read_cues(r.text) for r in rows)
-    decisions = [decide_from_cues(rd) for rd in readings]
+    # the first stage as the pipeline runs it: cue scorer + request-aware stage
+    decisions = detect_refusal_texts([r.text for r in rows], None, [r.request for r in rows])
     q = encoder.encode([r.request for r in rows])
     r = encoder.encode([row.text for row in rows])
     return CascadeData(
