@@ -1,4 +1,4 @@
-"""Refusal detection per source: the cue rules vs the request-aware cascade, out of source.
+"""Refusal detection per source: the cue rules vs the request-aware stage, out of source.
 
 Reads the labelled (request, response) pairs of ../shared/data through
 ``refusal_audit.training.labels.load_refusal_examples`` (XSTest GPT-4, XSTest Llama-2,
@@ -6,7 +6,7 @@ GPTFuzz, Reuter, CoCoNot refusals + contrast answers) and prints, per source, pr
 recall (Wilson 95% intervals) and F1 (percentile bootstrap 95%, 1,000 resamples, seed 0) of:
 
 - ``cue rules``: ``processors.prefilter.detect_refusal_text`` (response only; nothing fitted);
-- ``request-aware cascade``: ``processors.prefilter.detect_refusal_texts`` with the
+- ``request-aware stage``: ``processors.prefilter.detect_refusal_texts`` with the
   requests (the cue rules corrected by ``processors.request_aware.override``). Nothing is
   fitted, but its rules were shaped by error analysis on these same sources: read the
   figures as design-time figures, not as out-of-source ones;
@@ -73,14 +73,14 @@ def _prob(x: npt.NDArray[np.float64], w: npt.NDArray[np.float64], b: float) -> A
 
 
 def evaluate(shared_data: Path, strict_xstest: bool = False) -> list[dict[str, Any]]:
-    """One dict per source: ``source``, ``rules``, ``cascade``, ``loso`` (binary_figures)
+    """One dict per source: ``source``, ``rules``, ``request_aware``, ``loso`` (binary_figures)
     and ``overrides`` (count of each request-aware override on the source's rows)."""
     rows = load_refusal_examples(shared_data)
     x, cue_pred = featurise(rows)
     y = np.array([r.is_refusal for r in rows], dtype=bool)
     source = np.array([r.source for r in rows])
     decisions = detect_refusal_texts([r.text for r in rows], None, [r.request for r in rows])
-    cascade = np.array([d.is_refusal for d in decisions], dtype=bool)
+    staged = np.array([d.is_refusal for d in decisions], dtype=bool)
     changed = np.array(
         [next((c for c in d.cues if c.startswith("request:")), "") for d in decisions]
     )
@@ -96,7 +96,7 @@ def evaluate(shared_data: Path, strict_xstest: bool = False) -> list[dict[str, A
             {
                 "source": held,
                 "rules": binary_figures(y[test], cue_pred[test]),
-                "cascade": binary_figures(y[test], cascade[test]),
+                "request_aware": binary_figures(y[test], staged[test]),
                 "loso": binary_figures(y[test], pred),
                 "overrides": {
                     name: {
@@ -124,7 +124,7 @@ def table(results: Sequence[dict[str, Any]]) -> str:
     ]
     labels = {
         "rules": "cue rules",
-        "cascade": "request-aware cascade",
+        "request_aware": "request-aware stage",
         "loso": "logistic over cue + request features (LOSO)",
     }
     for r in results:
@@ -146,7 +146,7 @@ def table(results: Sequence[dict[str, Any]]) -> str:
 
 def cost(repeat: int = 5, cycles: int = 50) -> dict[str, float]:
     """CPU µs per event (best of ``repeat``) of ``detect_refusals`` over the example log
-    cycled ``cycles`` times: without requests (cue rules) and with them (cascade)."""
+    cycled ``cycles`` times: without requests (cue rules) and with them (request-aware stage)."""
     import orjson
 
     from processors.prefilter import detect_refusals
