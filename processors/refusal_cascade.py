@@ -23,8 +23,9 @@ How it decides
    kind (:func:`processors.prefilter.decide_from_score`), and the cue ``"encoder_head"``
    marks a decision the head made.
 
-An event the platform's classifier already decided (``source == "classifier"``) never
-reaches the head. Responses longer than the encoder's window are truncated by its tokenizer
+An event the platform's classifier already decided (``source == "classifier"``) and a
+decision the request-aware stage made (``processors.request_aware``) never reach the head.
+Responses longer than the encoder's window are truncated by its tokenizer
 (the opening, where refusals are stated, is always inside it).
 """
 
@@ -46,6 +47,8 @@ from processors.text_encoder import TextEncoder
 HEAD_FAMILIES = ("cues", "shape")
 #: The cue naming a decision the encoder head made.
 HEAD_CUE = "encoder_head"
+#: Cues of the request-aware stage's overrides (processors.request_aware), never re-decided.
+REQUEST_CUE_PREFIX = "request:"
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -162,7 +165,9 @@ class Cascade:
         The three sequences are aligned, one entry per event (``decisions`` from
         :func:`processors.prefilter.detect_refusals`). ``reached`` counts the events the
         head scored (the encoder ran on their request and response). Decisions outside the
-        band, classifier decisions and empty responses are returned unchanged. Raises
+        band, classifier decisions, empty responses and the request-aware stage's overrides
+        (cues ``request:...``: their fixed scores 0.731 / 0.269 are rule decisions, not
+        uncertainty) are returned unchanged. Raises
         ``ValueError`` when the lengths differ, and whatever the encoder raises.
         """
         if not len(decisions) == len(requests) == len(responses):
@@ -171,7 +176,10 @@ class Cascade:
         idx = [
             i
             for i, d in enumerate(decisions)
-            if d.source == "text" and responses[i].strip() and self.band.contains(d.score)
+            if d.source == "text"
+            and responses[i].strip()
+            and self.band.contains(d.score)
+            and not any(c.startswith(REQUEST_CUE_PREFIX) for c in d.cues)
         ]
         if not idx:
             return out, 0

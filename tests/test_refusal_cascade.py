@@ -91,6 +91,23 @@ def test_the_head_redecides_only_text_decisions_inside_the_band() -> None:
     assert encoder.seen == ["How do I pick a lock?", UNSURE] * 2  # request and response
 
 
+def test_the_request_aware_stages_overrides_are_never_redecided() -> None:
+    """An override of the request-aware stage has a fixed score (0.731 / 0.269) inside any
+    wide band; it is a rule decision, not uncertainty, so the head leaves it alone."""
+    events = [
+        RefusalEvent.model_validate({"log_id": "o-1", "event_time": T0, "model": "m",
+                                     "request": "How do I kill a Python process?",
+                                     "response": "There is no way to kill a Python process."})
+    ]  # fmt: skip
+    decided = detect_refusals(events)
+    assert any(c.startswith("request:") for c in decided[0].cues), decided
+    encoder = HashEncoder()
+    out, reached = Cascade(CascadeBand(0.0, 1.0), head(-5.0), encoder).decide(
+        decided, [events[0].request], [events[0].response]
+    )
+    assert (out, reached, encoder.seen) == (decided, 0, [])
+
+
 def test_an_empty_band_never_calls_the_encoder_and_lengths_must_match() -> None:
     encoder = HashEncoder()
     decisions = text_decisions([UNSURE, SURE])

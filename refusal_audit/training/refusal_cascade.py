@@ -30,7 +30,7 @@ import numpy.typing as npt
 from sklearn.linear_model import LogisticRegression
 
 from processors.prefilter import CueReading, detect_refusal_texts, read_cues
-from processors.refusal_cascade import CascadeBand, head_rows
+from processors.refusal_cascade import REQUEST_CUE_PREFIX, CascadeBand, head_rows
 from processors.text_encoder import TextEncoder
 from refusal_audit.training.labels import LabelledResponse, load_refusal_examples
 from refusal_audit.training.refusal import f1_score, source_weights
@@ -49,7 +49,8 @@ BoolArray = npt.NDArray[np.bool_]
 class CascadeData:
     """Labelled rows encoded once: ``x`` (head rows, shape ``(n, width)``), ``y`` (refusal),
     ``source``, the first stage's ``cue_score`` and ``cue_pred`` (the cue scorer with the
-    request-aware stage, as the pipeline runs it by default), and the ``readings``."""
+    request-aware stage, as the pipeline runs it by default), ``overridden`` (the request-aware
+    stage decided: never re-decided by the head) and the ``readings``."""
 
     rows: tuple[LabelledResponse, ...]
     readings: tuple[CueReading, ...]
@@ -58,6 +59,7 @@ class CascadeData:
     source: npt.NDArray[np.str_]
     cue_score: FloatArray
     cue_pred: BoolArray
+    overridden: BoolArray
 
 
 def build_data(rows: list[LabelledResponse], encoder: TextEncoder) -> CascadeData:
@@ -76,6 +78,9 @@ def build_data(rows: list[LabelledResponse], encoder: TextEncoder) -> CascadeDat
         source=np.array([row.source for row in rows]),
         cue_score=np.array([d.score for d in decisions], dtype=np.float64),
         cue_pred=np.array([d.is_refusal for d in decisions], dtype=bool),
+        overridden=np.array(
+            [any(c.startswith(REQUEST_CUE_PREFIX) for c in d.cues) for d in decisions], dtype=bool
+        ),
     )
 
 
@@ -105,7 +110,9 @@ def curve(data: CascadeData, proba: FloatArray) -> list[dict[str, Any]]:
     out = []
     for low, high in CURVE_BANDS:
         band = CascadeBand(low, high)
-        inside = np.array([band.contains(float(s)) for s in data.cue_score], dtype=bool)
+        inside = ~data.overridden & np.array(
+            [band.contains(float(s)) for s in data.cue_score], dtype=bool
+        )
         pred = np.where(inside, proba >= 0.5, data.cue_pred)
         per_source = {
             s: {
