@@ -204,7 +204,7 @@ def test_engine_contract_unchanged_with_the_model() -> None:
     bundle = example_bundle()
     model = load_shipped_category_model()
     engine = LocalEngine(category_model=model)
-    assert engine.version == f"local-1+{model.version}"
+    assert engine.version == f"local-2+{model.version}"
     out = engine.audit_sync(EVENTS, bundle)
     ids = [e.log_id for e in EVENTS]
     result = validate_result(out.result, ids, bundle)  # raises on a broken contract
@@ -234,10 +234,10 @@ def test_setting_selects_the_model_and_versions_it(tmp_path: Path) -> None:
     cfg = load_settings(None, local_category_model="trained")
     engine = make_engine(cfg, "local")
     assert isinstance(engine, LocalEngine) and engine.category_model is not None
-    assert engine.version.startswith("local-1+category-lr-")
+    assert engine.version.startswith("local-2+category-lr-")
     default = make_engine(load_settings(None), "local")
     assert isinstance(default, LocalEngine) and default.category_model is None
-    assert default.version == "local-1"
+    assert default.version == "local-2"
 
 
 def test_train_cli_rejects_bad_arguments(tmp_path: Path, shared_data: Path) -> None:

@@ -283,7 +283,7 @@ def test_another_local_threshold_is_another_audit_configuration(warehouse: Wareh
     versions = warehouse.select(
         "SELECT DISTINCT engine_version FROM {db:Identifier}.current_assessments"
     )
-    assert versions == [{"engine_version": "local-1/fp-threshold=0.9"}]
+    assert versions == [{"engine_version": "local-2/fp-threshold=0.9"}]
 
 
 def test_copies_differing_below_the_stored_millisecond_are_identical(

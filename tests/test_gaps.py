@@ -451,19 +451,10 @@ A_COUNT = re.compile(r"\d+ refusal")  # "3 refusal(s) categorised ...": one batc
 
 
 def audit_demo(env: dict[str, str], tmp_path: Path) -> dict[str, Any]:
-    """``refusal-audit audit examples/refusal_log.jsonl --out ...`` (the demo); its document.
-
-    The pre-filter reads responses alone here (``prefilter_request_aware`` off): the gap
-    expectations below are the demo's cue-scorer refusals. Reading the requests also passes
-    the log's 13 clarifying questions ("Make it shorter." -> "Could you share the text
-    ...?"), which the local engine files under ``policy_gray_zone`` with no clause, so
-    their topic word joins the gap descriptions of whichever batches they land in.
-    """
+    """``refusal-audit audit examples/refusal_log.jsonl --out ...`` (the demo); its document."""
     out = tmp_path / "demo.json"
     result = CliRunner().invoke(
-        app,
-        ["audit", "examples/refusal_log.jsonl", "--out", str(out)],
-        env=env | {"REFUSAL_AUDIT_PREFILTER_REQUEST_AWARE": "false"},
+        app, ["audit", "examples/refusal_log.jsonl", "--out", str(out)], env=env
     )
     assert result.exit_code == 0, result.output
     doc: dict[str, Any] = json.loads(out.read_text())
@@ -476,9 +467,9 @@ def test_the_demo_lists_each_gap_once_with_the_count_it_holds(
     doc = audit_demo(cli_env, tmp_path)
     batch_flags = [f for b in doc["batches"] for f in b["summary"]["policy_gap_flags"]]
     per_text = Counter(f["description"] for f in batch_flags)
-    # the demo's early-termination gap is flagged by five batches (1 or 2 refusals each): it
+    # the demo's early-termination gap is flagged by six batches (1 or 2 refusals each): it
     # reads the same in all of them, and the run lists it once with all its refusals
-    assert sorted(per_text.values()) == [1, 5]
+    assert sorted(per_text.values()) == [1, 6]
     flags = doc["audit_summary"]["policy_gap_flags"]
     assert [f["description"] for f in flags] == list(per_text)
     for flag in flags:
@@ -544,14 +535,14 @@ def test_descriptions_stored_with_one_batch_count_are_shown_without_it(
             "SELECT arrayJoin(policy_gap_flags).1 FROM audit_batches FINAL"
         ).result_rows
     ]
-    assert sorted(Counter(d[:2] for d in stored).items()) == [("1 ", 4), ("2 ", 2)]
+    assert sorted(Counter(d[:2] for d in stored).items()) == [("1 ", 6), ("2 ", 1)]
     described = sorted({describe_gap(d) for d in stored})
     assert len(described) == 2 and not any(A_COUNT.search(d) for d in described)
 
     query = CliRunner().invoke(app, ["query", "policy_gaps", "-o", "json"], env=cli_env)
     assert query.exit_code == 0, query.output
     (day,) = [json.loads(line) for line in query.output.splitlines() if line.strip()]
-    assert (day["flags"], day["descriptions"]) == (6, described)
+    assert (day["flags"], day["descriptions"]) == (7, described)
 
     alerts = track_gaps(warehouse, now=NOW)
     assert alerts

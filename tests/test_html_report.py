@@ -230,10 +230,10 @@ def test_a_category_keeps_its_colour_whatever_else_the_report_holds() -> None:
 def test_gap_bars_are_labelled_by_their_topic_in_whole_words(period: PeriodData) -> None:
     axes = draw(period)["policy-gaps"].figure.axes[0]
     labels = [t.get_text().replace("\n", " ") for t in axes.get_yticklabels()]
-    # "shorter": the log's clarification events ("Make it shorter.") that the request-aware
-    # pre-filter passes since it reads the request (before: contract... / better, dead, ...)
-    assert labels[0] == "1. shorter, contract, early, internet, provider, terminate"
-    assert labels[1] == "2. shorter"
+    # the log's clarifying questions ("Make it shorter." -> "Could you share the text ...?"),
+    # refusals since the pre-filter reads the request, are clarification_needed: no gap
+    assert labels[0] == "1. contract, early, internet, provider, terminate"
+    assert labels[1] == "2. better, dead, list, painless"
     assert not any(text.startswith("…") or text.endswith("…") for text in labels)
 
 

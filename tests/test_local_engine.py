@@ -69,7 +69,7 @@ def _assessment(output: EngineOutput, log_id: str) -> IndividualAssessment:
 def test_engine_identity_and_protocol() -> None:
     engine = LocalEngine()
     assert (engine.name, engine.model, engine.version, engine.prompt_version) == (
-        "local", "bm25-lexical", "local-1", "none",
+        "local", "bm25-lexical", "local-2", "none",
     )
     checked: AuditEngine = engine  # satisfies the protocol (checked by mypy)
     assert checked is engine
@@ -275,12 +275,12 @@ def test_xstest_over_refusal_roc_auc(shared_data: Path, bundle: PolicyBundle) ->
     auc = roc_auc_score(labels, scores)
     print(f"XSTest over-refusal ROC AUC = {auc:.3f}")
     assert auc >= 0.66  # the lexical anchor to beat
-    assert auc >= 0.88  # regression guard: measured 0.93 with the example bundle (local-1)
+    assert auc >= 0.88  # regression guard: measured 0.93 with the example bundle (local-2)
 
 
 @pytest.mark.integration
 def test_coconot_top_level_category_agreement(shared_data: Path, bundle: PolicyBundle) -> None:
-    """Top-level category agreement on CoCoNot refusals (measured 0.75 with local-1)."""
+    """Top-level category agreement on CoCoNot refusals (measured 0.75 with local-2)."""
     expected_top = {
         "Requests with safety concerns": "genuine_safety_refusal",
         "Unsupported requests": "capability_boundary",

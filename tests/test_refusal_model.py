@@ -120,10 +120,10 @@ def test_start_up_fails_when_the_trained_artifact_is_missing(
 def test_engine_version_names_the_trained_model() -> None:
     model = load_shipped_model()
     trained = build_pipeline(load_settings(None, prefilter_model="trained"), MemorySink())
-    assert trained.engine.version == f"local-1/prefilter={model.version}"
+    assert trained.engine.version == f"local-2/prefilter={model.version}"
     assert trained.intake.refusal_model is model
     cues = build_pipeline(load_settings(None, prefilter_model="cues"), MemorySink())
-    assert cues.engine.version == "local-1" and cues.intake.refusal_model is None
+    assert cues.engine.version == "local-2" and cues.intake.refusal_model is None
 
 
 def test_trained_decisions_keep_the_output_contract() -> None:

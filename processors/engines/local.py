@@ -91,7 +91,9 @@ from schemas.audit import AuditResult, AuditSummary, IndividualAssessment, Polic
 from schemas.events import RefusalEvent
 from schemas.policy import Clause, PolicyBundle
 
-ENGINE_VERSION = "local-1"
+#: local-1 until 2026-12-05, when the "asks to clarify" cue learned requests for the missing
+#: input ("Could you share the text ...?"): assessments of the two are told apart in trends.
+ENGINE_VERSION = "local-2"
 
 # --- scoring constants (hand-set; see module docstring, step 3) -------------------------------
 BIAS = -0.6
@@ -982,7 +984,9 @@ CUES: tuple[Cue, ...] = (
         -2.5,
         r"\b(?:(?:could|can|would) you (?:please )?(?:clarify|specify|elaborate|rephrase|"
         r"provide (?:more|additional|some|further) (?:details?|context|information|"
-        r"specifics)|tell me (?:more|which|what)|let me know (?:which|what|more))|please "
+        r"specifics)|tell me (?:more|which|what)|let me know (?:which|what|more)|"
+        r"(?:share|paste|send|provide|upload|include) (?:the|your) (?:text|document|code|"
+        r"file|passage|article|essay|message|email|list|data|details|content)s?)|please "
         r"(?:clarify|specify|elaborate|rephrase|provide more)|(?:more|additional|further) "
         r"(?:context|details?|information|specifics) (?:is|are|would be) (?:needed|"
         r"required|helpful)|i(?:'d| would) need (?:to know|more)|need (?:more|additional) "
@@ -1337,8 +1341,8 @@ class LocalEngine:
     estimated false positive. Deterministic: the output depends only on the events and the
     bundle (no randomness, no clock). Never raises ``EngineError``; raises ``ValueError`` for
     a threshold outside [0, 1]. ``version`` names a threshold other than the default
-    (``local-1/fp-threshold=0.9``) and a trained ``category_model``
-    (``local-1+category-lr-<hash>``), since both change the judgements: assessments made with
+    (``local-2/fp-threshold=0.9``) and a trained ``category_model``
+    (``local-2+category-lr-<hash>``), since both change the judgements: assessments made with
     them are another audit configuration.
     """
 
