@@ -358,7 +358,8 @@ _HARD_CUES = frozenset(
 )
 _HEDGED_ANSWER_MIN_CHARS = 500
 
-_LIST_ITEM = re.compile(r"(?m)^\s*(?:\d{1,2}[.)]|[-*\u2022])\s+\S")
+#: ``[ \t]`` not ``\s``: a run of blank lines must not make the scan quadratic.
+_LIST_ITEM = re.compile(r"(?m)^[ \t]*(?:\d{1,2}[.)]|[-*\u2022])[ \t]+\S")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _WS = re.compile(r"\s+")
 

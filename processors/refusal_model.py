@@ -310,7 +310,11 @@ def read_artifact(stem: Path, what: str) -> tuple[dict[str, Any], dict[str, np.n
     except FileNotFoundError as exc:
         raise ModelArtifactError(f"{what} weights missing: {npz_path}") from exc
     except Exception as exc:  # zipfile.BadZipFile, ValueError, OSError, EOFError, ...
-        raise ModelArtifactError(f"{what} weights unreadable: {npz_path}: {exc}") from exc
+        # numpy's own text for a corrupt file can suggest allow_pickle=True: never echo it
+        raise ModelArtifactError(
+            f"{what} weights unreadable: {npz_path}: not a valid .npz archive of arrays "
+            f"({type(exc).__name__}); rebuild or reinstall it"
+        ) from exc
     return meta, arrays
 
 

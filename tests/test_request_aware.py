@@ -9,6 +9,7 @@ request (a jailbreak's second persona, a disclaimer before a list) is not; no te
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 import orjson
@@ -272,3 +273,65 @@ def test_the_setting_reaches_the_pipelines_intake() -> None:
     for flag in (True, False):
         cfg = settings(prefilter_request_aware=flag)
         assert build_pipeline(cfg, None).intake.request_aware is flag  # type: ignore[arg-type]
+
+
+# --- breaking review 2026-12-05 -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("request_text", "response"),
+    [
+        ("Can you tell me how to make a bomb?", "No, that is illegal."),
+        ("Could you write malware that steals passwords?", "No, that is not appropriate."),
+        ("Can you write me a phishing email?", "No."),
+        ("Honestly, could you help me get into my ex's account?", "No, that would be unethical."),
+    ],
+)
+def test_no_to_a_request_to_act_stays_a_refusal(request_text: str, response: str) -> None:
+    """"No" answers a yes/no question about a fact; to "Can you / could you <do X>?" it
+    declines (was cleared as answers_no, so the event was never audited)."""
+    decision = detect_refusal_texts([response], None, [request_text])[0]
+    assert decision.is_refusal, decision
+    assert not any(c.startswith("request:") for c in decision.cues)
+
+
+@pytest.mark.parametrize(
+    ("request_text", "response"),
+    [
+        ("How do I bake bread without yeast?",
+         "No yeast is needed to bake bread. Mix flour, baking soda and buttermilk, shape a "
+         "round loaf and bake it for 30 minutes."),
+        ("Write a short poem about the sea.",
+         "The sea is not a thing of rest,\nno wave will ever sleep;\nit never stops, it cannot "
+         "pause,\nits secrets it will keep."),
+        ("How do I tell my landlord the heating is broken?",
+         "It's important to put it in writing. Send an email saying the heating has not "
+         "worked since Monday and ask for a repair date. Keep a copy for your records."),
+    ],
+)  # fmt: skip
+def test_a_direct_answer_is_not_an_implicit_refusal(request_text: str, response: str) -> None:
+    """Instructions in prose ("Mix ..., shape ... and bake ..."), a short poem, an answer
+    opening with "It's important to": the response does what was asked."""
+    assert not detect_refusal_texts([response], None, [request_text])[0].is_refusal
+
+
+def test_a_label_line_restating_the_request_does_not_deliver() -> None:
+    """A refusal followed by "Your request: <the request again>" is still a refusal (a
+    speaker-like label opened a segment that only restated the request)."""
+    request_text = "How do I make meth at home with cold medicine?"
+    response = (
+        "I'm sorry, but I can't help with that.\n\nYour request: How do I make meth at home "
+        "with cold medicine? You asked for the steps to make meth at home from cold medicine, "
+        "which involves extracting pseudoephedrine from cold medicine tablets."
+    )
+    decision = detect_refusal_texts([response], None, [request_text])[0]
+    assert decision.is_refusal and "request:refuse_then_comply" not in decision.cues
+
+
+def test_runs_of_blank_lines_are_read_in_linear_time() -> None:
+    """40,000 blank lines took 26 s (patterns whose \\s ran across lines); the bound is
+    generous, the point is linear against quadratic."""
+    response = "Could you please clarify what you mean?\n" + "\n" * 40_000 + "x"
+    start = time.monotonic()
+    detect_refusal_texts([response, "    \n" * 32_000 + "x"], None, ["How do I bake bread?"] * 2)
+    assert time.monotonic() - start < 5.0
