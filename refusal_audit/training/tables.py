@@ -49,7 +49,7 @@ def prefilter_folds(meta: dict[str, Any]) -> str:
     if not folds:
         raise MissingFigures("the refusal pre-filter model carries no fold figures")
     lines = [
-        "| held-out source | n (refusals) | cue scorer F1 (default) | trained F1 |",
+        "| held-out source | n (refusals) | cue scorer F1 (response only) | trained F1 |",
         "| --- | --- | --- | --- |",
     ]
     for r in folds:
