@@ -561,10 +561,15 @@ def test_json_caller_engines_ask_for_enough_output(fake_openai: FakeOpenAIServer
     the largest answer their schemas allow (every text at its maximum length of English
     prose, as indented JSON), and not many times more."""
     from processors.calibration.openai_variants import OpenAIVariantEngine
-    from processors.clarification.judge import CIRCUMVENTION_REASONS, OpenAIJudge
+    from processors.clarification.judge import OpenAIJudge
     from processors.clarification.openai_questions import OpenAIQuestionEngine
     from schemas.calibration import MAX_NOTE_CHARS, MAX_STYLES, MAX_VARIANT_CHARS
-    from schemas.clarification import MAX_QUESTIONS, NOTE_MAX_CHARS, QUESTION_MAX_CHARS
+    from schemas.clarification import (
+        MAX_QUESTIONS,
+        NOTE_MAX_CHARS,
+        QUESTION_MAX_CHARS,
+        RULE_REASONS,
+    )
 
     prose = "The user asks about a process they want to stop, and the context is unclear. "
 
@@ -583,7 +588,7 @@ def test_json_caller_engines_ask_for_enough_output(fake_openai: FakeOpenAIServer
     assert questions <= OpenAIQuestionEngine.default_max_output_tokens < 2 * questions
     verdict = {
         "verdict": "reject",
-        "reasons": list(CIRCUMVENTION_REASONS),
+        "reasons": list(RULE_REASONS),
         "explanation": text(2 * NOTE_MAX_CHARS),
     }
     assert tokens(verdict) <= OpenAIJudge.default_max_output_tokens <= 2 * tokens(verdict)
