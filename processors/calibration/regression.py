@@ -109,8 +109,8 @@ MAX_DETAIL_CHARS = 400
 
 _WS = re.compile(r"\s+")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
-_NUMBERED_ITEM = re.compile(r"(?m)^\s*(?:\d{1,2}[.)]|\(\d{1,2}\)|[a-h][.)])\s+\S")
-_BULLET_ITEM = re.compile(r"(?m)^\s*[-*\u2022+]\s+\S")
+_NUMBERED_ITEM = re.compile(r"(?m)^[ \t]*(?:\d{1,2}[.)]|\(\d{1,2}\)|[a-h][.)])\s+\S")
+_BULLET_ITEM = re.compile(r"(?m)^[ \t]*[-*\u2022+]\s+\S")
 _STEP_N = re.compile(r"\bstep\s*(?:#\s*)?(?:\d+|one|two|three|four|five)\b")
 _SEQUENCE = re.compile(
     r"(?:^|[.!?:;]\s+)(?:first(?:ly)?|second(?:ly)?|third(?:ly)?|then|next|after that|"
