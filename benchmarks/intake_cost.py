@@ -7,7 +7,13 @@ into embedded chDB <= 100 µs per event beyond start-up. This script prints, for
 - ``decode+validate``: ``processors.adapters.decode_record`` on the raw JSONL bytes;
 - ``fingerprint``: ``processors.intake.content_fingerprint`` (part of intake);
 - ``redaction``: ``processors.redaction.redact_event`` with every kind enabled;
-- ``pre-filter``: ``processors.prefilter.detect_refusals`` (the cue scorer, batch path);
+- ``pre-filter``: ``processors.prefilter.detect_refusals`` (the cue scorer and the
+  request-aware stage, batch path);
+- ``cascade``: with ``--cascade-band LOW HIGH`` (default 0.3 0.7, the narrowest band of the
+  trade-off curve that reaches part of the example log; ``--no-cascade`` skips it),
+  ``processors.refusal_cascade.Cascade.decide`` over the pre-filter's decisions with the
+  shipped head and its int8 MiniLM encoder (``refusal_audit.prefilter_cascade.build_cascade``;
+  loading them is not timed), and ``cascade reached``, the share of events the encoder ran on;
 - ``tokens``: ``processors.batching.event_tokens`` (o200k_base, the batcher's cost);
 - ``local engine``: ``LocalEngine.audit_sync`` over the batches ``make_batches`` forms from
   the refusals (figure per event fed in, so stages add up);
@@ -21,9 +27,14 @@ per-stage figures are the best of ``--repeat`` passes. Events are ``examples/ref
 cycled with fresh log ids, or, with ``--data FILE ...``, the ``prompt``/``response``
 (``completion``) fields of JSONL or CSV files such as ``../shared/data/xstest/*.csv``.
 
+``intake + local engine`` adds decode, fingerprint, redaction, pre-filter and the local engine;
+``intake + local engine, cascade on`` adds the cascade to it (issue 25's budget: 1.5 x the
+figure without the cascade).
+
 Run: ``python benchmarks/intake_cost.py [--events N] [--data FILE ...] [--repeat R]
-[--profile STAGE] [--no-end-to-end] [--json]``. ``--profile`` prints the cProfile top 15 of
-one stage (``decode``, ``redaction``, ``prefilter``, ``engine``, ``tokens``, ``end-to-end``).
+[--cascade-band LOW HIGH | --no-cascade] [--profile STAGE] [--no-end-to-end] [--json]``.
+``--profile`` prints the cProfile top 15 of one stage (``decode``, ``redaction``,
+``prefilter``, ``engine``, ``tokens``, ``end-to-end``).
 """
 
 from __future__ import annotations
@@ -47,12 +58,13 @@ from processors.batching import event_tokens, make_batches
 from processors.drift import WindowCounts
 from processors.engines.local import LocalEngine
 from processors.intake import content_fingerprint
-from processors.prefilter import detect_refusals
+from processors.prefilter import RefusalDecision, detect_refusals
 from processors.redaction import Redactor, redact_event
 from processors.trends import trend_lines
 from refusal_audit.batch import BatchOptions, run_batch
 from refusal_audit.bundles import load_bundles
 from refusal_audit.config import load_settings
+from refusal_audit.prefilter_cascade import build_cascade
 from schemas.events import RefusalEvent
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,8 +114,11 @@ def _cpu(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
     return best, result
 
 
-def measure_stages(records: Sequence[SourceRecord], repeat: int) -> dict[str, float]:
-    """CPU µs per event of each stage (see the module docstring), keyed by stage name."""
+def measure_stages(
+    records: Sequence[SourceRecord], repeat: int, band: tuple[float, float] | None = None
+) -> dict[str, float]:
+    """CPU µs per event of each stage (see the module docstring), keyed by stage name; with
+    ``band``, also the cascade's CPU and ``cascade reached`` (a share, not µs)."""
     n = len(records)
     options = DecodeOptions()
     redactor = Redactor()
@@ -123,6 +138,7 @@ def measure_stages(records: Sequence[SourceRecord], repeat: int) -> dict[str, fl
     redacted: list[RefusalEvent] = red  # type: ignore[assignment]
     sec["pre-filter"], dec = _cpu(lambda: detect_refusals(redacted), repeat)
     refusals = [e for e, d in zip(redacted, dec, strict=True) if d.is_refusal]  # type: ignore[call-overload]
+    reached = _cascade_stage(band, redacted, dec, repeat, sec) if band else None  # type: ignore[arg-type]
     sec["tokens"], _ = _cpu(lambda: [event_tokens(e) for e in refusals], repeat)
     batches = make_batches(refusals, cfg.batch_max_events, cfg.batch_token_budget)
 
@@ -134,7 +150,29 @@ def measure_stages(records: Sequence[SourceRecord], repeat: int) -> dict[str, fl
     baseline = WindowCounts(refusals=1200, false_positives=96, review_flags=150, categories={})
     assessed = [o.result.individual_assessments for o in outputs]  # type: ignore[attr-defined]
     sec["trend lines"], _ = _cpu(lambda: [trend_lines(a, baseline) for a in assessed], repeat)
-    return {k: v / n * 1e6 for k, v in sec.items()}
+    out = {k: v / n * 1e6 for k, v in sec.items()}
+    if reached is not None:
+        out["cascade reached"] = reached / n
+    return out
+
+
+def _cascade_stage(
+    band: tuple[float, float],
+    events: Sequence[RefusalEvent],
+    decisions: Sequence[RefusalDecision],
+    repeat: int,
+    sec: dict[str, float],
+) -> int:
+    """Time the cascade over ``decisions`` into ``sec["cascade"]`` (CPU s); return how many
+    events reached the encoder. Raises ``ConfigError`` when the head or encoder is missing."""
+    cascade = build_cascade(load_settings(None, prefilter_cascade_band=list(band)))
+    if cascade is None:
+        raise SystemExit(f"--cascade-band {band}: an empty band turns the cascade off")
+    requests = [e.request for e in events]
+    responses = [e.response for e in events]
+    cascade.decide(decisions[:8], requests[:8], responses[:8])  # warm the ONNX session
+    sec["cascade"], result = _cpu(lambda: cascade.decide(decisions, requests, responses), repeat)
+    return int(result[1])  # type: ignore[index]
 
 
 def _write_input(records: Sequence[SourceRecord], path: Path) -> None:
@@ -205,6 +243,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--data", type=Path, nargs="*", default=[])
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--no-end-to-end", action="store_true")
+    p.add_argument("--cascade-band", type=float, nargs=2, default=[0.3, 0.7],
+                   metavar=("LOW", "HIGH"))  # fmt: skip
+    p.add_argument("--no-cascade", action="store_true")
     p.add_argument("--profile", choices=["decode", "redaction", "prefilter", "tokens", "engine",
                                          "end-to-end"])  # fmt: skip
     p.add_argument("--json", action="store_true")
@@ -213,19 +254,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.profile:
         profile(args.profile, records)
         return 0
-    figures: dict[str, float] = measure_stages(records, args.repeat)
+    band = None if args.no_cascade else (args.cascade_band[0], args.cascade_band[1])
+    figures: dict[str, float] = measure_stages(records, args.repeat, band)
     figures["intake + local engine"] = sum(
         figures[k] for k in ("decode+validate", "fingerprint", "redaction", "pre-filter",
                              "local engine")
     )  # fmt: skip
+    if band is not None:
+        figures["intake + local engine, cascade on"] = (
+            figures["intake + local engine"] + figures["cascade"]
+        )
     if not args.no_end_to_end:
         figures.update(measure_end_to_end(records))
     if args.json:
-        print(orjson.dumps({"events": len(records), **figures}).decode())
+        extra = {"cascade band": list(band)} if band is not None else {}
+        print(orjson.dumps({"events": len(records), **extra, **figures}).decode())
         return 0
-    print(f"{len(records)} events; CPU µs per event (time.process_time, best of {args.repeat})")
+    print(
+        f"{len(records)} events; CPU µs per event (time.process_time, best of {args.repeat})"
+        + (f"; cascade band [{band[0]:g}, {band[1]:g})" if band is not None else "")
+    )
     for name, value in figures.items():
-        print(f"  {name:<28} {value:>10.1f}")
+        digits = 3 if name == "cascade reached" else 1
+        print(f"  {name:<36} {value:>10.{digits}f}")
     return 0
 
 

@@ -16,6 +16,9 @@ Issue 25, item 3. For every band of ``refusal_audit.training.refusal_cascade.CUR
 Needs the shared data (``--shared-data``, default ``../shared/data``) and the fetched int8
 MiniLM encoder (``make install``). Run: ``python benchmarks/prefilter_cascade.py [--events N]
 [--repeat R] [--json]``. Encoding the labelled rows takes a few minutes on one core.
+``--json > benchmarks/results/prefilter_cascade.json`` feeds the generated tables (the curve
+in docs/evaluation.md, the cascade column of the README's detection table:
+``python -m refusal_audit.training.tables``).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from refusal_audit.training.refusal_cascade import (
     curve,
     out_of_source,
 )
+from refusal_audit.training.tables import cascade_curve
 from schemas.events import RefusalEvent
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,21 +80,6 @@ def cost(events: Sequence[RefusalEvent], cascade: Cascade, repeat: int) -> dict[
     return {"us_per_event": best / len(events) * 1e6, "reached": reached / len(events)}
 
 
-def _table(results: dict[str, Any]) -> str:
-    sources = sorted(results["curve"][0]["sources"])
-    head = ["band", "reached (labelled)", *sources, "reached (example log)", "CPU µs/event"]
-    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    for row, c in zip(results["curve"], results["cost"], strict=True):
-        low, high = row["band"]
-        cells = [f"[{low:g}, {high:g})" + (" off" if low == high else ""),
-                 f"{row['reached']:.3f}"]  # fmt: skip
-        cells += [f"{row['sources'][s]['f1']:.3f} ({row['sources'][s]['reached']:.2f})"
-                  for s in sources]  # fmt: skip
-        cells += [f"{c['reached']:.3f}", f"{c['us_per_event']:.0f}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the curve (Markdown table, or JSON with ``--json``)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -110,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         json.dump(results, sys.stdout, indent=2)
     else:
-        print(_table(results))
+        print(cascade_curve(results), end="")
     return 0
 
 

@@ -23,12 +23,15 @@ benchmarks/intake_cost.py reads it): the cue rules alone vs the cue rules plus t
 request-aware stage, via ``processors.prefilter.detect_refusals``.
 
 Run: ``python benchmarks/refusal_detection_loso.py [--shared-data DIR] [--fit]
-[--strict-xstest] [--cost]``. Its output is the request-aware section of docs/evaluation.md.
+[--strict-xstest] [--cost] [--json FILE]``. Its output is the request-aware section of
+docs/evaluation.md; ``--json benchmarks/results/refusal_detection.json`` feeds the README's
+refusal detection table (``python -m refusal_audit.training.tables``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,7 +44,8 @@ from sklearn.linear_model import LogisticRegression
 from processors.prefilter import decide_from_cues, detect_refusal_texts, read_cues
 from processors.request_aware import FEATURE_NAMES, pair_features, read_request_pair
 from refusal_audit.training.labels import SOURCES, LabelledResponse, load_refusal_examples
-from refusal_audit.training.refusal import binary_figures, format_ci, source_weights
+from refusal_audit.training.refusal import binary_figures, source_weights
+from refusal_audit.training.tables import request_aware
 
 REPO = Path(__file__).resolve().parents[1]
 #: Regularisation of the logistic model (fixed before any fold was scored).
@@ -116,34 +120,6 @@ def evaluate(shared_data: Path, strict_xstest: bool = False) -> list[dict[str, A
     return out
 
 
-def table(results: Sequence[dict[str, Any]]) -> str:
-    """Markdown table of :func:`evaluate`'s results."""
-    lines = [
-        "| source | n (refusals) | detector | precision | recall | F1 |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    labels = {
-        "rules": "cue rules",
-        "request_aware": "request-aware stage",
-        "loso": "logistic over cue + request features (LOSO)",
-    }
-    for r in results:
-        for key, label in labels.items():
-            m = r[key]
-            lines.append(
-                f"| {r['source']} | {m['n']} ({m['refusals']}) | {label} | "
-                f"{format_ci(m['precision'], m['precision_ci'])} | "
-                f"{format_ci(m['recall'], m['recall_ci'])} | {format_ci(m['f1'], m['f1_ci'])} |"
-            )
-    lines.append("")
-    lines.append("| source | override | fired | right |")
-    lines.append("| --- | --- | --- | --- |")
-    for r in results:
-        for name, counts in r["overrides"].items():
-            lines.append(f"| {r['source']} | {name} | {counts['fired']} | {counts['right']} |")
-    return "\n".join(lines)
-
-
 def cost(repeat: int = 5, cycles: int = 50) -> dict[str, float]:
     """CPU µs per event (best of ``repeat``) of ``detect_refusals`` over the example log
     cycled ``cycles`` times: without requests (cue rules) and with them (request-aware stage)."""
@@ -173,6 +149,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--fit", action="store_true", help="print logistic weights, all rows")
     parser.add_argument("--strict-xstest", action="store_true")
     parser.add_argument("--cost", action="store_true", help="also CPU µs per event")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        help="also write the per-source figures to this JSON file "
+        "(benchmarks/results/refusal_detection.json feeds the README table)",
+    )
     args = parser.parse_args(argv)
     out: dict[str, Any] = {}
     if args.fit:
@@ -190,7 +173,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         return out
     results = evaluate(args.shared_data, args.strict_xstest)
     out["results"] = results
-    print(table(results))
+    print(request_aware(results), end="")
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     if args.cost:
         figures = cost()
         out["cost"] = figures

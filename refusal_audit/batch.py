@@ -31,6 +31,11 @@ from warehouse.store import Warehouse
 FORMATS: tuple[str, ...] = get_args(InputFormat)
 
 
+RESPONSE_ONLY = "response-only"
+"""The pre-filter tag of an engine behind ``prefilter_request_aware = false`` (the cue rules
+read the response alone): ``<engine version>/prefilter=response-only``."""
+
+
 @dataclass(frozen=True)
 class BatchOptions:
     """Per-run input options from the command line.
@@ -149,7 +154,9 @@ def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) ->
     With an LLM engine the batch token budget is also capped so that every batch's prompt
     fits the model's context window. With ``prefilter_model = "trained"`` the shipped model
     is loaded here (start-up) and its version is appended to the engine's
-    (``tag_prefilter``). Raises ``ConfigError`` for bad bundles/engine or a missing/corrupt
+    (``tag_prefilter``), as are the cascade's and, with ``prefilter_request_aware`` off,
+    :data:`RESPONSE_ONLY` (the default detection reads the request; a store audited both ways
+    keeps them apart). Raises ``ConfigError`` for bad bundles/engine or a missing/corrupt
     model artifact.
     """
     bundles = load_bundles(cfg.policy_bundles, cfg.data_dir)
@@ -177,6 +184,8 @@ def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) ->
         tag_prefilter(engine, refusal_model.version)
     if cascade is not None:
         tag_prefilter(engine, cascade.version)
+    if cfg.prefilter_enabled and not cfg.prefilter_request_aware:
+        tag_prefilter(engine, RESPONSE_ONLY)
     budget, in_flight = cfg.batch_token_budget, 1
     context_cap = getattr(engine, "event_token_budget", None)
     if context_cap is not None:  # an LLM engine: the batch must also fit its context window

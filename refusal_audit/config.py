@@ -331,7 +331,8 @@ class Settings(BaseSettings):
         description="Read each response against its request in the pre-filter: an implicit "
         "refusal (clarification, lecture, negated restatement instead of an answer) counts as "
         "a refusal, a refusal followed by a delivered answer does not (docs/evaluation.md). "
-        "Events without a request are unaffected.",
+        "Events without a request are unaffected. Off, the engine version gains "
+        "`/prefilter=response-only` (another audit configuration).",
     )
     prefilter_model_path: Path | None = Field(
         default=None,

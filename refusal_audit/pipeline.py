@@ -47,6 +47,7 @@ from processors.batching import AuditBatch, Batcher
 from processors.drift import WindowCounts
 from processors.engines.base import AuditEngine, EngineError
 from processors.intake import IntakeSettings, make_dead_letter, prepare_many
+from processors.refusal_cascade import HEAD_CUE
 from processors.trends import trend_lines
 from processors.validation import AuditValidationError, recompute_summary
 from schemas.audit import AuditSummary, BatchRecord, PolicyGapFlag, StoredAssessment
@@ -119,6 +120,10 @@ class RunReport:
     ``classifier_refusal_detector_not``, ``detector_refusal_classifier_not``; agreement is
     not counted). Each such event is stored with both verdicts (``warehouse.queries``
     lists them).
+
+    ``encoder_decided`` counts the run's events whose refusal decision the refusal cascade's
+    encoder head made (cue ``encoder_head``: the pre-filter's score fell in
+    ``prefilter_cascade_band``); 0 with the cascade off.
     """
 
     records: int = 0
@@ -144,6 +149,7 @@ class RunReport:
     engine_steps: Counter[str] = field(default_factory=Counter, repr=False)
     engine_calls: int = 0
     disagreements: Counter[str] = field(default_factory=Counter, repr=False)
+    encoder_decided: int = 0
 
     def all_assessments(self) -> list[StoredAssessment]:
         """The assessments of the run's refusals: audited now, then those already stored."""
@@ -424,6 +430,8 @@ class AuditPipeline:
         report.events += 1
         if outcome.refusal_disagreement != "none":
             report.disagreements[outcome.refusal_disagreement] += 1
+        if HEAD_CUE in outcome.refusal_cues:
+            report.encoder_decided += 1
         run.events.append(outcome)
         run.origins.append(record)
         if not outcome.is_refusal:

@@ -45,6 +45,8 @@ def print_report(report: RunReport, console: Console) -> None:
         counts.add_row(label, str(value))
     console.print(counts)
     console.print(disagreement_line(report))
+    if report.encoder_decided:
+        console.print(cascade_line(report))
     if report.retired:
         shown = ", ".join(report.retired[:10]) + (" ..." if len(report.retired) > 10 else "")
         console.print(
@@ -110,6 +112,16 @@ def disagreement_line(report: RunReport) -> str:
     )
 
 
+def cascade_line(report: RunReport) -> str:
+    """One line: how many of the run's events the refusal cascade's encoder head decided
+    (``RunReport.encoder_decided``) and their share of the run's events."""
+    share = report.encoder_decided / report.events if report.events else 0.0
+    return (
+        f"refusal cascade: the encoder head decided {report.encoder_decided} of "
+        f"{report.events} event(s) ({share:.1%}; cue `encoder_head`)"
+    )
+
+
 def print_failures(failures: Sequence[Failure], console: Console, *, stored: bool = True) -> None:
     """Print failed records and batches as a table: source, location, reason code, reason.
 
@@ -151,6 +163,7 @@ def report_document(report: RunReport) -> dict[str, Any]:
             "failed_events": report.failed_events,
             "already_audited": len(report.stored_assessments),
             "disagreements": {d: report.disagreements[d] for d in DISAGREEMENT_DIRECTIONS},
+            "encoder_decided": report.encoder_decided,
         },
         "audit_summary": report.summary().model_dump(mode="json"),
         "batches": [b.model_dump(mode="json") for b in report.batch_records],

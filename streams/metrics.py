@@ -40,6 +40,12 @@ class WorkerMetrics:
         )
         for direction in DISAGREEMENT_DIRECTIONS:
             self.refusal_disagreements.labels(direction)  # both series exist from the start
+        self.encoder_decided = Counter(
+            "refusal_audit_cascade_encoder_decisions_total",
+            "Events whose refusal decision the refusal cascade's encoder head made (their "
+            "pre-filter score fell in prefilter_cascade_band); stays 0 with the cascade off.",
+            registry=r,
+        )
         self.batches = Counter(
             "refusal_audit_batches_total", "Audit batches by outcome.", ["outcome"], registry=r
         )

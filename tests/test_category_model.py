@@ -278,6 +278,22 @@ def test_generated_tables_match_the_shipped_models() -> None:
         assert tables.render(text) == text, f"{path}: run python -m refusal_audit.training.tables"
 
 
+def test_the_cost_table_states_the_cascade_budget_from_the_measured_figures() -> None:
+    """With cascade figures the table gains the cascade row (band, share reaching it) and the
+    issue's budget (1.5 x 170 µs); without them (--no-cascade) neither."""
+    base = {"events": 10, "decode+validate": 10.0, "fingerprint": 5.0, "redaction": 20.0,
+            "pre-filter": 40.0, "tokens": 6.0, "local engine": 85.0, "trend lines": 2.0,
+            "intake + local engine": 160.0, "end to end µs/event": 400.0,
+            "end to end events/s (wall)": 2000.0}  # fmt: skip
+    plain = tables.costs(base)
+    assert "cascade" not in plain
+    text = tables.costs({**base, "cascade band": [0.3, 0.7], "cascade": 300.0,
+                         "cascade reached": 0.072,
+                         "intake + local engine, cascade on": 460.0})  # fmt: skip
+    assert "[0.3, 0.7), 7.2% of events reach it | 300 |" in text
+    assert "| intake + local engine, cascade on | 460 | <= 255 (1.5 x 170) |" in text
+
+
 def test_tables_refuse_a_model_without_figures(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,7 +20,10 @@ from processors.refusal_model import ModelArtifactError
 from refusal_audit.batch import BatchOptions, run_batch
 from refusal_audit.config import ConfigError, Settings
 from refusal_audit.prefilter_cascade import HEAD_STEM, build_cascade, load_head, save_head
+from refusal_audit.reporting import cascade_line, report_document
+from refusal_audit.worker.web import record_metrics
 from schemas.events import RefusalEvent
+from streams.metrics import WorkerMetrics
 from warehouse import Warehouse
 
 REPO = Path(__file__).resolve().parents[1]
@@ -184,6 +187,12 @@ def test_the_pipeline_runs_the_cascade_with_the_real_encoder(
     report = run_batch(cfg, [log], BatchOptions.build(None, None, None, None, None),
                        sink=warehouse)  # fmt: skip
     assert report.events == 3 and report.failures == []
+    assert report.encoder_decided == 3  # counted for the summary, --json and /metrics
+    assert "encoder head decided 3 of 3 event(s) (100.0%" in cascade_line(report)
+    assert report_document(report)["counts"]["encoder_decided"] == 3
+    metrics = WorkerMetrics()
+    record_metrics(metrics, report)
+    assert metrics.registry.get_sample_value("refusal_audit_cascade_encoder_decisions_total") == 3
     stored = warehouse.client.query(
         f"SELECT log_id, is_refusal, refusal_cues FROM `{warehouse.database}`.refusal_events "
         "FINAL ORDER BY log_id"

@@ -270,9 +270,17 @@ def test_intake_reads_the_request_unless_the_setting_is_off() -> None:
 
 
 def test_the_setting_reaches_the_pipelines_intake() -> None:
+    """The setting reaches intake, and assessments made with it off carry another engine
+    version (``/prefilter=response-only``), so a store audited both ways tells them apart
+    and a re-run with the other setting audits again; the default's version is unchanged."""
+    versions = {}
     for flag in (True, False):
         cfg = settings(prefilter_request_aware=flag)
-        assert build_pipeline(cfg, None).intake.request_aware is flag  # type: ignore[arg-type]
+        pipeline = build_pipeline(cfg, None)  # type: ignore[arg-type]
+        assert pipeline.intake.request_aware is flag
+        versions[flag] = pipeline.engine.version
+    assert versions[False] == f"{versions[True]}/prefilter=response-only"
+    assert "prefilter=" not in versions[True]
 
 
 # --- breaking review 2026-12-05 -----------------------------------------------------------

@@ -33,7 +33,7 @@ from processors.prefilter import CueReading, detect_refusal_texts, read_cues
 from processors.refusal_cascade import REQUEST_CUE_PREFIX, CascadeBand, head_rows
 from processors.text_encoder import TextEncoder
 from refusal_audit.training.labels import LabelledResponse, load_refusal_examples
-from refusal_audit.training.refusal import f1_score, source_weights
+from refusal_audit.training.refusal import binary_figures, source_weights
 
 ENCODER = "all-minilm-l6-v2-q"
 C = 1.0
@@ -105,8 +105,10 @@ def out_of_source(data: CascadeData) -> FloatArray:
 
 
 def curve(data: CascadeData, proba: FloatArray) -> list[dict[str, Any]]:
-    """Per band of :data:`CURVE_BANDS`: the share of rows the head decides and the F1 per
-    source with the head deciding inside the band (out-of-source probabilities)."""
+    """Per band of :data:`CURVE_BANDS`: the share of rows the head decides and, per source
+    with the head deciding inside the band (out-of-source probabilities), precision and
+    recall (Wilson 95%) and F1 (bootstrap 95%) as
+    :func:`refusal_audit.training.refusal.binary_figures` gives them, plus ``reached``."""
     out = []
     for low, high in CURVE_BANDS:
         band = CascadeBand(low, high)
@@ -116,7 +118,7 @@ def curve(data: CascadeData, proba: FloatArray) -> list[dict[str, Any]]:
         pred = np.where(inside, proba >= 0.5, data.cue_pred)
         per_source = {
             s: {
-                "f1": round(f1_score(data.y[m], pred[m]), 4),
+                **binary_figures(data.y[m], pred[m]),
                 "reached": round(float(inside[m].mean()), 4),
             }
             for s in sorted(set(data.source.tolist()))

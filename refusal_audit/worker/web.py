@@ -32,6 +32,7 @@ def record_metrics(metrics: WorkerMetrics, report: RunReport) -> None:
     metrics.non_refusals.inc(report.non_refusals)
     for direction, n in report.disagreements.items():
         metrics.refusal_disagreements.labels(direction).inc(n)
+    metrics.encoder_decided.inc(report.encoder_decided)
     metrics.batches.labels("stored").inc(report.batches - report.failed_batches)
     metrics.batches.labels("dead_lettered").inc(report.failed_batches)
     for batch in report.batch_records:

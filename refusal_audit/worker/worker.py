@@ -311,6 +311,7 @@ async def process_window(ctx: WorkerContext, events: Sequence[Any]) -> RunReport
             "batches": report.batches,
             "identical_copies": report.identical_copies,
             "refusal_disagreements": sum(report.disagreements.values()),
+            "encoder_decided": report.encoder_decided,
         },
     )
     if report.retired:
