@@ -365,6 +365,31 @@ def test_adding_a_question_never_lowers_the_score_or_passes_a_rejected_set(
             assert not after.ok, (base, added)
 
 
+def test_round_two_needs_no_second_check_a_subset_of_an_accepted_set_is_accepted(
+    check: CircumventionCheck,
+) -> None:
+    """Round 2 re-asks round 1's unanswered questions verbatim, without checking them again
+    (``processors.clarification.conversation``). That is safe because every subset of a set
+    the default check accepted is accepted too (only the form rule on the number of questions
+    may differ): shown here on every dev-corpus set the shipped check accepts."""
+    from itertools import combinations
+
+    from processors.clarification.circumvention import TOO_FEW_QUESTIONS
+    from refusal_audit.training.circumvention import load_dev
+
+    accepted = 0
+    for s in load_dev():
+        if not check.check_questions(s.questions, s.request, s.refusal).ok:
+            continue
+        accepted += 1
+        for k in range(1, len(s.questions)):
+            for subset in combinations(s.questions, k):
+                result = check.check_questions(list(subset), s.request, s.refusal)
+                codes = {f.code for f in result.findings} - {TOO_FEW_QUESTIONS}
+                assert not codes, (s.set_id, subset, codes)
+    assert accepted >= 30  # exercised on real sets (41 of the 214 dev sets on 2026-12-05)
+
+
 def test_the_set_score_is_monotone_for_any_feature_rows() -> None:
     """On the shipped model's own scoring: adding any row never lowers the set score, and
     turning on a reject signal of a question never lowers it."""
