@@ -1,5 +1,5 @@
-"""``refusal-audit review export``, ``review import`` and ``review stats`` (``refusal_audit.cli``
-registers them).
+"""``refusal-audit review export``, ``review import``, ``review stats``, ``review labels`` and
+``review clarification-labels`` (``refusal_audit.cli`` registers them).
 
 Exit codes: 0 done; 1 some rows of an import were refused (listed with line and reason; the
 good rows are stored); 2 usage error (unreadable file, warehouse or configuration).
@@ -155,6 +155,35 @@ def review_labels(
     except (ConfigError, OSError, WarehouseError) as exc:
         raise fail_usage(f"review labels: {exc}") from exc
     console.print(f"{len(lines)} reviewed event(s) written to {out}")
+
+
+def review_clarification_labels(
+    out: Path = typer.Option(
+        ..., "--out", help="Write the labelled question sets here (.jsonl, mode 0600)."
+    ),
+) -> None:
+    """Write the reviewed clarification conversations as labelled question sets (the
+    datasets/circumvention format, one JSON line each), so `refusal-audit train
+    --with-verdicts FILE` trains the circumvention model on them and `refusal-audit clarify
+    eval FILE` measures the check against the reviewers. The questions are every question the
+    conversation asked up to the judged step; the label is `reject` when at least half of the
+    reviewers (each one's newest verdict) said the questions were not neutral (a tie rejects:
+    the safe side for a safety check), else `acceptable`. A conversation without a verdict is
+    not written; a reviewed one with no question asked (its set was rejected before it
+    reached the user) is counted and left out."""
+    from refusal_audit.clarification_labels import clarification_labels, write_private_lines
+
+    cfg = settings()
+    try:
+        labels = clarification_labels(open_store(cfg))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_private_lines(labels.lines, out)
+    except (ConfigError, OSError, WarehouseError) as exc:
+        raise fail_usage(f"review clarification-labels: {exc}") from exc
+    counts = ", ".join(f"{labels.labels[k]} {k}" for k in ("acceptable", "reject"))
+    console.print(f"{len(labels.lines)} reviewed question set(s) written to {out} ({counts})")
+    for reason, n in sorted(labels.skipped.items()):
+        console.print(f"{n} reviewed conversation(s) not written: {reason}")
 
 
 def _read_password() -> str:

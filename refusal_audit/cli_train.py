@@ -15,9 +15,9 @@ from refusal_audit.training.circumvention import DEV_PATH as CIRCUMVENTION_DEV
 
 DEFAULT_SHARED_DATA = Path("../shared/data")
 MODELS = ("all", "prefilter", "category", "circumvention", "cascade")
-NO_CIRCUMVENTION_VERDICTS = (
-    "reviewer verdicts (`review labels`) are refusal events: they carry no clarification "
-    "question sets, so the circumvention model is trained on its corpus only"
+NO_CASCADE_VERDICTS = (
+    "the refusal cascade head cannot learn from review verdicts: they judge the category and "
+    "over-refusal of events that are refusals, and no verdict says an event was not a refusal"
 )
 
 
@@ -31,7 +31,7 @@ def train(
         help="Which model to build: all, prefilter, category or circumvention (the "
         "clarification circumvention check, from --circumvention-dev; needs no shared data); "
         "or cascade (the refusal cascade's encoder head: needs the fetched int8 MiniLM "
-        "encoder and a few minutes; not part of all).",
+        "encoder and a few minutes; not part of all; reviewer verdicts cannot feed it).",
     ),
     output_dir: Path | None = typer.Option(
         None,
@@ -47,16 +47,22 @@ def train(
         help="Labelled question sets the circumvention model is trained and "
         "cross-validated on (datasets/circumvention format). Never the held-out file.",
     ),
-    with_verdicts: Path | None = typer.Option(
+    with_verdicts: list[Path] | None = typer.Option(
         None,
         "--with-verdicts",
-        help="Also train the category model on the reviewers' verdicts: a file written by "
-        "`refusal-audit review labels --out FILE`. It changes neither the pre-filter nor the "
-        "circumvention model: those verdicts are refusal events and carry no clarification "
-        "question sets (the clarification review's verdicts are not exported yet).",
+        help="Also train on the reviewers' verdicts (repeatable, one file of each kind; the "
+        "kind is read from the lines): a `refusal-audit review labels --out FILE` file "
+        "(reviewed refusal events) trains the category model; a `refusal-audit review "
+        "clarification-labels --out FILE` file (reviewed question sets, `reject` when at "
+        "least half of the reviewers held the questions not neutral) trains the "
+        "circumvention model. Neither feeds the pre-filter or the cascade head.",
     ),
     verdict_weight: float = typer.Option(
-        2.0, "--verdict-weight", min=0.0, help="Weight of one verdict row (shared data: 1)."
+        2.0,
+        "--verdict-weight",
+        min=0.0,
+        help="Weight of one verdict: a category-model row (a shared-data row: 1) or a "
+        "circumvention question set (a dev set: 1; the classes stay balanced).",
     ),
     folds: bool = typer.Option(
         True, "--folds/--no-folds", help="Run the held-out validation for the model cards."
@@ -70,33 +76,20 @@ def train(
 ) -> None:
     """Train the refusal pre-filter, the local engine's category model and the clarification
     circumvention model deterministically and write each artifact with its model card.
-    Reviewer verdicts (--with-verdicts) join the category model's training data, weighted and
-    reported separately on its card; they carry nothing for the circumvention model."""
-    from refusal_audit.training.labels import load_verdict_labels
-
+    Reviewer verdicts (--with-verdicts) join the category model's training data (`review
+    labels`) or the circumvention model's (`review clarification-labels`), weighted and
+    reported separately on its card; the cross-validated figures stay the dev corpus's."""
     if model not in MODELS:
         raise fail_usage(f"--model must be one of {', '.join(MODELS)}, not {model!r}")
     if model != "circumvention" and not (shared_data / "xstest").is_dir():
         raise fail_usage(f"shared data not found at {shared_data} (expected xstest/ inside)")
     if model in ("all", "circumvention"):
         _check_circumvention_dev(circumvention_dev)
-    if with_verdicts is not None and not with_verdicts.is_file():
-        raise fail_usage(f"--with-verdicts: no such file {with_verdicts}")
-    if with_verdicts is not None and model in ("prefilter", "circumvention"):
-        raise fail_usage(
-            "--with-verdicts trains the category model only (for the circumvention model: "
-            f"{NO_CIRCUMVENTION_VERDICTS}): use --model category or all"
-        )
+    review_file, sets_file = _verdict_files(with_verdicts or [], model)
     try:
         day = date.fromisoformat(built_on) if built_on else None
     except ValueError as exc:
         raise fail_usage(f"--date: {exc}") from exc
-    if with_verdicts is not None:  # before any model is built (--model all)
-        try:
-            if not load_verdict_labels(with_verdicts):
-                raise fail_usage(f"no verdicts in {with_verdicts}")
-        except (ValueError, OSError) as exc:
-            raise fail_usage(f"--with-verdicts: {exc}") from exc
     if output_dir is None:
         output_dir = settings().data_dir / "models"
     _writable(output_dir)
@@ -105,12 +98,56 @@ def train(
             _build_cascade(shared_data, output_dir, every)
         elif model != "circumvention":
             _build(
-                model, shared_data, output_dir, folds, every, day, with_verdicts, verdict_weight
+                model, shared_data, output_dir, folds, every, day, review_file, verdict_weight
             )  # fmt: skip
         if model in ("all", "circumvention"):
-            _build_circumvention(circumvention_dev, output_dir, day, with_verdicts is not None)
+            _build_circumvention(circumvention_dev, output_dir, day, sets_file, verdict_weight)
     except OSError as exc:  # the folder went away or filled up while writing
         raise fail_usage(f"cannot write the model to {output_dir}: {_reason(exc)}") from exc
+
+
+def _verdict_files(paths: list[Path], model: str) -> tuple[Path | None, Path | None]:
+    """The ``review labels`` file and the ``review clarification-labels`` file among
+    ``paths``, each read through (a bad line is refused before any model is built). Raises
+    the usage ``typer.Exit`` for a missing, empty, mixed or malformed file, two files of one
+    kind, or a file for a model that ``model`` does not build."""
+    from refusal_audit.training.labels import load_verdict_labels
+    from refusal_audit.training.verdict_files import (
+        CLARIFICATION_LABELS,
+        REVIEW_LABELS,
+        load_verdict_sets,
+        verdict_file_kind,
+    )
+
+    if paths and model == "cascade":
+        raise fail_usage(f"--with-verdicts: {NO_CASCADE_VERDICTS}")
+    if paths and model == "prefilter":
+        raise fail_usage("--with-verdicts: the pre-filter does not learn from review verdicts")
+    found: dict[str, Path] = {}
+    for path in paths:
+        if not path.is_file():
+            raise fail_usage(f"--with-verdicts: no such file {path}")
+        try:
+            kind = verdict_file_kind(path)
+            if kind == REVIEW_LABELS:
+                load_verdict_labels(path)
+            else:
+                load_verdict_sets(path)
+        except (ValueError, OSError) as exc:
+            raise fail_usage(f"--with-verdicts: {exc}") from exc
+        if kind in found:
+            raise fail_usage(
+                f"--with-verdicts: {found[kind]} and {path} are both `{kind}` files: give one"
+            )
+        found[kind] = path
+    wrong = {"category": CLARIFICATION_LABELS, "circumvention": REVIEW_LABELS}.get(model)
+    if wrong in found:
+        trains = "circumvention" if wrong == CLARIFICATION_LABELS else "category"
+        raise fail_usage(
+            f"--with-verdicts: {found[wrong]} is a `refusal-audit {wrong}` file: it trains the "
+            f"{trains} model, not the {model} model (use --model {trains} or all)"
+        )
+    return found.get(REVIEW_LABELS), found.get(CLARIFICATION_LABELS)
 
 
 def _reason(exc: OSError) -> str:
@@ -188,14 +225,18 @@ def _check_circumvention_dev(path: Path) -> None:
         )
 
 
-def _build_circumvention(dev: Path, output_dir: Path, day: date | None, verdicts: bool) -> None:
-    """Build the circumvention model from ``dev`` into ``output_dir`` (the packaged build:
+def _build_circumvention(
+    dev: Path, output_dir: Path, day: date | None, verdicts: Path | None, weight: float
+) -> None:
+    """Build the circumvention model from ``dev`` (and the reviewers' sets of ``verdicts``,
+    weighted ``weight``) into ``output_dir`` (the packaged build:
     ``refusal_audit.training.circumvention.build``) and report the files. Raises the usage
     ``typer.Exit`` for a corpus that cannot train it, ``OSError`` for a failed write."""
     from refusal_audit.training.circumvention import build
 
     try:
-        built = build(stem=output_dir / CIRCUMVENTION_STEM.name, dev=dev, built_on=day)
+        built = build(stem=output_dir / CIRCUMVENTION_STEM.name, dev=dev, built_on=day,
+                      verdicts=verdicts, verdict_weight=weight)  # fmt: skip
     except (ValueError, KeyError, TypeError) as exc:
         raise fail_usage(f"--circumvention-dev {dev}: cannot train on it: {exc!r}") from exc
     overall = built.cv["overall"]
@@ -204,8 +245,7 @@ def _build_circumvention(dev: Path, output_dir: Path, day: date | None, verdicts
         f"leave-one-domain-out on {dev.name}: precision {overall['precision']['rate']:.3f}, "
         f"recall {overall['recall']['rate']:.3f} at threshold {built.model.threshold:.3f}"
     )
-    if verdicts:
-        console.print(f"circumvention model: {NO_CIRCUMVENTION_VERDICTS}")
+    _report_verdict_sets(built.metadata)
     for path in (built.npz, built.metadata, built.card):
         console.print(f"wrote {path} ({path.stat().st_size:,} bytes)")
     stem = output_dir / CIRCUMVENTION_STEM.name
@@ -214,6 +254,29 @@ def _build_circumvention(dev: Path, output_dir: Path, day: date | None, verdicts
             "use it with REFUSAL_AUDIT_CLARIFY_CIRCUMVENTION_CHECK=trained "
             f"REFUSAL_AUDIT_CLARIFY_CIRCUMVENTION_MODEL_PATH={stem}"
         )
+
+
+def _report_verdict_sets(metadata: Path) -> None:
+    """Print what the reviewers' sets in the metadata at ``metadata`` were (or that there
+    were none)."""
+    import json
+
+    v = json.loads(metadata.read_text(encoding="utf-8")).get("verdicts")
+    if not v:
+        console.print(
+            "circumvention model: no reviewer verdicts (`refusal-audit review "
+            "clarification-labels --out FILE`, then --with-verdicts FILE)"
+        )
+        return
+    fold = v["own_fold"]
+    rate = {k: "n/a" if fold[k]["rate"] is None else f"{fold[k]['rate']:.3f}"
+            for k in ("precision", "recall")}  # fmt: skip
+    console.print(
+        f"circumvention model: {v['sets']} reviewer verdict sets from {v['file']} "
+        f"({v['labels']['acceptable']} acceptable, {v['labels']['reject']} reject), weight "
+        f"{v['weight']:g}; in training only (the figures above are dev's); the dev-only model "
+        f"on them: precision {rate['precision']}, recall {rate['recall']}"
+    )
 
 
 def _build_cascade(shared_data: Path, output_dir: Path, every: int) -> None:

@@ -536,13 +536,7 @@ def test_train_all_includes_the_circumvention_model(tmp_path: Path, shared_data:
         assert (out / stem).with_suffix(".json").is_file(), stem
 
 
-def test_train_says_verdicts_carry_nothing_for_the_circumvention_model(tmp_path: Path) -> None:
-    labels = tmp_path / "labels.jsonl"
-    labels.write_text("\n", encoding="utf-8")
-    code, text = _train("--model", "circumvention", "-o", str(tmp_path / "out"),
-                        "--with-verdicts", str(labels))  # fmt: skip
-    assert code == 2 and "carry no clarification question sets" in text, text
-    assert not (tmp_path / "out").exists()
+# reviewers' verdicts for this model: tests/test_clarification_verdict_labels.py
 
 
 def test_train_refuses_the_heldout_file_and_a_missing_dev_file(tmp_path: Path) -> None:

@@ -130,3 +130,46 @@ def verdicts_on(store: Warehouse, conversation_id: str) -> list[dict[str, Any]]:
         "ORDER BY submitted_at DESC LIMIT 1 BY reviewer",
         {"id": conversation_id},
     )
+
+
+def reviewed_conversations(store: Warehouse) -> list[dict[str, Any]]:
+    """Every conversation with a clarification verdict, for the labels export (``refusal-audit
+    review clarification-labels``), ordered by conversation id.
+
+    Each item: ``conversation_id``; ``verdicts``, the newest verdict of each reviewer
+    (``reviewer``, ``revision``, ``questions_ok``, ``note``, ``submitted_at``; ordered by
+    reviewer; same-time ties broken by ``verdict_id``); ``revision``, the newest revision
+    those verdicts judged; ``state``, the ``ConversationState`` JSON of that revision's
+    step, or None when the trail lacks it. Raises ``WarehouseError``.
+    """
+    verdicts = store.select(
+        "SELECT conversation_id, reviewer, revision, questions_ok, note, submitted_at "
+        "FROM {db:Identifier}.clarification_verdicts FINAL "
+        "ORDER BY conversation_id, reviewer, submitted_at DESC, verdict_id DESC "
+        "LIMIT 1 BY conversation_id, reviewer"
+    )
+    if not verdicts:
+        return []
+    by_conversation: dict[str, list[dict[str, Any]]] = {}
+    for v in verdicts:
+        by_conversation.setdefault(v["conversation_id"], []).append(v)
+    states = {
+        (r["conversation_id"], int(r["revision"])): r["state"]
+        for r in store.select(
+            "SELECT conversation_id, revision, state "
+            "FROM {db:Identifier}.clarification_steps FINAL "
+            "WHERE conversation_id IN {ids:Array(String)}",
+            {"ids": sorted(by_conversation)},
+        )
+    }
+    out = []
+    for conversation_id in sorted(by_conversation):
+        judged = by_conversation[conversation_id]
+        revision = max(int(v["revision"]) for v in judged)
+        out.append({
+            "conversation_id": conversation_id,
+            "revision": revision,
+            "state": states.get((conversation_id, revision)),
+            "verdicts": judged,
+        })  # fmt: skip
+    return out

@@ -12,4 +12,6 @@
 - :mod:`~processors.clarification.conversation`: the two-round state machine;
 - :mod:`~processors.clarification.flow`: opening a conversation (classify, route, ask, check,
   judge).
+- :mod:`~processors.clarification.verdict_sets`: reviewers' verdicts on a conversation as a
+  labelled question set for the circumvention model.
 """

@@ -1,8 +1,9 @@
 """Train the monotone circumvention model on the dev corpus, cross-validate it by domain,
 write the artifact (``refusal_audit/models/circumvention_check.{npz,json,md}``).
 
-Only ``datasets/circumvention/dev.jsonl`` is read here: the held-out file is for the one
-final report (``refusal-audit clarify eval``), never for fitting or choosing anything.
+Only ``datasets/circumvention/dev.jsonl`` (and, optionally, reviewers' verdict sets) is
+trained on here: the held-out file is for the one final report (``refusal-audit clarify
+eval``), never for fitting or choosing anything.
 
 Procedure (docs/clarification.md, "The circumvention check"):
 
@@ -19,6 +20,13 @@ Procedure (docs/clarification.md, "The circumvention check"):
    (issue 25's recall target); ``C`` is the one of :data:`C_GRID` with the best out-of-fold
    precision at that threshold (ties: the smaller ``C``);
 5. the shipped model is refitted on all of dev with that ``C`` and threshold.
+
+Reviewers' verdicts (``build(verdicts=FILE)``, a ``refusal-audit review clarification-labels``
+file; ``refusal-audit train --with-verdicts``) add their sets, domain
+``reviewer-verdicts``, each weighted ``verdict_weight`` against a dev set's 1 (the classes
+stay balanced: :func:`balanced_weights`). They are in every training fold of step 3 and in
+the refit of step 5, but never scored with dev: the CV figures, the threshold and ``C`` are
+dev's alone. Their own fold (a model fitted on dev only, scored on them) is reported apart.
 
 Run: ``python -m refusal_audit.training.circumvention [--encoder NAME] [-o STEM]`` or
 ``refusal-audit train --model circumvention``.
@@ -49,10 +57,13 @@ from processors.clarification.circumvention_model import (
     question_rows,
     vetoes,
 )
+from processors.clarification.verdict_sets import VERDICT_DOMAIN
 from processors.stats import wilson_interval
 from processors.text_encoder import TextEncoder
 
 DEV_PATH = Path(__file__).resolve().parents[2] / "datasets" / "circumvention" / "dev.jsonl"
+HELDOUT_PATH = DEV_PATH.with_name("heldout.jsonl")
+"""The frozen held-out corpus: never trained on (datasets/circumvention/README.md)."""
 STEM = Path(__file__).resolve().parents[1] / "models" / "circumvention_check"
 C_GRID: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0)
 """Inverse regularisation strengths tried by leave-one-domain-out on dev."""
@@ -119,16 +130,35 @@ Params = tuple[np.ndarray, np.ndarray, np.ndarray, float]
 """``(weights, mean, scale, bias)`` of a fitted model."""
 
 
-def fit(q: Questions, y: np.ndarray, signs: Sequence[int], c: float) -> Params:
+def balanced_weights(y: np.ndarray, sample_weight: np.ndarray | None = None) -> np.ndarray:
+    """Per-set loss weights ``(n_sets,)``: ``sample_weight`` (default 1 each) rescaled so
+    that each class holds half of the total weight, ``s_i * total / (2 * class total)``.
+    With unit weights this is ``n_sets / (2 * n_class)``, the plain class balance."""
+    y = y.astype(bool)
+    if sample_weight is None:
+        n_pos, n_neg = int(y.sum()), int((~y).sum())
+        return np.where(y, len(y) / (2 * max(n_pos, 1)), len(y) / (2 * max(n_neg, 1)))
+    s = np.asarray(sample_weight, dtype=np.float64)
+    total, pos, neg = float(s.sum()), float(s[y].sum()), float(s[~y].sum())
+    return s * np.where(y, total / (2 * (pos or 1.0)), total / (2 * (neg or 1.0)))
+
+
+def fit(
+    q: Questions,
+    y: np.ndarray,
+    signs: Sequence[int],
+    c: float,
+    sample_weight: np.ndarray | None = None,
+) -> Params:
     """Fit the sign-constrained noisy-OR model on set labels ``y`` ``(n_sets,)`` (module
-    docstring, step 2). Deterministic (zero start, L-BFGS-B)."""
+    docstring, step 2), each set's loss weighted by :func:`balanced_weights` of
+    ``sample_weight`` ``(n_sets,)`` (None: 1 each). Deterministic (zero start, L-BFGS-B)."""
     mean = q.x.mean(axis=0)
     scale = q.x.std(axis=0)
     scale[scale == 0] = 1.0
     xs = (q.x - mean) / scale
     y = y.astype(bool)
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
-    weight = np.where(y, q.n_sets / (2 * max(n_pos, 1)), q.n_sets / (2 * max(n_neg, 1)))
+    weight = balanced_weights(y, sample_weight)
     d = xs.shape[1]
 
     def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
@@ -162,14 +192,23 @@ def set_scores(params: Params, q: Questions) -> np.ndarray:
     return np.asarray(-np.expm1(np.bincount(q.group, -np.logaddexp(0.0, z), q.n_sets)))
 
 
-def out_of_fold(sets: Sequence[DevSet], q: Questions, signs: Sequence[int], c: float) -> np.ndarray:
-    """Leave-one-domain-out set probabilities: shape ``(len(sets),)``."""
+def out_of_fold(
+    sets: Sequence[DevSet],
+    q: Questions,
+    signs: Sequence[int],
+    c: float,
+    sample_weight: np.ndarray | None = None,
+) -> np.ndarray:
+    """Leave-one-domain-out set probabilities: shape ``(len(sets),)``. Only the dev domains
+    are held back and scored; the reviewers' sets (domain ``reviewer-verdicts``) stay in
+    every training fold and get NaN."""
     y = np.array([s.reject for s in sets])
     domains = np.array([s.domain for s in sets])
-    oof = np.zeros(len(sets))
-    for d in sorted(set(domains)):
+    oof = np.full(len(sets), np.nan)
+    for d in sorted(set(domains) - {VERDICT_DOMAIN}):
         test = domains == d
-        oof[test] = set_scores(fit(q.subset(~test), y[~test], signs, c), q.subset(test))
+        w = None if sample_weight is None else sample_weight[~test]
+        oof[test] = set_scores(fit(q.subset(~test), y[~test], signs, c, w), q.subset(test))
     return oof
 
 
@@ -211,14 +250,21 @@ def cv_figures(sets: Sequence[DevSet], oof: np.ndarray) -> dict[str, Any]:
     return {"threshold": threshold, "overall": rates(scores, y, threshold), "domains": per_domain}
 
 
-def cross_validate(sets: Sequence[DevSet], q: Questions, signs: Sequence[int]) -> dict[str, Any]:
-    """Leave-one-domain-out over :data:`C_GRID`: the figures (:func:`cv_figures`) of the
-    chosen ``C`` (best out-of-fold precision at the recall threshold), with ``C`` and the
-    precision of every ``C`` tried."""
+def cross_validate(
+    sets: Sequence[DevSet],
+    q: Questions,
+    signs: Sequence[int],
+    sample_weight: np.ndarray | None = None,
+) -> dict[str, Any]:
+    """Leave-one-domain-out over :data:`C_GRID`: the figures (:func:`cv_figures`, on the dev
+    sets only) of the chosen ``C`` (best out-of-fold precision at the recall threshold),
+    with ``C`` and the precision of every ``C`` tried."""
     best: dict[str, Any] | None = None
     tried = {}
+    dev = np.array([s.domain != VERDICT_DOMAIN for s in sets])
+    dev_sets = [s for s in sets if s.domain != VERDICT_DOMAIN]
     for c in C_GRID:
-        figures = cv_figures(sets, out_of_fold(sets, q, signs, c))
+        figures = cv_figures(dev_sets, out_of_fold(sets, q, signs, c, sample_weight)[dev])
         precision = figures["overall"]["precision"]["rate"] or 0.0
         tried[str(c)] = precision
         if best is None or precision > best["overall"]["precision"]["rate"] + 1e-12:
@@ -238,28 +284,58 @@ class CircumventionBuild:
     cv: dict[str, Any]
 
 
+def _verdict_fold(
+    sets: Sequence[DevSet], q: Questions, signs: Sequence[int], c: float, threshold: float
+) -> dict[str, Any]:
+    """The reviewers' sets as a fold of their own: a model fitted on the dev sets only
+    (``C`` = ``c``) scores them at ``threshold`` (vetoes included); :func:`rates`."""
+    extra = np.array([s.domain == VERDICT_DOMAIN for s in sets])
+    y = np.array([s.reject for s in sets])
+    params = fit(q.subset(~extra), y[~extra], signs, c)
+    verdict_sets = [s for s in sets if s.domain == VERDICT_DOMAIN]
+    scores = np.maximum(set_scores(params, q.subset(extra)), vetoed(verdict_sets))
+    return rates(scores, y[extra], threshold)
+
+
 def build(
     encoder: TextEncoder | None = None,
     stem: Path = STEM,
     dev: Path = DEV_PATH,
     built_on: date | None = None,
+    verdicts: Path | None = None,
+    verdict_weight: float = 1.0,
 ) -> CircumventionBuild:
     """Cross-validate on ``dev``, refit on all of it, write ``<stem>.npz``/``.json``/``.md``.
 
-    Deterministic: the same dev file, encoder and date give the same metadata, content
-    hash and card (the .npz differs only in its zip timestamps). Raises
-    ``OSError`` for an unreadable dev file or a failed write, ``ValueError``/``KeyError``
-    for a malformed one (or one with a single label).
+    ``verdicts``: a ``refusal-audit review clarification-labels`` file whose sets join the
+    training, each weighted ``verdict_weight`` (a dev set: 1), never the CV figures (module
+    docstring); the metadata's ``verdicts`` and the card report them apart.
+
+    Deterministic: the same dev file, verdicts, encoder and date give the same metadata,
+    content hash and card (the .npz differs only in its zip timestamps). Raises
+    ``OSError`` for an unreadable file or a failed write, ``ValueError``/``KeyError``
+    for a malformed one (or a dev file with a single label; a verdict file's errors name
+    the line, and a held-out set in it is refused).
     """
-    sets = load_dev(dev)
-    y = np.array([s.reject for s in sets])
-    if y.all() or not y.any():
+    from refusal_audit.training.verdict_files import load_verdict_sets
+
+    dev_sets = load_dev(dev)
+    y_dev = np.array([s.reject for s in dev_sets])
+    if y_dev.all() or not y_dev.any():
         raise ValueError(f"{dev}: the corpus needs both labels to train the check")
+    extra = load_verdict_sets(verdicts) if verdicts is not None else []
+    if verdicts is not None and not extra:
+        raise ValueError(f"no verdicts in {verdicts}")
+    sets = [*dev_sets, *extra]
+    y = np.array([s.reject for s in sets])
+    weight = None
+    if extra:
+        weight = np.array([1.0] * len(dev_sets) + [float(verdict_weight)] * len(extra))
     names = feature_names(encoder is not None)
     signs = feature_signs(names)
     q = features(sets, encoder)
-    cv = cross_validate(sets, q, signs)
-    w, mean, scale, b = fit(q, y, signs, cv["C"])
+    cv = cross_validate(sets, q, signs, weight)
+    w, mean, scale, b = fit(q, y, signs, cv["C"], weight)
     w = np.where(np.abs(w) < 1e-12, 0.0, w)  # the bound's exact zero, not a -0.0 or 1e-17
     spec = {
         "features": list(names),
@@ -271,14 +347,27 @@ def build(
         "C": cv["C"],
     }
     arrays = {"weights": w, "mean": mean, "scale": scale}
+    day = (built_on or date.today()).isoformat()
     meta = {
         "format_version": FORMAT_VERSION,
         "spec": spec,
         "content_hash": content_hash(spec, arrays),
-        "trained_on": f"{dev.name} ({len(sets)} sets), {(built_on or date.today()).isoformat()}",
+        "trained_on": f"{dev.name} ({len(dev_sets)} sets), {day}",
         "cv": cv["overall"],
         "precision_by_C": cv["precision_by_C"],
     }
+    if verdicts is not None:
+        n_reject = sum(s.reject for s in extra)
+        meta["trained_on"] += (
+            f" + {len(extra)} reviewer verdict sets ({verdicts.name}, weight {verdict_weight:g})"
+        )
+        meta["verdicts"] = {
+            "file": verdicts.name,
+            "sets": len(extra),
+            "labels": {"acceptable": len(extra) - n_reject, "reject": n_reject},
+            "weight": float(verdict_weight),
+            "own_fold": _verdict_fold(sets, q, signs, cv["C"], cv["threshold"]),
+        }
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = stem.with_suffix(".npz"), stem.with_suffix(".json"), stem.with_suffix(".md")
     np.savez(paths[0], **arrays)  # type: ignore[arg-type]
@@ -308,6 +397,7 @@ def _card(meta: dict[str, Any], w: np.ndarray, names: Sequence[str]) -> str:
         f"{spec['threshold']:.3f}: precision {cv['precision']['rate']:.3f}, recall "
         f"{cv['recall']['rate']:.3f}. Nothing was fitted or chosen on the held-out file.",
         "",
+        *_verdict_lines(meta.get("verdicts")),
         "Standardised weights (non-zero):",
         "",
         *[f"- `{n}`: {v:+.2f}" for v, n in nonzero],
@@ -316,6 +406,27 @@ def _card(meta: dict[str, Any], w: np.ndarray, names: Sequence[str]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _rate(figure: dict[str, Any]) -> str:
+    return "n/a" if figure["rate"] is None else f"{figure['rate']:.3f}"
+
+
+def _verdict_lines(verdicts: dict[str, Any] | None) -> list[str]:
+    """The card's paragraph on the reviewers' sets (nothing without them)."""
+    if not verdicts:
+        return []
+    labels, fold = verdicts["labels"], verdicts["own_fold"]
+    return [
+        f"Reviewer verdicts: {verdicts['sets']} sets from `{verdicts['file']}` "
+        f"({labels['acceptable']} acceptable, {labels['reject']} reject; "
+        f"`refusal-audit review clarification-labels`), weight {verdicts['weight']:g} each "
+        "against a dev set's 1, classes balanced. They are in every training fold and in the",
+        "refit, never scored with dev: the figures above are on dev sets only. As a fold of "
+        "their own (a model fitted on dev only, same C and threshold): precision "
+        f"{_rate(fold['precision'])}, recall {_rate(fold['recall'])}.",
+        "",
+    ]
 
 
 def main() -> None:

@@ -1,0 +1,316 @@
+"""Reviewers' clarification verdicts reach the circumvention model (issue 25, item 6):
+`review clarification-labels` exports them as labelled question sets and `train
+--with-verdicts` trains the circumvention model on them (dev-only CV figures, a file of the
+wrong kind or a bad line refused)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import stat
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from processors.clarification.trail import step_row
+from refusal_audit.cli import app
+from refusal_audit.config import Settings
+from refusal_audit.training.circumvention import DEV_PATH, build
+from schemas.clarification import ConversationState, EscalationReason, Outcome, Route
+from warehouse import Warehouse
+from warehouse.clarification import insert_steps, insert_verdict
+
+# the names this change adds are imported in the tests, so each test fails on its own
+# (not at collection) on code without them
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+HELDOUT_PATH = DEV_PATH.with_name("heldout.jsonl")
+NO_QUESTIONS = "no question asked"
+VERDICT_DOMAIN = "reviewer-verdicts"
+REQUEST = "How do I get into my neighbour's wifi network without them knowing?"
+REFUSAL = "I can't help with getting into someone else's network without permission."
+Q_PURPOSE = "What are you hoping to do online: browse, work, or something else?"
+Q_CHANNEL = "Have you asked your neighbour whether they would share the connection?"
+Q_ROUTE = "Which of these would be least likely to be noticed: a guessed password or a cloned card?"
+Q_LATER = "Would a public hotspot or a mobile data plan cover what you need for now?"
+
+
+def _question(text: str) -> dict[str, str]:
+    return {"question_text": text, "target_ambiguity": "purpose of the request",
+            "safety_guardrail": "asks for the goal only, no method"}  # fmt: skip
+
+
+def _state(cid: str, revision: int, rounds: list[list[str]], outcome: str) -> ConversationState:
+    at = T0 + timedelta(minutes=revision)
+    return ConversationState.model_validate({
+        "conversation_id": cid, "log_id": f"log-{cid}", "policy_bundle": "wren",
+        "request_hash": hashlib.sha256(REQUEST.encode()).hexdigest(),
+        "request": REQUEST, "refusal": REFUSAL, "category": "policy_gray_zone",
+        "route": Route.policy_gray_zone if rounds else None,
+        "rounds": [{"number": i + 1, "questions": [_question(t) for t in texts], "asked_at": at}
+                   for i, texts in enumerate(rounds)],
+        "round": len(rounds), "outcome": Outcome(outcome),
+        "escalation_reason": EscalationReason.circumvention if outcome == "escalated" else None,
+        "created_at": T0, "updated_at": at, "revision": revision,
+    })  # fmt: skip
+
+
+def _verdict(store: Warehouse, cid: str, revision: int, reviewer: str, ok: bool,
+             minutes: int, note: str = "") -> None:  # fmt: skip
+    insert_verdict(store, {
+        "conversation_id": cid, "revision": revision, "reviewer": reviewer,
+        "decision": "refuse", "questions_ok": ok, "note": note, "outcome": "asking",
+        "escalation_reason": "", "submitted_at": T0 + timedelta(hours=1, minutes=minutes),
+    })  # fmt: skip
+
+
+def _fill(store: Warehouse) -> None:
+    """Five conversations: two rounds judged at their end, two reviewers disagreeing
+    (``c-split``); a reviewer who changed their mind (``c-changed``); a verdict on an early
+    step of a conversation that asked again later (``c-early``); an escalation whose set was
+    never asked (``c-unasked``); one nobody reviewed (``c-open``)."""
+    states = [
+        _state("c-split", 0, [[Q_PURPOSE, Q_CHANNEL]], "asking"),
+        _state("c-split", 1, [[Q_PURPOSE, Q_CHANNEL], [Q_ROUTE]], "asking"),
+        _state("c-changed", 0, [[Q_PURPOSE]], "asking"),
+        _state("c-early", 0, [[Q_CHANNEL]], "asking"),
+        _state("c-early", 1, [[Q_CHANNEL], [Q_LATER]], "asking"),
+        _state("c-unasked", 0, [], "escalated"),
+        _state("c-open", 0, [[Q_ROUTE]], "asking"),
+    ]
+    insert_steps(store, [step_row(s, T0) for s in states])
+    _verdict(store, "c-split", 1, "ann", True, 0, "fine by me")
+    _verdict(store, "c-split", 1, "bob", False, 1, "the third question offers\na route")
+    _verdict(store, "c-changed", 0, "ann", False, 0, "first look")
+    _verdict(store, "c-changed", 0, "ann", True, 5, "on reflection neutral")
+    _verdict(store, "c-early", 0, "cid", True, 0)
+    _verdict(store, "c-unasked", 0, "ann", False, 0)
+
+
+def test_the_label_rule_rejects_when_at_least_half_say_not_neutral() -> None:
+    from processors.clarification.verdict_sets import verdict_label
+
+    assert verdict_label([False]) == "reject"
+    assert verdict_label([True, False]) == "reject"  # a tie rejects
+    assert verdict_label([True, True, False]) == "acceptable"
+    assert verdict_label([True]) == "acceptable"
+    assert verdict_label([False, False, True]) == "reject"
+    with pytest.raises(ValueError):
+        verdict_label([])
+
+
+def test_reviewed_conversations_export_as_question_sets(warehouse: Warehouse) -> None:
+    from processors.clarification import verdict_sets
+    from refusal_audit import clarification_labels as export
+
+    assert (export.NO_QUESTIONS, verdict_sets.VERDICT_DOMAIN) == (NO_QUESTIONS, VERDICT_DOMAIN)
+    verdict_set_id, clarification_labels = verdict_sets.verdict_set_id, export.clarification_labels
+    _fill(warehouse)
+    labels = clarification_labels(warehouse)
+    sets = {r["conversation_id"]: r for r in map(json.loads, labels.lines)}
+    assert sorted(sets) == ["c-changed", "c-early", "c-split"]  # c-open: no verdict
+    assert labels.skipped == {NO_QUESTIONS: 1}  # c-unasked: reviewed, nothing was asked
+    assert dict(labels.labels) == {"reject": 1, "acceptable": 2}
+    split = sets["c-split"]
+    assert split["label"] == "reject"  # ann yes, bob no: a tie rejects
+    assert [q["question_text"] for q in split["questions"]] == [Q_PURPOSE, Q_CHANNEL, Q_ROUTE]
+    assert split["rationale"] == (
+        "1 of 2 reviewer(s) held the questions not neutral: fine by me / "
+        "the third question offers a route"
+    )
+    assert (split["domain"], split["author"], split["reasons"]) == (VERDICT_DOMAIN, "reviewers", [])
+    assert split["set_id"] == verdict_set_id("c-split") != verdict_set_id("c-early")
+    assert (split["request"], split["refusal"]) == (REQUEST, REFUSAL)
+    changed = sets["c-changed"]  # ann's newer "neutral" replaces her older "not neutral"
+    assert (changed["label"], changed["reviewers"], changed["not_neutral"]) == ("acceptable", 1, 0)
+    assert "on reflection neutral" in changed["rationale"]
+    assert "first look" not in changed["rationale"]
+    early = sets["c-early"]  # judged at revision 0: the later round is not part of it
+    assert early["revision"] == 0
+    assert [q["question_text"] for q in early["questions"]] == [Q_CHANNEL]
+
+
+def _cli(args: list[str], env: dict[str, str] | None = None) -> tuple[int, str]:
+    res = CliRunner().invoke(app, args, env=env)
+    return res.exit_code, " ".join(res.output.split())
+
+
+def _export(cli_env: dict[str, str], out: Path) -> tuple[int, str]:
+    store = Warehouse.open(
+        Settings(warehouse_dsn=cli_env["REFUSAL_AUDIT_WAREHOUSE_DSN"],
+                 warehouse_database=cli_env["REFUSAL_AUDIT_WAREHOUSE_DATABASE"])
+    )  # fmt: skip
+    _fill(store)
+    return _cli(["review", "clarification-labels", "--out", str(out)], cli_env)
+
+
+def test_the_export_command_writes_a_private_file_that_trains_the_check(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    out = tmp_path / "labels" / "clarifications.jsonl"
+    code, text = _export(cli_env, out)
+    assert code == 0, text
+    assert f"3 reviewed question set(s) written to {out} (2 acceptable, 1 reject)" in text
+    assert f"1 reviewed conversation(s) not written: {NO_QUESTIONS}" in text
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 3
+
+    plain, with_verdicts = tmp_path / "plain", tmp_path / "verdicts"
+    code, text = _cli(["train", "--model", "circumvention", "-o", str(plain),
+                       "--date", "2026-12-05"])  # fmt: skip
+    assert code == 0, text
+    code, text = _cli(["train", "--model", "circumvention", "-o", str(with_verdicts),
+                       "--date", "2026-12-05", "--with-verdicts", str(out),
+                       "--verdict-weight", "3"])  # fmt: skip
+    assert code == 0, text
+    assert "3 reviewer verdict sets from clarifications.jsonl (2 acceptable, 1 reject)" in text
+    before = json.loads((plain / "circumvention_check.json").read_text(encoding="utf-8"))
+    after = json.loads((with_verdicts / "circumvention_check.json").read_text(encoding="utf-8"))
+    assert after["content_hash"] != before["content_hash"]
+    assert "verdicts" not in before
+    assert after["verdicts"]["sets"] == 3 and after["verdicts"]["weight"] == 3.0
+    assert after["verdicts"]["labels"] == {"acceptable": 2, "reject": 1}
+    assert "+ 3 reviewer verdict sets (clarifications.jsonl, weight 3)" in after["trained_on"]
+    card = (with_verdicts / "circumvention_check.md").read_text(encoding="utf-8")
+    assert "Reviewer verdicts: 3 sets" in card and "figures above are on dev sets only" in card
+
+
+def _dev_rejects() -> int:
+    return sum(
+        json.loads(line)["label"] == "reject"
+        for line in DEV_PATH.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    )
+
+
+def _set_line(set_id: str, questions: list[str], label: str, request: str = REQUEST) -> str:
+    return json.dumps({
+        "set_id": set_id, "domain": "privacy", "request": request, "refusal": REFUSAL,
+        "questions": [_question(q) for q in questions], "label": label, "reasons": [],
+        "rationale": "", "author": "reviewers",
+    })  # fmt: skip
+
+
+def test_verdict_sets_train_but_the_cv_figures_stay_dev_only(tmp_path: Path) -> None:
+    path = tmp_path / "v.jsonl"
+    path.write_text("\n".join([
+        _set_line("rv-1", [Q_ROUTE, Q_PURPOSE], "reject"),
+        _set_line("rv-2", [Q_PURPOSE], "acceptable"),
+        _set_line("rv-3", [Q_CHANNEL, Q_LATER], "acceptable"),
+    ]) + "\n", encoding="utf-8")  # fmt: skip
+    light = build(stem=tmp_path / "light", verdicts=path, verdict_weight=1.0)
+    heavy = build(stem=tmp_path / "heavy", verdicts=path, verdict_weight=25.0)
+    assert light.model.content_hash != heavy.model.content_hash  # the weight counts
+    for built in (light, heavy):
+        overall = built.cv["overall"]
+        assert overall["rejected_bad"] + overall["passed_bad"] == _dev_rejects()
+        assert VERDICT_DOMAIN not in built.cv["domains"]  # never scored as a dev domain
+    meta = json.loads(heavy.metadata.read_text(encoding="utf-8"))
+    fold = meta["verdicts"]["own_fold"]  # their own fold: the dev-only model on them
+    assert fold["rejected_bad"] + fold["passed_bad"] == 1
+    assert fold["rejected_good"] <= 2
+
+
+def test_the_classes_stay_balanced_under_sample_weights() -> None:
+    from refusal_audit.training.circumvention import balanced_weights
+
+    y = np.array([True, True, False, False, False, True, False])
+    plain = balanced_weights(y)
+    assert plain[y].sum() == pytest.approx(plain[~y].sum()) == pytest.approx(len(y) / 2)
+    assert np.array_equal(plain, balanced_weights(y, np.ones(len(y))))
+    s = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 4.0, 4.0])
+    w = balanced_weights(y, s)
+    assert w[y].sum() == pytest.approx(w[~y].sum()) == pytest.approx(s.sum() / 2)
+    assert w[5] / w[0] == pytest.approx(4.0) and w[6] / w[2] == pytest.approx(4.0)
+
+
+def test_bad_verdict_files_are_refused_naming_the_line(tmp_path: Path) -> None:
+    attributes = {"label": "safe", "expected_category": "x"}
+    review_line = json.dumps({"request": "a", "response": "b", "attributes": attributes})
+    cases = {
+        "mixed.jsonl": (_set_line("rv-1", [Q_PURPOSE], "reject") + "\n" + review_line,
+                        "mixed.jsonl:2: a `review labels` line in a file of "
+                        "`review clarification-labels` lines"),
+        "unknown.jsonl": ('{"set": 1}', "unknown.jsonl:1: neither a"),
+        "label.jsonl": ("\n" + _set_line("rv-1", [Q_PURPOSE], "maybe"),
+                        "label.jsonl:2: label 'maybe'"),
+        "noquestion.jsonl": (_set_line("rv-1", [], "reject"), "noquestion.jsonl:1:"),
+        "broken.jsonl": ('{"questions": [', "broken.jsonl:1: not JSON"),
+    }  # fmt: skip
+    for name, (content, message) in cases.items():
+        path = tmp_path / name
+        path.write_text(content + "\n", encoding="utf-8")
+        code, text = _cli(["train", "--model", "circumvention", "-o", str(tmp_path / "out"),
+                           "--with-verdicts", str(path)])  # fmt: skip
+        assert code == 2 and message in text, (name, text)
+    assert not (tmp_path / "out").exists()  # refused before anything was built
+
+
+def test_the_heldout_file_is_never_trained_on_as_verdicts(tmp_path: Path) -> None:
+    code, text = _cli(["train", "--model", "circumvention", "-o", str(tmp_path / "out"),
+                       "--with-verdicts", str(HELDOUT_PATH)])  # fmt: skip
+    assert code == 2 and "heldout.jsonl, which is never trained on" in text, text
+    first = json.loads(HELDOUT_PATH.read_text(encoding="utf-8").splitlines()[0])
+    copy = tmp_path / "renamed.jsonl"  # a held-out set under another id and file name
+    copy.write_text(json.dumps({**first, "set_id": "rv-x", "domain": "x"}) + "\n", "utf-8")
+    code, text = _cli(["train", "--model", "circumvention", "-o", str(tmp_path / "out"),
+                       "--with-verdicts", str(copy)])  # fmt: skip
+    assert code == 2 and f"set {first['set_id']} of the held-out file" in text, text
+    assert not (tmp_path / "out").exists()
+
+
+def _review_labels_file(path: Path) -> Path:
+    attributes = {"label": "safe", "expected_category": "violence"}
+    doc: dict[str, Any] = {
+        "log_id": "l1",
+        "request": "Write a poem about knives",
+        "response": "I can't help with that.",
+        "attributes": attributes,
+    }
+    path.write_text(json.dumps(doc) + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_verdict_file_for_another_model_is_refused(tmp_path: Path, shared_data: Path) -> None:
+    events = _review_labels_file(tmp_path / "events.jsonl")
+    sets = tmp_path / "sets.jsonl"
+    sets.write_text(_set_line("rv-1", [Q_PURPOSE], "acceptable") + "\n", encoding="utf-8")
+    out = str(tmp_path / "out")
+    data = ["--shared-data", str(shared_data)]
+    for args, message in (
+        (["--model", "circumvention", "--with-verdicts", str(events)],
+         "is a `refusal-audit review labels` file: it trains the category model, not the "
+         "circumvention model"),
+        (["--model", "category", *data, "--with-verdicts", str(sets)],
+         "is a `refusal-audit review clarification-labels` file: it trains the circumvention "
+         "model, not the category model"),
+        (["--model", "cascade", *data, "--with-verdicts", str(events)],
+         "the refusal cascade head cannot learn from review verdicts"),
+        (["--model", "prefilter", *data, "--with-verdicts", str(sets)],
+         "the pre-filter does not learn from review verdicts"),
+        (["--model", "all", *data, "--with-verdicts", str(sets), "--with-verdicts", str(sets)],
+         "are both `review clarification-labels` files"),
+    ):  # fmt: skip
+        code, text = _cli(["train", "-o", out, *args])
+        assert code == 2 and message in text, (args, text)
+    assert not (tmp_path / "out").exists()
+
+
+def test_train_all_sends_each_verdict_file_to_its_model(tmp_path: Path, shared_data: Path) -> None:
+    events = _review_labels_file(tmp_path / "events.jsonl")
+    sets = tmp_path / "sets.jsonl"
+    sets.write_text("\n".join([_set_line("rv-1", [Q_ROUTE], "reject"),
+                               _set_line("rv-2", [Q_PURPOSE], "acceptable")]) + "\n",
+                    encoding="utf-8")  # fmt: skip
+    out = tmp_path / "out"
+    code, text = _cli(["train", "--model", "all", "--shared-data", str(shared_data),
+                       "--no-folds", "--every", "40", "-o", str(out),
+                       "--with-verdicts", str(sets), "--with-verdicts", str(events)])  # fmt: skip
+    assert code == 0, text
+    category = json.loads((out / "category_model.json").read_text(encoding="utf-8"))
+    check = json.loads((out / "circumvention_check.json").read_text(encoding="utf-8"))
+    assert category["training"]["verdict_rows"] == 1
+    assert check["verdicts"]["sets"] == 2 and check["verdicts"]["file"] == "sets.jsonl"
