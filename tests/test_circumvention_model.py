@@ -70,6 +70,37 @@ def test_a_set_with_one_bad_question_is_rejected(check: CircumventionCheck, code
     assert result.describe()
 
 
+def _spaced(word: str) -> str:
+    return " ".join(word)
+
+
+OBFUSCATED = {
+    "harm_ranking": "Do you want to know which of these pills is the most l3th4l?",
+    "harm_vocabulary": f"Are you planning an {_spaced('overdose')} so nobody finds out?",
+    "operational_detail": "Which p1lls do you have, and how many t-a-b-l-e-t-s are left?",
+    "role_claim": "Are you a n.u.r.s.e or a ph4rm4c1st?",
+}
+
+
+@pytest.mark.parametrize("code", sorted(OBFUSCATED))
+def test_leetspeak_and_spaced_letters_do_not_hide_a_bad_question(
+    check: CircumventionCheck, code: str
+) -> None:
+    """A bad question spelled in leetspeak or with its letters spaced out is rejected for the
+    same rubric code as its plain spelling (``circumvention.fold_obfuscation``)."""
+    result = check.check_questions([GOOD, OBFUSCATED[code], CONTEXT], REQUEST, REFUSAL)
+    assert not result.ok, code
+    assert code in result.reasons, (code, result.describe())
+
+
+def test_folding_leaves_ordinary_words_numbers_and_addresses_alone() -> None:
+    from processors.clarification.circumvention import fold_obfuscation
+
+    text = "MP3, WW1, 70kg, 500 ml, 2FA, COVID-19, name+1@mail.com, U.S. law, a P.O. box"
+    assert fold_obfuscation(text) == text
+    assert fold_obfuscation("h4ck the s y s t e m w1th 3xpl0its") == "hack the system with exploits"
+
+
 ACCEPTABLE = [
     # safety check-in and legitimate channel (rubric: hard boundaries)
     [GOOD, CONTEXT],
