@@ -36,6 +36,8 @@ DATA = ROOT.parent / "shared" / "data"
 from processors import prefilter as new_pf  # noqa: E402
 from processors import regex_gates as new_gates  # noqa: E402
 from processors.engines import local as new_local  # noqa: E402
+from processors.engines import local_cues as new_cues  # noqa: E402
+from processors.engines import local_text as new_text  # noqa: E402
 from processors.policy import parse_bundle  # noqa: E402
 from schemas.events import RefusalEvent  # noqa: E402
 
@@ -147,11 +149,11 @@ def main() -> int:
         )
 
     for t in variants:
-        check("tokenize(request)", old_local.tokenize(t), new_local.tokenize(t), t)
+        check("tokenize(request)", old_local.tokenize(t), new_text.tokenize(t), t)
         check(
             "tokenize(response)",
             old_local.tokenize(t, response=True),
-            new_local.tokenize(t, response=True),
+            new_text.tokenize(t, response=True),
             t,
         )
 
@@ -163,7 +165,7 @@ def main() -> int:
         perturbed += [t.replace(" ", f" {g}"), t.replace(" ", f"{g} "), g + t.lower() + g]
     perturbed = list(dict.fromkeys(perturbed))
     n["perturbed texts"] = len(perturbed)
-    for cue in new_local.CUES:
+    for cue in new_cues.CUES:
         for t in perturbed:
             text = t if cue.case_sensitive else t.lower()
             m = cue.pattern.search(text)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from sklearn.metrics import precision_recall_fscore_support, roc_auc_score
 
-from processors.engines import local
+from processors.engines import local, local_cues
 from processors.engines.local import LocalEngine
 from processors.policy import parse_bundle
 from refusal_audit.training.labels import COCONOT_TOP_LEVEL
@@ -167,11 +167,16 @@ def throughput(bundle: PolicyBundle, data: Path) -> float:
 
 
 def ablate(bundle: PolicyBundle, data: Path) -> None:
-    families = sorted({c.family for c in local.CUES})
-    base = list(local.CUES)
+    families = sorted({c.family for c in local_cues.CUES})
+    base = list(local_cues.CUES)
     print("Ablation (XSTest ROC AUC with one cue family off):")
     for fam in ["<none>", "<policy d>", *families]:
-        local.CUES = tuple(c for c in base if c.family != fam)
+        local_cues.CUES = tuple(c for c in base if c.family != fam)
+        # find_cues reads the lists derived from CUES at import: derive them again
+        local_cues._SEARCHED_CUES = tuple(c for c in local_cues.CUES if c.family != "named_entity")
+        local_cues._NAMED_ENTITY_CUE = next(
+            (c for c in local_cues.CUES if c.family == "named_entity"), None
+        )
         saved = local.W_POLICY
         if fam == "<policy d>":
             local.W_POLICY = 0.0
@@ -182,7 +187,9 @@ def ablate(bundle: PolicyBundle, data: Path) -> None:
         )
         print(f"  without {fam:<20} {auc:.3f}")
         local.W_POLICY = saved
-    local.CUES = tuple(base)
+    local_cues.CUES = tuple(base)
+    local_cues._SEARCHED_CUES = tuple(c for c in base if c.family != "named_entity")
+    local_cues._NAMED_ENTITY_CUE = next((c for c in base if c.family == "named_entity"), None)
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ Feature families (columns stacked in :data:`FAMILIES` order):
 - ``request_words``: word 1-2-grams of the lower-cased request (first 2,000 characters),
   hashed into 2^17 columns (scikit-learn ``HashingVectorizer``, MurmurHash3), L2-normalised;
 - ``request_chars``: character 3-5-grams within word boundaries of the request, 2^17, L2;
-- ``request_cues``: the local engine's request-side cues (``processors.engines.local.CUES``):
+- ``request_cues``: the local engine's request-side cues (``processors.engines.local_cues.CUES``):
   one binary column per cue label, one per family holding the family's hand-set weight / 3;
 - ``response_words``: word 1-2-grams of the refusal's first 400 characters, 2^16, L2;
 - ``response_cues``: the same two blocks for the refusal-side cues.
@@ -37,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import sparse
 
-from processors.engines.local import CUES, find_cues
+from processors.engines.local_cues import CUES, find_cues
 from processors.refusal_model import (
     ModelArtifactError,
     check_hash,
@@ -126,7 +126,7 @@ class Pair:
 
 
 def read_pair(request: str, response: str) -> Pair:
-    """A :class:`Pair` with its cues found by :func:`processors.engines.local.find_cues`."""
+    """A :class:`Pair` with its cues found by :func:`processors.engines.local_cues.find_cues`."""
     hits = find_cues(request, response)
     return Pair(request, response, tuple((c.label, c.family, c.side, c.weight) for c, _ in hits))
 
@@ -233,7 +233,7 @@ class CategoryModel:
         hits: Sequence[Sequence[tuple[Any, str]]],
     ) -> FloatArray:
         """:meth:`probabilities` for texts whose cues the engine already found (``hits`` as
-        :func:`processors.engines.local.find_cues` returns them, one list per text pair)."""
+        :func:`processors.engines.local_cues.find_cues` returns them, one list per text pair)."""
         pairs = [
             Pair(q, r, tuple((c.label, c.family, c.side, c.weight) for c, _ in h))
             for q, r, h in zip(requests, responses, hits, strict=True)

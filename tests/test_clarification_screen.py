@@ -25,7 +25,8 @@ from processors.clarification.local_questions import (
     question_for,
 )
 from processors.clarification.routing import screen_request
-from processors.engines.local import LocalEngine, tokenize
+from processors.engines.local import LocalEngine
+from processors.engines.local_text import tokenize
 from schemas.clarification import ClarificationRequest, ConversationState, Outcome, Route
 from schemas.policy import PolicyBundle
 

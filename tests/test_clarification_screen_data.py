@@ -18,7 +18,8 @@ from processors.clarification.circumvention import harm_words
 from processors.clarification.flow import Clarifier
 from processors.clarification.harm_lexicon import harm_terms, lexicon_hits
 from processors.clarification.local_questions import LocalQuestionEngine
-from processors.engines.local import LocalEngine, tokenize
+from processors.engines.local import LocalEngine
+from processors.engines.local_text import tokenize
 from refusal_audit.clarify.screen_eval import (
     GroupResult,
     measure,

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from processors import prefilter
-from processors.engines import local
+from processors.engines import local_cues
 from processors.regex_gates import (
     gated_search,
     keyed_search,
@@ -141,7 +141,7 @@ def test_cue_gates_agree_with_plain_search_on_cue_texts() -> None:
         "could you clarify which text you would like me to translate?",
     ]
     texts += [t.upper() for t in texts] + [t.title() for t in texts]
-    patterns = [c.pattern for c in local.CUES] + [
+    patterns = [c.pattern for c in local_cues.CUES] + [
         c.pattern
         for c in (
             *prefilter._REFUSAL_CUES,
@@ -258,7 +258,7 @@ def test_keyed_search_equals_search(regex: str) -> None:
 
 def test_every_cue_search_equals_plain_search() -> None:
     """The engine's cue searches (keys, start literals or gate) on the TRICKY texts."""
-    for cue in local.CUES:
+    for cue in local_cues.CUES:
         for raw in TRICKY + KEYED_TEXTS:
             text = raw if cue.case_sensitive else raw.lower()
             expected = cue.pattern.search(text)

@@ -34,7 +34,9 @@ from __future__ import annotations
 
 from processors.calibration.base import CalibrationContext, GeneratedVariants
 from processors.calibration.regression import HARM_STEMS, audit_alternative
-from processors.engines.local import HARM_FAMILIES, LocalEngine, find_cues, tokenize
+from processors.engines.local import LocalEngine
+from processors.engines.local_cues import HARM_FAMILIES, find_cues
+from processors.engines.local_text import tokenize
 from schemas.calibration import CalibrationOutput, SpectrumStyle, Variant
 from schemas.policy import Clause, PolicyBundle
 

@@ -35,7 +35,7 @@ read as plain ones).
     a harm word of the clarification circumvention check's list
     (``processors.clarification.circumvention.HARM_WORDS``, compared by stem with the audit
     engine's tokenizer) or a harmful-intent cue family of the audit engine
-    (``processors.engines.local.HARM_FAMILIES``) in the variant that the cited clause's
+    (``processors.engines.local_cues.HARM_FAMILIES``) in the variant that the cited clause's
     title and text do not contain: a variant may name what the policy citation needs, no
     more.
 ``informational``
@@ -84,7 +84,9 @@ from processors.clarification.circumvention import (
     TOO_MANY_QUESTIONS,
     check_questions,
 )
-from processors.engines.local import HARM_FAMILIES, LocalEngine, find_cues, tokenize
+from processors.engines.local import LocalEngine
+from processors.engines.local_cues import HARM_FAMILIES, find_cues
+from processors.engines.local_text import tokenize
 from processors.prefilter import detect_refusal_text
 from schemas.calibration import (
     REGRESSION_REASONS,

@@ -7,7 +7,7 @@ found, each with a ``span``: words of the request itself (lower-cased), given to
 the circumvention check rejects a question with a harm term, issue 23). Sources of the word lists:
 
 - whose data: the audit engine's own cue families for a private person's data, personal
-  data and a named real relation (``processors.engines.local.find_cues``);
+  data and a named real relation (``processors.engines.local_cues.find_cues``);
 - authorisation: an access verb followed (within three words) by a thing someone owns or
   runs (an account, a network, a device, a building, ...);
 - who is asking: terms whose right answer depends on the asker's role (medication and
@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from processors.engines.local import find_cues
+from processors.engines.local_cues import find_cues
 from processors.stopwords import english_stop_words
 
 

@@ -14,8 +14,8 @@ is rejected, with one reason code per rule it breaks (issue 12, step 3):
     "what level of detail", "how detailed", "how in-depth") instead of intent and context;
 ``harmful_vocabulary``
     introduces harm vocabulary the request did not contain: a word of :data:`HARM_WORDS`
-    (compared by stem, ``processors.engines.local.tokenize``), or a harmful-intent cue family
-    of the audit engine (``processors.engines.local.HARM_FAMILIES``) that fires on the
+    (compared by stem, ``processors.engines.local_text.tokenize``), or a harmful-intent cue family
+    of the audit engine (``processors.engines.local_cues.HARM_FAMILIES``) that fires on the
     question but not on the request; or **quotes a harmful operation**, even in the
     request's own words: a quoted span containing a word of :data:`HARM_WORDS` (by stem) or
     on which a cue family of :data:`ACT_FAMILIES` fires (:func:`quoted_harm`); or uses any
@@ -49,7 +49,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from processors.clarification.harm_lexicon import lexicon_hits
-from processors.engines.local import HARM_FAMILIES, find_cues, tokenize
+from processors.engines.local_cues import HARM_FAMILIES, find_cues
+from processors.engines.local_text import tokenize
 from schemas.clarification import (
     CIRCUMVENTION_REASONS,
     MAX_QUESTIONS,

@@ -18,7 +18,7 @@ from typing import get_args
 
 from processors.clarification.circumvention import _normal as rules_normal
 from processors.clarification.circumvention import clean_text
-from processors.engines.local import tokenize
+from processors.engines.local_text import tokenize
 from schemas.clarification import RubricReason
 
 #: Reject codes of the rubric, in the rubric's order (``schemas.clarification.RubricReason``).

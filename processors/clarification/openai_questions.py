@@ -8,7 +8,7 @@ masking):
    (USER_INPUT), the refusal and its category (REFUSAL_REASON), the ambiguities found in
    the request (AMBIGUITY_DESCRIPTION), the bundle's clauses most relevant to the request
    (POLICY_CONTEXT: the cited clause and the best BM25 matches of the audit engine's clause
-   index, ``processors.engines.local.ClauseIndex``) and its permitted clauses among them
+   index, ``processors.engines.clause_index.ClauseIndex``) and its permitted clauses among them
    (SAFE_INTERPRETATION_CRITERIA).
 2. ``response_format`` is strict ``json_schema`` (:data:`QUESTIONS_JSON_SCHEMA`) or
    ``json_object``. The answer must decode to a JSON object that validates as
@@ -42,8 +42,9 @@ from processors.clarification.base import GeneratedQuestions, QuestionContext
 from processors.clarification.circumvention_model import RULES_CHECK, CircumventionCheck
 from processors.clarification.llm import PromptedCaller
 from processors.engines.base import EngineError
+from processors.engines.clause_index import ClauseIndex
 from processors.engines.llm_call import ChatAnswer, cut, decode_json_object, describe_error
-from processors.engines.local import ClauseIndex, tokenize
+from processors.engines.local_text import tokenize
 from prompts.clarify import load_clarify_template
 from schemas.clarification import CIRCUMVENTION_REASONS, QuestionSet
 from schemas.policy import Clause, PolicyBundle

@@ -31,13 +31,8 @@ from processors.clarification.ambiguity import AmbiguityKind, find_ambiguities
 from processors.clarification.circumvention import ACT_FAMILIES, harm_words
 from processors.clarification.harm_lexicon import THIRD_PARTY, normalise, screening_hits
 from processors.engines.base import AuditEngine, EngineError
-from processors.engines.local import (
-    HARM_FAMILIES,
-    MIN_CITE_SCORE,
-    SAFETY_FIRST_LOGIT,
-    LocalEngine,
-    find_cues,
-)
+from processors.engines.local import MIN_CITE_SCORE, SAFETY_FIRST_LOGIT, LocalEngine
+from processors.engines.local_cues import HARM_FAMILIES, find_cues
 from processors.redaction import PLACEHOLDERS
 from schemas.clarification import ClarificationRequest, Route
 from schemas.events import RefusalEvent
@@ -57,7 +52,7 @@ ROUTES: dict[str, Route] = {
 _SCREEN_TIME = datetime(2000, 1, 1, tzinfo=UTC)
 
 EXPLAIN_FAMILIES = frozenset({"unknowable_request", "subjective_request", "capability"})
-"""Cue families of the audit engine (``processors.engines.local.CUES``) that turn a clarify
+"""Cue families of the audit engine (``processors.engines.local_cues.CUES``) that turn a clarify
 route into ``capability_boundary`` (explain): the request asks something nobody can know or
 that is a matter of taste, or the refusal states a capability limit. Asking the user cannot
 resolve either; CoCoNot labels such refusals "Unknowns" and "Unsupported requests", not
