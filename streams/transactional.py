@@ -153,6 +153,11 @@ class TransactionalStream:
         # next offsets per assigned partition: the group's when assigned, then this stream's
         self._committed: dict[tuple[str, int], int] = {}
         self._group_unset: set[tuple[str, int]] = set()  # assigned, the group committed nothing
+        # assigned partitions whose committed offset the group would not give (lag()), and
+        # since when (time.monotonic()) some have been: a pending transactional offset
+        # commit (UNSTABLE_OFFSET_COMMIT) or a broker that does not answer
+        self.offsets_unreadable: tuple[tuple[str, int], ...] = ()
+        self.offsets_unreadable_since: float | None = None
         self._on_assignment = on_assignment
         self._lock = threading.Lock()
         consumer_conf: dict[str, Any] = {
@@ -281,14 +286,19 @@ class TransactionalStream:
         yet committed (0 or more), as ``kafka-consumer-groups`` reports them. The committed
         offset is asked of the group once per assignment (a committed-offset request waits
         for open transactions to settle) and then followed by this stream's own commits;
-        partitions whose offsets cannot be read within ``timeout`` seconds are left out.
-        Call it from the polling thread."""
+        partitions whose offsets cannot be read within ``timeout`` seconds are left out, and
+        named in :attr:`offsets_unreadable` (with :attr:`offsets_unreadable_since`, the
+        monotonic time since when some have been) so a caller can tell "no lag" from "lag
+        unknown". Call it from the polling thread."""
         out: dict[tuple[str, int], int] = {}
         assigned = sorted(self.assigned)
         try:
             self._read_committed([tp for tp in assigned if tp not in self._committed], timeout)
         except KafkaException as exc:
             log.info("committed offsets not read: %s", exc)
+        self._note_unreadable(
+            [tp for tp in assigned if tp not in self._committed and tp not in self._group_unset]
+        )
         for topic, partition in assigned:
             tp = TopicPartition(topic, partition)
             try:
@@ -301,6 +311,15 @@ class TransactionalStream:
                 continue  # the group's offset is not known yet
             out[(topic, partition)] = max(0, high - max(at or 0, low))
         return out
+
+    def _note_unreadable(self, partitions: list[tuple[str, int]]) -> None:
+        """Record which assigned partitions' committed offsets are unknown after a read, and
+        since when some have been (kept while the set is not empty)."""
+        self.offsets_unreadable = tuple(partitions)
+        if not partitions:
+            self.offsets_unreadable_since = None
+        elif self.offsets_unreadable_since is None:
+            self.offsets_unreadable_since = time.monotonic()
 
     def _read_committed(self, partitions: list[tuple[str, int]], timeout: float) -> None:
         """The group's committed offsets of ``partitions`` into ``_committed`` (a partition

@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from scaleout_harness import committed_offsets
 
@@ -145,5 +145,53 @@ def test_a_consumer_that_cannot_rewind_is_renewed_and_reads_from_the_commits(
         assert again is not None
         # the renewed consumer starts at the group's commit: the failed window again
         assert [r.offset() for r in again.records] == [r.offset() for r in second.records]
+    finally:
+        stream.close()
+
+
+def test_a_pending_transactional_offset_commit_makes_the_lag_unknown_not_zero(
+    kafka_bootstrap: str, unique_topic_prefix: str
+) -> None:
+    """A transactional offset commit left open on the group (another producer's transaction,
+    not committed and not aborted: what a producer abandoned mid-call leaves behind) makes
+    the broker refuse the group's committed offsets (UNSTABLE_OFFSET_COMMIT). The stream
+    reports those partitions as unreadable, with since when, instead of leaving them out of
+    a lag that then reads as nothing behind; once the transaction is aborted they are read
+    again and the mark clears."""
+    source = f"{unique_topic_prefix}in"
+    _topics(kafka_bootstrap, source, partitions=1)
+    _produce(kafka_bootstrap, source, 10)
+    group = f"{unique_topic_prefix}g"
+    member = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
+    zombie = Producer({"bootstrap.servers": kafka_bootstrap,
+                       "transactional.id": f"{unique_topic_prefix}zombie",
+                       "transaction.timeout.ms": 120_000})  # fmt: skip
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    zombie.send_offsets_to_transaction(
+        [TopicPartition(source, 0, 5)], member.consumer_group_metadata(), 30
+    )
+    member.close()
+    cfg = StreamConfig(kafka_bootstrap, group, [source], f"{group}.a", take_max=5,
+                       take_within=2.0)  # fmt: skip
+    stream = TransactionalStream(cfg)
+    try:
+        deadline = time.monotonic() + 60
+        while not stream.assigned and time.monotonic() < deadline:
+            stream.next_window(until=lambda: bool(stream.assigned))
+        assert stream.assigned == {(source, 0)}
+        assert stream.lag(timeout=3.0) == {}  # the group's offset cannot be read ...
+        assert stream.offsets_unreadable == ((source, 0),)  # ... and the stream says so
+        since = stream.offsets_unreadable_since
+        assert since is not None
+        stream.lag(timeout=1.0)
+        assert stream.offsets_unreadable_since == since  # still the first time it was seen
+        zombie.abort_transaction(30)
+        deadline = time.monotonic() + 60
+        lag = stream.lag(timeout=3.0)
+        while not lag and time.monotonic() < deadline:
+            lag = stream.lag(timeout=3.0)
+        assert lag == {(source, 0): 10}  # the aborted commit never counted: nothing committed
+        assert stream.offsets_unreadable == () and stream.offsets_unreadable_since is None
     finally:
         stream.close()
