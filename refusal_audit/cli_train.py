@@ -85,7 +85,7 @@ def train(
         raise fail_usage(f"shared data not found at {shared_data} (expected xstest/ inside)")
     if model in ("all", "circumvention"):
         _check_circumvention_dev(circumvention_dev)
-    review_file, sets_file = _verdict_files(with_verdicts or [], model)
+    review_file, sets_file = _verdict_files(with_verdicts or [], model, circumvention_dev)
     try:
         day = date.fromisoformat(built_on) if built_on else None
     except ValueError as exc:
@@ -106,11 +106,14 @@ def train(
         raise fail_usage(f"cannot write the model to {output_dir}: {_reason(exc)}") from exc
 
 
-def _verdict_files(paths: list[Path], model: str) -> tuple[Path | None, Path | None]:
+def _verdict_files(
+    paths: list[Path], model: str, dev: Path
+) -> tuple[Path | None, Path | None]:
     """The ``review labels`` file and the ``review clarification-labels`` file among
     ``paths``, each read through (a bad line is refused before any model is built). Raises
     the usage ``typer.Exit`` for a missing, empty, mixed or malformed file, two files of one
-    kind, or a file for a model that ``model`` does not build."""
+    kind, a file for a model that ``model`` does not build, or question sets of the held-out
+    file or of the ``dev`` corpus."""
     from refusal_audit.training.labels import load_verdict_labels
     from refusal_audit.training.verdict_files import (
         CLARIFICATION_LABELS,
@@ -132,7 +135,7 @@ def _verdict_files(paths: list[Path], model: str) -> tuple[Path | None, Path | N
             if kind == REVIEW_LABELS:
                 load_verdict_labels(path)
             else:
-                load_verdict_sets(path)
+                load_verdict_sets(path, dev=dev)
         except (ValueError, OSError) as exc:
             raise fail_usage(f"--with-verdicts: {exc}") from exc
         if kind in found:

@@ -262,6 +262,21 @@ def test_the_heldout_file_is_never_trained_on_as_verdicts(tmp_path: Path) -> Non
     assert not (tmp_path / "out").exists()
 
 
+def test_the_dev_corpus_is_not_taken_for_reviewers_verdicts(tmp_path: Path) -> None:
+    """The dev corpus the model trains on, given as verdicts (or one of its sets under another
+    id), is refused: it would count twice and its "verdict" figures would be in-sample."""
+    code, text = _cli(["train", "--model", "circumvention", "-o", str(tmp_path / "out"),
+                       "--with-verdicts", str(DEV_PATH)])  # fmt: skip
+    assert code == 2 and "of the dev corpus" in text and "trained on already" in text, text
+    first = json.loads(DEV_PATH.read_text(encoding="utf-8").splitlines()[0])
+    copy = tmp_path / "renamed.jsonl"
+    copy.write_text(json.dumps({**first, "set_id": "rv-y"}) + "\n", "utf-8")
+    code, text = _cli(["train", "--model", "circumvention", "-o", str(tmp_path / "out"),
+                       "--with-verdicts", str(copy)])  # fmt: skip
+    assert code == 2 and f"set {first['set_id']} of the dev corpus" in text, text
+    assert not (tmp_path / "out").exists()
+
+
 def _review_labels_file(path: Path) -> Path:
     attributes = {"label": "safe", "expected_category": "violence"}
     doc: dict[str, Any] = {
@@ -313,4 +328,6 @@ def test_train_all_sends_each_verdict_file_to_its_model(tmp_path: Path, shared_d
     category = json.loads((out / "category_model.json").read_text(encoding="utf-8"))
     check = json.loads((out / "circumvention_check.json").read_text(encoding="utf-8"))
     assert category["training"]["verdict_rows"] == 1
+    # its top-level category is over_refusal: read, not a category-model row
+    assert category["training"]["verdict_category_rows"] == 0
     assert check["verdicts"]["sets"] == 2 and check["verdicts"]["file"] == "sets.jsonl"

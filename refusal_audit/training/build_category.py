@@ -115,6 +115,7 @@ def build_category_artifact(
             "C": C_CATEGORY,
             "seed": SEED,
             "verdict_rows": len(verdict_rows),
+            "verdict_category_rows": sum(r.category in CATEGORY_CLASSES for r in verdict_rows),
             "verdict_weight": verdict_weight if verdict_rows else None,
         },
         "evaluation": evaluation,
@@ -142,8 +143,11 @@ def model_card(digest: str, extra: dict[str, Any], built_on: date, npz: Path) ->
     verdict = evaluation.get("verdicts")
     if training["verdict_rows"]:
         verdict_text = (
-            f"{training['verdict_rows']} reviewer verdicts (weight {training['verdict_weight']:g}"
-            " per row against the shared data's source weights) are in the training data. "
+            f"{training['verdict_rows']} reviewer verdicts read, "
+            f"{training.get('verdict_category_rows', training['verdict_rows'])} of them "
+            "category-model rows (a verdict whose top-level category is over_refusal or "
+            "policy_gray_zone is not), weight "
+            f"{training['verdict_weight']:g} per row against the shared data's source weights. "
             + (
                 f"Agreement on them, {verdict['folds']} stratified folds of the verdicts: "
                 f"{verdict['rate']:.3f} [{verdict['ci'][0]:.3f}, {verdict['ci'][1]:.3f}] "

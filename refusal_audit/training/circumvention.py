@@ -323,7 +323,7 @@ def build(
     y_dev = np.array([s.reject for s in dev_sets])
     if y_dev.all() or not y_dev.any():
         raise ValueError(f"{dev}: the corpus needs both labels to train the check")
-    extra = load_verdict_sets(verdicts) if verdicts is not None else []
+    extra = load_verdict_sets(verdicts, dev=dev) if verdicts is not None else []
     if verdicts is not None and not extra:
         raise ValueError(f"no verdicts in {verdicts}")
     sets = [*dev_sets, *extra]

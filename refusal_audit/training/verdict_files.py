@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from processors.clarification.verdict_sets import VERDICT_DOMAIN
-from refusal_audit.training.circumvention import HELDOUT_PATH, DevSet
+from refusal_audit.training.circumvention import DEV_PATH, HELDOUT_PATH, DevSet
 
 REVIEW_LABELS = "review labels"
 CLARIFICATION_LABELS = "review clarification-labels"
@@ -63,7 +63,7 @@ def verdict_file_kind(path: Path) -> str:
     return kind
 
 
-def _heldout_keys(path: Path) -> dict[tuple[str, tuple[str, ...]], str]:
+def _corpus_keys(path: Path) -> dict[tuple[str, tuple[str, ...]], str]:
     keys = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.strip():
@@ -74,16 +74,22 @@ def _heldout_keys(path: Path) -> dict[tuple[str, tuple[str, ...]], str]:
     return keys
 
 
-def load_verdict_sets(path: Path, heldout: Path = HELDOUT_PATH) -> list[DevSet]:
+def load_verdict_sets(
+    path: Path, heldout: Path = HELDOUT_PATH, dev: Path | None = DEV_PATH
+) -> list[DevSet]:
     """The question sets of a ``review clarification-labels`` file, each with the domain
     :data:`~processors.clarification.verdict_sets.VERDICT_DOMAIN` whatever the line says
     (the reviewers' sets are a fold of their own). Raises ``ValueError`` naming the line for
     a line that is not such a set (not JSON, a field missing or of the wrong type, a label
     other than ``acceptable``/``reject``, no question) or that is a set of the frozen
     ``heldout`` file (by set id, or by the same request and questions): that file is never
-    trained on. ``OSError`` when a file cannot be read."""
-    held = _heldout_keys(heldout)
+    trained on; or a set of the ``dev`` corpus the model is trained on anyway (it would count
+    twice, and its "verdict" figures would be in-sample). ``OSError`` when a file cannot be
+    read."""
+    held = _corpus_keys(heldout)
     held_ids = set(held.values())
+    known = _corpus_keys(dev) if dev is not None and dev.is_file() else {}
+    known_ids = set(known.values())
     out = []
     with path.open(encoding="utf-8") as fh:
         for n, line in enumerate(fh, start=1):
@@ -108,6 +114,13 @@ def load_verdict_sets(path: Path, heldout: Path = HELDOUT_PATH) -> list[DevSet]:
                 raise ValueError(
                     f"{where}: set {twin or r['set_id']} of the held-out file {heldout.name}, "
                     "which is never trained on"
+                )
+            same = known.get((r["request"].strip(), tuple(texts)))
+            if r["set_id"] in known_ids or same is not None:
+                raise ValueError(
+                    f"{where}: set {same or r['set_id']} of the dev corpus {dev}, which the "
+                    "model is trained on already: reviewers' verdicts come from "
+                    "`refusal-audit review clarification-labels`"
                 )
             out.append(
                 DevSet(r["set_id"], VERDICT_DOMAIN, r["request"], r["refusal"], texts,
