@@ -8,13 +8,15 @@ when it exists), then the defaults below. Secrets are ``SecretStr`` and never pr
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import tomllib
 from contextvars import ContextVar
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
@@ -777,13 +779,69 @@ def load_settings(config_file: Path | None = None, **overrides: object) -> Setti
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
-        raise ConfigError(f"invalid configuration: {exc}") from exc
+        raise ConfigError(describe_invalid(exc)) from exc
     except SettingsError as exc:  # a value that is not valid JSON for a list/map setting
-        raise ConfigError(f"invalid configuration: {exc} (lists and maps are JSON)") from exc
+        raise ConfigError(describe_unparsable(exc)) from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
     finally:
         _config_file.reset(token)
+
+
+def _setting_names(field: str) -> str:
+    """``field`` as a user writes it: the config key and its environment variable."""
+    return f"{field} (REFUSAL_AUDIT_{field.upper()})"
+
+
+def _example(field: str) -> str:
+    """The field's default written as JSON (what a list or map setting looks like)."""
+    info = Settings.model_fields.get(field)
+    if info is None:
+        return ""
+    default = info.default_factory() if info.default_factory is not None else info.default  # type: ignore[call-arg]
+    try:
+        return f", e.g. '{json.dumps(default)}'" if isinstance(default, (list, tuple, dict)) else ""
+    except TypeError:
+        return ""
+
+
+def describe_invalid(exc: Exception) -> str:
+    """A pydantic ``ValidationError`` of ``Settings`` as one line per bad setting: the config
+    key and environment variable, what is wrong, and the value given (no documentation
+    links, no traceback)."""
+    errors: list[dict[str, Any]] = list(getattr(exc, "errors", list)())
+    if not errors:
+        return f"invalid configuration: {exc}"
+    lines = []
+    for e in errors:
+        loc = [str(part) for part in e.get("loc", ())]
+        field = loc[0] if loc else "?"
+        where = ".".join(loc[1:])
+        given = e.get("input")
+        shown = "" if isinstance(given, dict) else f" (given: {given!r})"
+        message = str(e.get("msg", "invalid")).removeprefix("Value error, ")
+        item = f" item {where}" if where else ""
+        lines.append(f"{_setting_names(field)}{item}: {message}{shown}{_example(field)}")
+    return "invalid configuration: " + "; ".join(lines)
+
+
+_UNPARSABLE = re.compile(r'field "(?P<field>\w+)" from source "(?P<source>\w+)"')
+
+
+def describe_unparsable(exc: Exception) -> str:
+    """A pydantic-settings ``SettingsError`` (a list or map setting whose environment value
+    is not JSON) as one line naming the setting, its environment value and the JSON form
+    it needs."""
+    m = _UNPARSABLE.search(str(exc))
+    if m is None:
+        return f"invalid configuration: {exc} (lists and maps are JSON)"
+    field = m.group("field")
+    given = os.environ.get(f"REFUSAL_AUDIT_{field.upper()}")
+    shown = f" (given: {given!r})" if given is not None else ""
+    return (
+        f"invalid configuration: {_setting_names(field)} is not valid JSON{shown}: lists "
+        f"and maps are written in JSON{_example(field)}"
+    )
 
 
 def settings_reference() -> str:

@@ -77,6 +77,25 @@ def test_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         load_settings(bad)
 
 
+def test_a_bad_value_is_named_by_its_key_and_variable_with_the_form_it_needs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One line per bad setting: config key, environment variable, what is wrong, the value
+    given and, for a list or map, an example of its JSON form; no pydantic links."""
+    monkeypatch.setenv("REFUSAL_AUDIT_PREFILTER_CASCADE_BAND", "[0.3, 0.7)")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    text = str(caught.value)
+    assert "prefilter_cascade_band (REFUSAL_AUDIT_PREFILTER_CASCADE_BAND) is not valid JSON" in text
+    assert "given: '[0.3, 0.7)'" in text and "e.g. '[0.5, 0.5]'" in text
+    monkeypatch.setenv("REFUSAL_AUDIT_PREFILTER_CASCADE_BAND", "[0.7, 0.3]")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    text = str(caught.value)
+    assert "must have 0 <= low <= high <= 1" in text and "given: [0.7, 0.3]" in text
+    assert "errors.pydantic.dev" not in text and "\n" not in text
+
+
 def test_policy_bundles_from_toml(tmp_path: Path) -> None:
     cfg = tmp_path / "ra.toml"
     cfg.write_text(
