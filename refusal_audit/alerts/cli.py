@@ -43,7 +43,7 @@ def alerts_list(
     as_json: bool = typer.Option(False, "--json", help="Print each alert as a JSON line."),
 ) -> None:
     """List stored alerts, newest window first."""
-    from refusal_audit.alerting import list_alerts
+    from refusal_audit.alerts.publisher import list_alerts
 
     unknown = sorted(set(kind) - set(KINDS))
     if unknown:
@@ -110,8 +110,8 @@ def alerts_evaluate(
     Without --window: the latest closed windows (``alerts_lookback_windows``). Exit 2 when
     the warehouse cannot be read or, with --publish, the broker or topics are unavailable.
     """
-    from refusal_audit.alerting import AlertPublisher, run_detectors
-    from refusal_audit.drift import DriftConfig, evaluate_windows
+    from refusal_audit.alerts.drift import DriftConfig, evaluate_windows
+    from refusal_audit.alerts.publisher import AlertPublisher, run_detectors
 
     cfg = settings()
     now = as_utc(at) or datetime.now(UTC)

@@ -10,7 +10,7 @@ worker recomputes the same alerts with the same ids.
 A window is evaluated once it is closed: its end plus the grace period has passed. Each run
 evaluates the ``lookback_windows`` most recent closed windows again (cheap, and it catches a
 window whose run was missed during a restart); already-emitted ids are filtered by the
-publisher (``refusal_audit.alerting``).
+publisher (``refusal_audit.alerts.publisher``).
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from typing import Any
 
 import orjson
 
+from refusal_audit.alerts.drift import DriftConfig, WindowEvaluation, evaluate_windows
 from refusal_audit.config import Settings
-from refusal_audit.drift import DriftConfig, WindowEvaluation, evaluate_windows
 from schemas.alerts import Alert
 from streams.producer import Headers, TopicWriter
 from streams.topics import Topics
@@ -187,7 +187,7 @@ def run_detectors(
     Blocking (ClickHouse and the producer): run it off the event loop. Raises what
     ``evaluate_windows``, ``track_gaps`` and ``AlertPublisher.publish`` raise.
     """
-    from refusal_audit.gaps import track_configured_gaps
+    from refusal_audit.alerts.gaps import track_configured_gaps
 
     store = publisher.warehouse
     evaluations = evaluate_windows(

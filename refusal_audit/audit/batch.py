@@ -20,12 +20,12 @@ from processors.adapters import (
 )
 from processors.intake import IntakeSettings
 from processors.redaction import Redactor
+from refusal_audit.alerts.drift import DriftConfig, bundle_baselines
+from refusal_audit.audit.engines import close_engine, make_engine, tag_prefilter
+from refusal_audit.audit.pipeline import AuditPipeline, InputSource, RunReport, Sink
+from refusal_audit.audit.readers import default_model_for, read_records
 from refusal_audit.bundles import load_bundles
 from refusal_audit.config import ConfigError, Settings
-from refusal_audit.drift import DriftConfig, bundle_baselines
-from refusal_audit.engines import close_engine, make_engine, tag_prefilter
-from refusal_audit.pipeline import AuditPipeline, InputSource, RunReport, Sink
-from refusal_audit.readers import default_model_for, read_records
 from warehouse.store import Warehouse
 
 FORMATS: tuple[str, ...] = get_args(InputFormat)
@@ -132,7 +132,7 @@ def file_source(path: Path, options: BatchOptions, cfg: Settings) -> InputSource
 
 
 LINE_FORMATS = ("jsonl", "mapped-jsonl", "openai")
-"""Input formats with one record per non-blank line (``refusal_audit.readers``)."""
+"""Input formats with one record per non-blank line (``refusal_audit.audit.readers``)."""
 
 
 def record_total(paths: Sequence[Path], sources: Sequence[InputSource]) -> int | None:
@@ -163,10 +163,10 @@ def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) ->
     redactor = Redactor(cfg.redaction_kinds) if cfg.redaction_enabled else None
     refusal_model = None
     if cfg.prefilter_enabled and cfg.prefilter_model == "trained":
-        from refusal_audit.prefilter_model import load_shipped_model
+        from refusal_audit.audit.prefilter_model import load_shipped_model
 
         refusal_model = load_shipped_model(cfg.prefilter_model_path)  # ConfigError: bad file
-    from refusal_audit.prefilter_cascade import build_cascade
+    from refusal_audit.audit.prefilter_cascade import build_cascade
 
     cascade = build_cascade(cfg)  # None when the band is empty; ConfigError: head or encoder
     intake = IntakeSettings(
@@ -220,7 +220,7 @@ def run_batch(
     """Audit ``files`` into ``sink`` (default: the configured warehouse); return the report.
 
     With the warehouse as sink, batch summaries' trend lines compare with the drift
-    baseline of the current window (``refusal_audit.drift.bundle_baselines``).
+    baseline of the current window (``refusal_audit.alerts.drift.bundle_baselines``).
     Raises ``ConfigError`` for configuration problems (bundles, engine, undetectable format).
     """
     sources = [file_source(path, options, cfg) for path in files]

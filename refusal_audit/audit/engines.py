@@ -34,7 +34,7 @@ def make_engine(settings: Settings, name: str | None = None) -> AuditEngine:
             log.info("no LLM endpoint or key configured: using the offline local engine")
         category_model = None
         if settings.local_category_model == "trained":
-            from refusal_audit.prefilter_model import load_shipped_category_model
+            from refusal_audit.audit.prefilter_model import load_shipped_category_model
 
             category_model = load_shipped_category_model(settings.local_category_model_path)
         return LocalEngine(

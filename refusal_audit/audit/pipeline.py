@@ -10,7 +10,7 @@ which gives at-least-once. Every failure becomes a dead letter. Blocking sink ca
 a worker thread (``asyncio.to_thread``) so they never block the loop ``run`` is awaited on.
 Intake and the engine's audit run on that loop itself: batch mode runs it with
 ``asyncio.run``; the streaming worker runs it on a dedicated loop in its own thread
-(``refusal_audit.worker.loop.PipelineLoop``), never on faust's loop, because that CPU
+(``refusal_audit.streaming.worker_loop.PipelineLoop``), never on faust's loop, because that CPU
 work would stall the worker's web views, timers and consumer heartbeats. Runs of one
 pipeline may overlap on its loop (the transactional worker audits its next window while the
 current one is committed): each run keeps its own state, and ``max_in_flight`` bounds the
@@ -108,7 +108,7 @@ class RunReport:
     their stored copy is identical and already audited with this configuration (a re-run
     of the same input); the caller that holds the warehouse fills ``stored_assessments``
     (their current assessments) and ``stored_gap_flags`` (their batches' gap flags), so the
-    run's summary and result list them like the ones audited now (``refusal_audit.batch``).
+    run's summary and result list them like the ones audited now (``refusal_audit.audit.batch``).
 
     ``engine_steps`` counts the audited events by the step of an LLM engine's recovery
     ladder that resolved them (``first``, ``split``, ``retry``, ``reaudit``; ``unresolved``

@@ -28,7 +28,7 @@ from refusal_audit.encoders.catalog import EncoderError
 from refusal_audit.encoders.runtime import OnnxEncoder
 
 #: Stem of the head shipped in the package (``python -m refusal_audit.training.refusal_cascade``).
-HEAD_STEM = Path(__file__).resolve().parent / "models" / "refusal_cascade_head"
+HEAD_STEM = Path(__file__).resolve().parents[1] / "models" / "refusal_cascade_head"
 FORMAT_VERSION = 1
 _WHAT = "refusal cascade head"
 

@@ -13,9 +13,9 @@ from refusal_audit.config import ConfigError
 
 #: Stem of the artifact shipped in the package (``.npz`` arrays, ``.json`` metadata, ``.md``
 #: model card), rebuilt by ``refusal-audit train``.
-SHIPPED_STEM = Path(__file__).resolve().parent / "models" / "refusal_prefilter"
+SHIPPED_STEM = Path(__file__).resolve().parents[1] / "models" / "refusal_prefilter"
 #: Stem of the shipped category model of the local engine (same three files).
-CATEGORY_STEM = Path(__file__).resolve().parent / "models" / "category_model"
+CATEGORY_STEM = Path(__file__).resolve().parents[1] / "models" / "category_model"
 
 
 def _stem(stem: Path | None) -> Path | None:

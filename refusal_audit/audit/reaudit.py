@@ -17,10 +17,10 @@ from typing import Any
 import orjson
 
 from processors.adapters import DecodeOptions, SourceRecord
-from refusal_audit.batch import build_pipeline
+from refusal_audit.audit.batch import build_pipeline
+from refusal_audit.audit.engines import close_engine
+from refusal_audit.audit.pipeline import InputSource, RunReport
 from refusal_audit.config import Settings
-from refusal_audit.engines import close_engine
-from refusal_audit.pipeline import InputSource, RunReport
 from warehouse.store import Warehouse
 
 

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from processors.stats import wilson_interval
-from refusal_audit.pipeline import Failure, RunReport
+from refusal_audit.audit.pipeline import Failure, RunReport
 from schemas.events import DISAGREEMENT_DIRECTIONS
 
 MAX_FAILURES_SHOWN = 20
@@ -306,7 +306,7 @@ def classifier_vs_detector_line(figures: dict[str, Any]) -> str:
 
 
 def print_eval(figures: dict[str, Any], console: Console) -> None:
-    """Print ``refusal_audit.evaluate.run_eval`` figures (rates with Wilson 95% intervals).
+    """Print ``refusal_audit.audit.evaluate.run_eval`` figures (rates with Wilson 95% intervals).
 
     Counts first, then the agreement table (or, when nothing in it could be measured, why),
     notes on what the figures count, category agreement, and the failed records with their

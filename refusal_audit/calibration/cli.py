@@ -29,7 +29,7 @@ from refusal_audit.cli_common import (
 from refusal_audit.config import ConfigError, Settings
 
 if TYPE_CHECKING:
-    from refusal_audit.calibrate_starter import VerifiedStarter
+    from refusal_audit.calibration.starter import VerifiedStarter
     from warehouse.store import Warehouse
 
 calibrate_app = typer.Typer(
@@ -94,14 +94,14 @@ def calibrate_run(
     account, verified first (password or API token): exit 2 when it cannot be."""
     from processors.calibration.base import CalibrationInputError
     from processors.redaction import Redactor
-    from refusal_audit.calibrate import (
+    from refusal_audit.calibration.runs import (
         InputFileError,
         dumps,
         read_requests,
         read_spectrum,
         run_calibrations,
     )
-    from refusal_audit.calibrate_store import Skipped, log_runs, requests_from_warehouse
+    from refusal_audit.calibration.store import Skipped, log_runs, requests_from_warehouse
     from warehouse.client import WarehouseError
 
     from_store = bool(log_ids) or category is not None or clause is not None
@@ -165,7 +165,7 @@ def verified_starter(
     import os
     import sys
 
-    from refusal_audit.calibrate_starter import (
+    from refusal_audit.calibration.starter import (
         StarterError,
         read_token_file,
         starter_by_password,
@@ -281,7 +281,7 @@ def ab_simulate(
 ) -> None:
     """Write a simulated event stream with a known effect (and its plan) for ab report."""
     from processors.calibration.ab_sim import SCENARIOS, plan_for, renamed, scaled, simulate
-    from refusal_audit.calibrate import write_jsonl
+    from refusal_audit.calibration.runs import write_jsonl
 
     chosen = SCENARIOS.get(scenario)
     if chosen is None:
@@ -345,7 +345,7 @@ def ab_report(
     ab load or ab consume), or a file with --events. Exit 1 when event lines were left out;
     with --fail-on-safety-regression, exit 3 when an arm is a safety regression (before 1)."""
     from processors.calibration.ab import analyse
-    from refusal_audit.calibrate import BadLine, dumps, plan_from_events, read_plan
+    from refusal_audit.calibration.runs import BadLine, dumps, plan_from_events, read_plan
 
     if (experiment is None) == (events_file is None):
         raise fail_usage("give an EXPERIMENT id (warehouse) or --events FILE")
@@ -381,10 +381,11 @@ def ab_report(
 
 
 def read_events_listed(events_file: Path) -> tuple[list[Any], list[Any]]:
-    """The events and invalid lines of a JSONL file (``refusal_audit.calibrate.read_events``),
+    """The events and invalid lines of a JSONL file
+    (``refusal_audit.calibration.runs.read_events``),
     the invalid ones listed on stderr (the first 20, then a count); exit 2 when the file
     cannot be read."""
-    from refusal_audit.calibrate import read_events
+    from refusal_audit.calibration.runs import read_events
 
     if not events_file.is_file():
         raise fail_usage(f"events file not found (or not a file): {events_file}")

@@ -1,6 +1,6 @@
 """``refusal-audit calibrate consume|produce`` and ``refusal-audit ab consume|produce``: the
-Kafka paths of refusal-style calibration (``refusal_audit.calibrate_kafka``; registered on
-``cli_calibrate.calibrate_app`` and ``cli_calibrate.ab_app`` when ``refusal_audit.cli``
+Kafka paths of refusal-style calibration (``refusal_audit.calibration.kafka``; registered on
+``calibration.cli.calibrate_app`` and ``calibration.cli.ab_app`` when ``refusal_audit.cli``
 imports this module).
 
 Exit codes of ``consume``: 0 stopped (SIGTERM/SIGINT, ``--idle-timeout``,
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.markup import escape
 
-from refusal_audit.cli_calibrate import ab_app, calibrate_app
+from refusal_audit.calibration.cli import ab_app, calibrate_app
 from refusal_audit.cli_common import (
     EXIT_FAILURES,
     console,
@@ -36,8 +36,8 @@ from refusal_audit.cli_common import (
 from refusal_audit.config import ConfigError, Settings
 
 if TYPE_CHECKING:
-    from refusal_audit.calibrate_kafka import ConsumerLoop
-    from refusal_audit.owner import OwnerServer
+    from refusal_audit.calibration.kafka import ConsumerLoop
+    from refusal_audit.streaming.owner import OwnerServer
     from warehouse.store import Warehouse
 
 _BATCH_WAIT = typer.Option(
@@ -63,7 +63,7 @@ _ATTEMPTS = typer.Option(
 
 
 def _open(cfg: Settings, owner_port: int) -> tuple[Warehouse, OwnerServer | None]:
-    from refusal_audit.owner import OwnerServer
+    from refusal_audit.streaming.owner import OwnerServer
     from warehouse.client import WarehouseError
     from warehouse.store import Warehouse
 
@@ -79,7 +79,7 @@ def _open(cfg: Settings, owner_port: int) -> tuple[Warehouse, OwnerServer | None
 
 
 def _topics(cfg: Settings, roles: list[str]) -> None:
-    from refusal_audit.calibrate_kafka import check_topics
+    from refusal_audit.calibration.kafka import check_topics
     from streams.topics import TopicError
 
     try:
@@ -91,7 +91,7 @@ def _topics(cfg: Settings, roles: list[str]) -> None:
 def _consume(name: str, loop: ConsumerLoop) -> None:
     """Run ``loop`` with SIGTERM/SIGINT stopping it after the message in hand (a second
     signal ends the process at once, uncommitted); exit 70 on ``ConsumeError``."""
-    from refusal_audit.calibrate_kafka import EXIT_CRASH, ConsumeError
+    from refusal_audit.calibration.kafka import EXIT_CRASH, ConsumeError
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         logging.getLogger("refusal_audit.calibrate").info(
@@ -138,7 +138,7 @@ def calibrate_consume(
     <prefix>calibrate): calibrate each with the configured engine and suite, store the run
     and publish it on <prefix>calibrate.runs, then commit (at least once; a redelivered
     request keeps its run). Bad requests go to <prefix>dead-letters with their reason."""
-    from refusal_audit.calibrate_kafka import CalibrateConsumer, Calibrator, LoopOptions
+    from refusal_audit.calibration.kafka import CalibrateConsumer, Calibrator, LoopOptions
 
     service_logging()
     cfg = settings()
@@ -176,7 +176,7 @@ def ab_consume(
     and store them in the warehouse's ab_event_log table, one insert per batch, then commit (at
     least once; a redelivered event counts once). Invalid events go to <prefix>dead-letters
     with their reason."""
-    from refusal_audit.calibrate_kafka import ABConsumer, LoopOptions
+    from refusal_audit.calibration.kafka import ABConsumer, LoopOptions
 
     service_logging()
     cfg = settings()
@@ -192,7 +192,7 @@ def ab_consume(
 
 
 def _produce(files: list[Path], role: str, raw: bool, what: str) -> None:
-    from refusal_audit.calibrate_kafka import event_key, produce_file, request_key
+    from refusal_audit.calibration.kafka import event_key, produce_file, request_key
     from streams.producer import TopicWriter, make_producer
     from streams.topics import Topics
 

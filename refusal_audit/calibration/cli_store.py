@@ -1,5 +1,5 @@
 """``refusal-audit calibrate list|show|export`` and ``refusal-audit ab load``: calibration
-with the warehouse (registered on the apps of ``refusal_audit.cli_calibrate``;
+with the warehouse (registered on the apps of ``refusal_audit.calibration.cli``;
 docs/calibration.md).
 
 Exit codes: 0 done; 1 ``ab load`` stored the valid events but some lines were invalid
@@ -16,7 +16,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from refusal_audit.cli_calibrate import ab_app, calibrate_app, print_run, read_events_listed
+from refusal_audit.calibration.cli import ab_app, calibrate_app, print_run, read_events_listed
 from refusal_audit.cli_common import EXIT_FAILURES, console, err, fail_usage, open_store, settings
 from refusal_audit.config import ConfigError
 
@@ -56,7 +56,7 @@ def calibrate_show(
 ) -> None:
     """One logged run: its variants, UX notes, checks and the approvers' decisions."""
     from processors.calibration.approval import PAST_TENSE, current_decisions
-    from refusal_audit.calibrate import dumps
+    from refusal_audit.calibration.runs import dumps
     from warehouse.calibration import decision_rows, get_run
     from warehouse.client import WarehouseError
 
@@ -117,8 +117,8 @@ def calibrate_export(
     plan is recorded for ab report EXPERIMENT. Unapproved variants are never exported."""
     from processors.calibration.export import ExportError
     from refusal_audit.bundles import load_bundles
-    from refusal_audit.calibrate import dumps
-    from refusal_audit.calibrate_store import export_experiment, record_experiment
+    from refusal_audit.calibration.runs import dumps
+    from refusal_audit.calibration.store import export_experiment, record_experiment
     from warehouse.client import WarehouseError
 
     chosen = [_pair(v) for v in variants] if variants else None
@@ -175,7 +175,7 @@ def ab_load(
 ) -> None:
     """Store the product's A/B events of a file in the warehouse (the same table ab consume
     fills; an event id stored twice counts once). Invalid lines are listed and left out."""
-    from refusal_audit.calibrate_store import load_events
+    from refusal_audit.calibration.store import load_events
     from warehouse.client import WarehouseError
 
     events, bad = read_events_listed(events_file)

@@ -15,9 +15,9 @@ Topics (``streams.topics``, names ``<kafka_topic_prefix><suffix>``):
 :class:`CalibrateConsumer` (consumer group ``<kafka_topic_prefix>calibrate``) decodes each
 request, fills a request that names only a ``log_id`` from the warehouse (the audit's stored,
 redacted request; an unknown log id is calibrated from the refusal alone), redacts it like
-``refusal_audit.calibrate.read_requests``, calibrates it with the configured engine and suite
+``refusal_audit.calibration.runs.read_requests``, calibrates it with the configured engine and suite
 (:class:`Calibrator`: ``processors.calibration.run.calibrate`` and
-``refusal_audit.calibrate.run_with_suite``, the file mode's functions), stores the run
+``refusal_audit.calibration.runs.run_with_suite``, the file mode's functions), stores the run
 (``warehouse.calibration.insert_runs``, source ``kafka:<topic> partition P offset O``) and
 publishes it on ``calibrate.runs``. :class:`ABConsumer` (group ``<kafka_topic_prefix>ab``)
 validates each event (``processors.calibration.ab.parse_event``) and stores a batch's valid
@@ -41,8 +41,9 @@ batch is redelivered). ``stop`` (SIGTERM/SIGINT in the command) ends the loop af
 message in hand: what was processed is committed, the rest is redelivered.
 
 Embedded store: a consumer that owns a chDB store serves it to the other commands on a
-loopback HTTP server of its own (``refusal_audit.owner.OwnerServer``, the owner channel of
-``refusal_audit.owner``), and follows another owner (the worker, the review server) when one runs.
+loopback HTTP server of its own (``refusal_audit.streaming.owner.OwnerServer``, the owner channel of
+``refusal_audit.streaming.owner``), and follows another owner (the worker, the review server) when
+one runs.
 """
 
 from __future__ import annotations
@@ -71,7 +72,12 @@ from processors.engines.local import LocalEngine
 from processors.intake import make_dead_letter
 from processors.redaction import Redactor
 from refusal_audit.bundles import load_bundles
-from refusal_audit.calibrate import build_suite, build_variant_engine, not_json, run_with_suite
+from refusal_audit.calibration.runs import (
+    build_suite,
+    build_variant_engine,
+    not_json,
+    run_with_suite,
+)
 from refusal_audit.config import Settings
 from schemas.calibration import ABEvent, CalibrationRequest, CalibrationRun, Spectrum
 from schemas.deadletter import DeadLetter, DeadLetterStage
@@ -210,7 +216,7 @@ def decode_event(raw: bytes | None, limit: int = MAX_EVENT_BYTES) -> ABEvent:
 
 def redact_request(request: CalibrationRequest, redactor: Redactor | None) -> CalibrationRequest:
     """``request`` with its ``request`` and ``refusal`` texts redacted by ``redactor``, as
-    ``refusal_audit.calibrate.read_requests`` does (unchanged without a redactor)."""
+    ``refusal_audit.calibration.runs.read_requests`` does (unchanged without a redactor)."""
     if redactor is None:
         return request
     text = request.request
@@ -266,7 +272,7 @@ class Calibrator:
 
     def close(self) -> None:
         """Close the engine's client and the event loop."""
-        from refusal_audit.engines import close_engine
+        from refusal_audit.audit.engines import close_engine
 
         try:
             self._runner.run(close_engine(self.engine))

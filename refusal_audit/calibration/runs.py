@@ -135,7 +135,7 @@ def build_variant_engine(cfg: Settings, name: str | None = None) -> VariantEngin
         return LocalVariantEngine()
     if chosen == "openai":
         from processors.calibration.openai_variants import OpenAIVariantEngine
-        from refusal_audit.engines import llm_server, openai_client
+        from refusal_audit.audit.engines import llm_server, openai_client
         from refusal_audit.llm.discovery import concurrency
 
         model = cfg.calibrate_model or cfg.openai_model
@@ -289,7 +289,7 @@ def run_calibrations(
     """Calibrate every request with the configured bundles, variant engine and suite.
     ``started_by``: the runs' starter (None: each request's ``requested_by``);
     ``starter_verified_by``: how the caller verified that account (``calibrate run``:
-    ``calibrate_starter``), recorded on every run for the approval gate. Raises
+    ``calibration.starter``), recorded on every run for the approval gate. Raises
     ``ConfigError`` (engine, bundles) and ``CalibrationInputError`` (an unknown bundle or
     clause: nothing is run then)."""
     bundles = load_bundles(cfg.policy_bundles, cfg.data_dir)
@@ -305,7 +305,7 @@ def run_calibrations(
             )
 
     async def go() -> list[CalibrationRun]:
-        from refusal_audit.engines import close_engine
+        from refusal_audit.audit.engines import close_engine
 
         try:
             runs = []

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Literal
 
 from processors.calibration.approval import same_person
-from refusal_audit.api_tokens import TokenError, token_account
-from refusal_audit.review_accounts import AccountBook
+from refusal_audit.review.accounts import AccountBook
+from refusal_audit.review.api_tokens import TokenError, token_account
 from warehouse.store import Warehouse
 
 Method = Literal["password", "token"]

@@ -46,7 +46,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from refusal_audit.clarify.service import ClarifyService, ServiceError
+from refusal_audit.clarification.service import ClarifyService, ServiceError
 from schemas.clarification import ClarificationAnswer, ClarificationRequest, ReevaluationOutcome
 
 DEFAULT_MAX_BODY_BYTES = 256 * 1024

@@ -22,7 +22,7 @@ from refusal_audit.config import ConfigError, Settings
 #: Stem of the artifact shipped in the package (``.npz`` arrays, ``.json`` metadata, ``.md``
 #: model card), rebuilt by ``refusal-audit train --model circumvention -o refusal_audit/models``
 #: (or ``python -m refusal_audit.training.circumvention``).
-CIRCUMVENTION_STEM = Path(__file__).resolve().parent / "models" / "circumvention_check"
+CIRCUMVENTION_STEM = Path(__file__).resolve().parents[1] / "models" / "circumvention_check"
 
 
 @lru_cache(maxsize=4)

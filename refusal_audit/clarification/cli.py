@@ -48,10 +48,10 @@ def clarify_serve(
     with the configured engines and state store, and with --kafka the Kafka interface too;
     callers send the API token as a bearer token (setting clarify_api_token, else the file
     <data_dir>/clarify-api.token). Every step is logged to the warehouse."""
-    from refusal_audit.clarify.server import serve
+    from refusal_audit.clarification.server import serve
 
     service_logging()
-    from refusal_audit.web.listen import ListenError
+    from refusal_audit.review.web.listen import ListenError
     from streams.topics import TopicError
     from warehouse.client import WarehouseError
 
@@ -90,8 +90,8 @@ def clarify_eval(
     """Measure when the service asks (appropriateness: precision and recall, Wilson 95%
     intervals) and the circumvention teaching rate of surfaced question sets; exit 1 when
     circumvention is above 0 or appropriateness below the floor."""
-    from refusal_audit.clarify.evaluate import run_clarify_eval
-    from refusal_audit.clarify.server import build_clarifier
+    from refusal_audit.clarification.evaluate import run_clarify_eval
+    from refusal_audit.clarification.server import build_clarifier
 
     for path in files:
         if not path.is_file():

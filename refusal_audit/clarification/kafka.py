@@ -1,7 +1,7 @@
 """The clarification service on Kafka: a state store on a compacted topic and the consumer loop.
 
 ``refusal-audit clarify serve --kafka`` runs the HTTP app and :class:`KafkaLoop` in one
-process, on one event loop, over one :class:`~refusal_audit.clarify.service.ClarifyService`
+process, on one event loop, over one :class:`~refusal_audit.clarification.service.ClarifyService`
 and one state store, so both interfaces give the same answers from the same states.
 
 Topics (``streams.topics``, names ``<kafka_topic_prefix>clarify.*``; contracts of
@@ -72,13 +72,13 @@ from pydantic import BaseModel, ValidationError
 from processors.adapters import SourceRecord
 from processors.intake import make_dead_letter
 from processors.redaction import Redactor
-from refusal_audit.clarify.service import (
+from refusal_audit.clarification.service import (
     ClarifyService,
     OutputsUnavailableError,
     ServiceError,
     StepResult,
 )
-from refusal_audit.clarify.store import StaleStateError, StoreUnavailableError
+from refusal_audit.clarification.store import StaleStateError, StoreUnavailableError
 from refusal_audit.config import Settings
 from schemas.clarification import (
     ClarificationAnswer,

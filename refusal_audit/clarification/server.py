@@ -24,12 +24,12 @@ from processors.clarification.judge import CircumventionJudge
 from processors.clarification.local_questions import LocalQuestionEngine
 from processors.engines.base import AuditEngine
 from processors.redaction import Redactor
+from refusal_audit.audit.engines import llm_server, make_engine, openai_client
 from refusal_audit.bundles import load_bundles
-from refusal_audit.circumvention_check import build_circumvention_check
-from refusal_audit.clarify.service import ClarifyService
-from refusal_audit.clarify.store import MemoryStore, SqliteStore, StateStore
+from refusal_audit.clarification.circumvention_check import build_circumvention_check
+from refusal_audit.clarification.service import ClarifyService
+from refusal_audit.clarification.store import MemoryStore, SqliteStore, StateStore
 from refusal_audit.config import ConfigError, Settings
-from refusal_audit.engines import llm_server, make_engine, openai_client
 from refusal_audit.llm.discovery import concurrency
 from refusal_audit.secret_files import random_secret_file
 
@@ -67,7 +67,7 @@ def build_store(cfg: Settings, kafka: bool = False) -> StateStore:
     if kind == "memory":
         return MemoryStore()
     if kind == "kafka":
-        from refusal_audit.clarify.kafka import KafkaStateStore
+        from refusal_audit.clarification.kafka import KafkaStateStore
         from streams.topics import Topics
 
         topic = Topics.from_prefix(cfg.kafka_topic_prefix).clarify_state
@@ -94,7 +94,7 @@ def build_question_engine(
 ) -> QuestionEngine:
     """The question engine: ``name``, else ``clarify_question_engine``, else the audit
     engine's choice, running ``check`` (default: the configured one,
-    :func:`refusal_audit.circumvention_check.build_circumvention_check`). Raises
+    :func:`refusal_audit.clarification.circumvention_check.build_circumvention_check`). Raises
     ``ConfigError`` for an unknown name, a missing openai key or circumvention model."""
     engine = _question_engine(cfg, name)
     engine.check = check if check is not None else build_circumvention_check(cfg)
@@ -259,14 +259,15 @@ def serve(
     cfg: Settings, host: str | None = None, port: int | None = None, kafka: bool = False
 ) -> None:
     """Run the service with uvicorn until interrupted: the HTTP API and, with ``kafka``,
-    the Kafka loop (``refusal_audit.clarify.kafka``) in the same process over the same
+    the Kafka loop (``refusal_audit.clarification.kafka``) in the same process over the same
     store, and every step (HTTP or Kafka) published on the output topics (``KafkaOutputs``);
     with ``clarify_audit_trail``, every step is logged to the warehouse before it is answered
     or committed (``StepTrail``; an embedded store owned by another process, e.g. the worker,
     is reached through its owner, and taken over when that process stops). With ``kafka`` it
     refuses to start while another instance consumes with the same group
     (``InstanceConflictError``, a ``TopicError``). Raises ``ConfigError``,
-    ``WarehouseError``, ``streams.topics.TopicError``, ``refusal_audit.web.listen.ListenError``
+    ``WarehouseError``, ``streams.topics.TopicError``,
+    ``refusal_audit.review.web.listen.ListenError``
     (the address cannot be listened on; nothing says the service is up then)."""
     import asyncio
     import contextlib
@@ -274,10 +275,10 @@ def serve(
 
     from starlette.applications import Starlette
 
-    from refusal_audit.clarify.app import create_app
-    from refusal_audit.clarify.trail import StepTrail
-    from refusal_audit.web.listen import bind_listener
-    from refusal_audit.web.serving import HttpLimits, serve_bounded
+    from refusal_audit.clarification.app import create_app
+    from refusal_audit.clarification.trail import StepTrail
+    from refusal_audit.review.web.listen import bind_listener
+    from refusal_audit.review.web.serving import HttpLimits, serve_bounded
 
     host = host or cfg.clarify_web_host
     port = port if port is not None else cfg.clarify_web_port
@@ -290,7 +291,7 @@ def serve(
     install_secret_filter(secrets)
     topics = outputs = None
     if kafka:
-        from refusal_audit.clarify.kafka import (
+        from refusal_audit.clarification.kafka import (
             KafkaOutputs,
             check_single_instance,
             check_topics,
@@ -304,7 +305,7 @@ def serve(
     warehouse = trail = slot = None
     routes: list[Any] = []
     if cfg.clarify_audit_trail:
-        from refusal_audit.web.server import owner_routes
+        from refusal_audit.review.web.server import owner_routes
         from warehouse.store import Warehouse
 
         warehouse = Warehouse.open(cfg)
@@ -326,7 +327,7 @@ def serve(
                     logger.info("clarify: %d conversation step(s) written to the trail after "
                                 "a restart", written)  # fmt: skip
         if topics is not None:
-            from refusal_audit.clarify.kafka import KafkaLoop
+            from refusal_audit.clarification.kafka import KafkaLoop
 
             kafka_loop = KafkaLoop(cfg, service, topics)
             loop_task = asyncio.create_task(kafka_loop.run())

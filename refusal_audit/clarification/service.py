@@ -1,6 +1,6 @@
 """The clarification service: a ``Clarifier``, a ``StateStore`` and a clock, interface-free.
 
-The HTTP app (``refusal_audit.clarify.app``) calls it; a Kafka service can call the same
+The HTTP app (``refusal_audit.clarification.app``) calls it; a Kafka service can call the same
 methods, so both give the same answers from one store. Every method raises
 :class:`ServiceError` (an HTTP status, a stable ``code`` and a message) for input that does
 not fit; nothing else is expected to escape.
@@ -24,7 +24,7 @@ per-conversation lock is held until the outputs are confirmed, so one conversati
 come out in the order of its steps.
 
 Audit trail: with ``trail`` (a :class:`StepLog`; ``clarify serve`` passes
-``refusal_audit.clarify.trail.StepTrail`` when ``clarify_audit_trail`` is on) every step's
+``refusal_audit.clarification.trail.StepTrail`` when ``clarify_audit_trail`` is on) every step's
 ``clarification_steps`` row is part of the step, like its outputs: it is submitted after the
 state is stored, and the method returns only once the row is stored (the outputs are
 confirmed meanwhile, concurrently). A row the warehouse did not store is a 503
@@ -60,7 +60,7 @@ from processors.clarification.flow import Clarifier, Opened, UnknownBundleError
 from processors.clarification.privacy import redact_answer, redact_outcome, redact_request
 from processors.clarification.routing import request_hash
 from processors.redaction import Redactor
-from refusal_audit.clarify.store import StaleStateError, StateStore, StoreUnavailableError
+from refusal_audit.clarification.store import StaleStateError, StateStore, StoreUnavailableError
 from schemas.clarification import (
     ClarificationAnswer,
     ClarificationRequest,
@@ -163,7 +163,7 @@ DEFAULT_REDACTOR = Redactor()
 class ClarifyService:
     """The service (module docstring). ``clock`` returns the aware current time;
     ``redactor`` redacts every input (None: no redaction, for ``redaction_enabled = false``;
-    ``refusal_audit.clarify.server.build_service`` passes the configured one)."""
+    ``refusal_audit.clarification.server.build_service`` passes the configured one)."""
 
     def __init__(
         self,

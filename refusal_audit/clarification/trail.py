@@ -6,7 +6,7 @@ commit waits until their ``clarification_steps`` rows (``processors.clarificatio
 step_row``) are stored, like the step's outputs. A writer thread inserts the rows of every
 pending submission in one insert (group commit: concurrent steps share an insert, and a
 lone step is written at once, with no batching delay), then completes each submission's
-future, or fails it with :class:`~refusal_audit.clarify.service.TrailUnavailableError` when
+future, or fails it with :class:`~refusal_audit.clarification.service.TrailUnavailableError` when
 the warehouse refused the insert (after the warehouse's own retries). Nothing is retried or
 kept here: a failed step is answered 503 ``trail_unavailable`` (HTTP) or left uncommitted
 (Kafka), and the same call again writes the row again.
@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from processors.clarification.trail import step_row
-from refusal_audit.clarify.service import TrailUnavailableError
+from refusal_audit.clarification.service import TrailUnavailableError
 from schemas.clarification import ConversationState
 from warehouse.clarification import insert_steps, recorded_revisions
 from warehouse.client import WarehouseError

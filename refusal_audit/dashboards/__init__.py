@@ -1,7 +1,7 @@
 """Grafana dashboards for refusal-audit, built as plain dicts (issue 15, part 1).
 
 ``build_dashboards()`` returns ``{file name: dashboard}`` for the two dashboards written to
-``deploy/grafana/dashboards/`` by ``python -m refusal_audit.grafana``:
+``deploy/grafana/dashboards/`` by ``python -m refusal_audit.dashboards``:
 
 - ``refusal-audit.json``: the warehouse (ClickHouse, through Grafana's official
   ``grafana-clickhouse-datasource`` plugin): audit overview, category mix, policy gaps,
@@ -14,8 +14,8 @@ Pure: no I/O, no warehouse. See docs/dashboards.md.
 
 from __future__ import annotations
 
-from refusal_audit.grafana import audit_panels, review_panels
-from refusal_audit.grafana.model import (
+from refusal_audit.dashboards import audit_panels, review_panels
+from refusal_audit.dashboards.model import (
     CLICKHOUSE_UID,
     PLUGIN_ID,
     PLUGIN_VERSION,
@@ -24,7 +24,7 @@ from refusal_audit.grafana.model import (
     ch_variable,
     dashboard,
 )
-from refusal_audit.grafana.workers import workers_dashboard
+from refusal_audit.dashboards.workers import workers_dashboard
 
 __all__ = [
     "CLICKHOUSE_UID",

@@ -1,4 +1,4 @@
-"""``python -m refusal_audit.grafana [DIR]``: write the dashboards as JSON (sorted keys,
+"""``python -m refusal_audit.dashboards [DIR]``: write the dashboards as JSON (sorted keys,
 2-space indent, trailing newline: stable output) into DIR, by default
 ``deploy/grafana/dashboards`` of the working directory."""
 
@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from refusal_audit.grafana import build_dashboards
+from refusal_audit.dashboards import build_dashboards
 
 
 def render(dashboard: object) -> str:

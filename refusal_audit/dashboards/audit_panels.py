@@ -7,7 +7,7 @@ Unqualified table names resolve in the data source's ``defaultDatabase``.
 
 from __future__ import annotations
 
-from refusal_audit.grafana.model import (
+from refusal_audit.dashboards.model import (
     TABLE,
     TIME_SERIES,
     Json,
@@ -16,8 +16,8 @@ from refusal_audit.grafana.model import (
     ch_target,
     row,
 )
-from refusal_audit.grafana.model import panel as make_panel
-from refusal_audit.grafana.sql import scope, var_filter, wilson
+from refusal_audit.dashboards.model import panel as make_panel
+from refusal_audit.dashboards.sql import scope, var_filter, wilson
 
 CURRENT = f"""FROM current_assessments
 WHERE $__timeFilter(event_time)

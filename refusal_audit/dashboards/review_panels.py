@@ -12,9 +12,9 @@ normal interval (Cochran 1977 §5.3, Agresti-Coull adjusted proportions, as in
 
 from __future__ import annotations
 
-from refusal_audit.grafana.model import TIME_SERIES, Json, ch_target, row
-from refusal_audit.grafana.model import panel as make_panel
-from refusal_audit.grafana.sql import MIN_COMPARED, Z95, kappa_2x2, scope, var_filter, wilson
+from refusal_audit.dashboards.model import TIME_SERIES, Json, ch_target, row
+from refusal_audit.dashboards.model import panel as make_panel
+from refusal_audit.dashboards.sql import MIN_COMPARED, Z95, kappa_2x2, scope, var_filter, wilson
 from warehouse.review_queries import AGREEMENT_COUNTS, judged_verdicts
 
 _A_SCOPE = scope("a.model", "a.product", "a.policy_bundle")

@@ -7,14 +7,14 @@ Every expression filters on ``instance=~"$instance"``; rates use Grafana's
 
 from __future__ import annotations
 
-from refusal_audit.grafana.model import (
+from refusal_audit.dashboards.model import (
     Json,
     dashboard,
     prom_target,
     prom_variable,
     row,
 )
-from refusal_audit.grafana.model import panel as make_panel
+from refusal_audit.dashboards.model import panel as make_panel
 
 _SEL = 'instance=~"$instance"'
 _RATE = "$__rate_interval"

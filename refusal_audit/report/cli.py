@@ -33,7 +33,7 @@ def _period(
 def _check_filter(client: Client, database: str, column: str, value: str | None) -> None:
     from rich.markup import escape
 
-    from refusal_audit.html_report.chart_base import clean_text
+    from refusal_audit.report.html.chart_base import clean_text
     from warehouse.report_queries import stored_values
 
     if value is None:
@@ -73,8 +73,8 @@ def report(
     """Write a self-contained HTML audit report of a period (no network needed to open it):
     summary, false-positive rate per model with Wilson bands, category mix over time, top
     policy gaps, alerts, review agreement and notes on rates resting on few events."""
-    from refusal_audit.gaps import track_configured_gaps
-    from refusal_audit.html_report import collect, write_report
+    from refusal_audit.alerts.gaps import track_configured_gaps
+    from refusal_audit.report.html import collect, write_report
     from warehouse.report_queries import ReportFilter, event_day_range
 
     if since and until and since > until:

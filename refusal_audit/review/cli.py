@@ -36,7 +36,7 @@ def review_import(
     """Import reviewer verdicts for assessed log ids (columns: log_id, reviewer, verdict
     agree|disagree, corrected_category, corrected_false_positive, corrected_clause, note,
     optional policy_bundle). Bad rows are listed and left out; re-importing changes nothing."""
-    from refusal_audit.review import import_verdicts
+    from refusal_audit.review.verdict_files import import_verdicts
 
     cfg = settings()
     try:
@@ -74,7 +74,7 @@ def review_stats(
     judgement and the top-level category, each with a Wilson 95% interval and Cohen's kappa
     with its 95% interval; and the share of over-refusals reviewers found among the randomly
     sampled unflagged items (what the model missed)."""
-    from refusal_audit.review import stats_from_store
+    from refusal_audit.review.verdict_files import stats_from_store
 
     cfg = settings()
     try:
@@ -125,7 +125,7 @@ def review_export(
     with the texts and the model's verdict, for review in a spreadsheet tool; fill in
     reviewer, verdict and corrections and `review import` the file. In CSV, a cell that would
     start like a formula (= + - @, tab, CR) gets a leading ' that `review import` removes."""
-    from refusal_audit.review import ItemFilter, open_items, write_items
+    from refusal_audit.review.verdict_files import ItemFilter, open_items, write_items
 
     cfg = settings()
     where = ItemFilter(bundle, model, product, category, as_utc(since), as_utc(until))
@@ -145,7 +145,7 @@ def review_labels(
 ) -> None:
     """Write the reviewed events labelled with the reviewers' verdicts as native JSON Lines,
     so `refusal-audit eval FILE` measures any engine against the team's own reviewers."""
-    from refusal_audit.review import labelled_events
+    from refusal_audit.review.verdict_files import labelled_events
 
     cfg = settings()
     try:
@@ -171,7 +171,7 @@ def review_clarification_labels(
     the safe side for a safety check), else `acceptable`. A conversation without a verdict is
     not written; a reviewed one with no question asked (its set was rejected before it
     reached the user) is counted and left out."""
-    from refusal_audit.clarification_labels import clarification_labels, write_private_lines
+    from refusal_audit.clarification.verdict_labels import clarification_labels, write_private_lines
 
     cfg = settings()
     try:
@@ -214,7 +214,7 @@ def review_add_reviewer(
     on a terminal) and stored as an argon2id hash. Re-running changes role and password."""
     from pydantic import ValidationError
 
-    from refusal_audit.review_accounts import add_reviewer
+    from refusal_audit.review.accounts import add_reviewer
     from schemas.review import ROLES
 
     chosen = next((r for r in ROLES if r == role), None)
@@ -233,7 +233,7 @@ def review_add_reviewer(
 
 def review_remove_reviewer(name: str = typer.Argument(..., help="Login name.")) -> None:
     """Deactivate a review app account (their verdicts stay; their sessions end)."""
-    from refusal_audit.review_accounts import deactivate_reviewer
+    from refusal_audit.review.accounts import deactivate_reviewer
 
     cfg = settings()
     try:
@@ -279,9 +279,9 @@ def review_serve(
     import signal
     import sys
 
-    from refusal_audit.web.listen import ListenError, bind_listener
-    from refusal_audit.web.server import build_app, owner_routes
-    from refusal_audit.web.serving import HttpLimits, serve_bounded
+    from refusal_audit.review.web.listen import ListenError, bind_listener
+    from refusal_audit.review.web.server import build_app, owner_routes
+    from refusal_audit.review.web.serving import HttpLimits, serve_bounded
     from warehouse.client import redact_dsn
 
     overrides: dict[str, object] = {}

@@ -1,5 +1,5 @@
 """``refusal-audit review token create|list|revoke``: API tokens of review-app accounts
-(``refusal_audit.api_tokens``; ``calibrate run`` verifies its starter with one, for CI and
+(``refusal_audit.review.api_tokens``; ``calibrate run`` verifies its starter with one, for CI and
 scripts: docs/calibration.md, "Security"). Registered on ``review`` by
 ``refusal_audit.cli``.
 
@@ -41,7 +41,7 @@ def token_create(
 ) -> None:
     """Make an API token acting as an active review-app account; it is shown once (stdout,
     or a new 0600 file with --out) and only an argon2id hash of it is stored."""
-    from refusal_audit.api_tokens import create_token
+    from refusal_audit.review.api_tokens import create_token
     from warehouse.client import WarehouseError
 
     if out is not None and out.exists():
@@ -91,7 +91,7 @@ def token_revoke(
     token_id: str = typer.Argument(..., help="The token's id (review token list)."),
 ) -> None:
     """Revoke an API token: it no longer verifies anyone."""
-    from refusal_audit.api_tokens import revoke_token
+    from refusal_audit.review.api_tokens import revoke_token
     from warehouse.client import WarehouseError
 
     try:

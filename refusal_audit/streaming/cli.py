@@ -59,8 +59,8 @@ def run_topics_worker(cfg: Settings, loglevel: str) -> None:
     """Run a transactional worker until a signal; exit 70 when it cannot go on (a fenced or
     failed producer, or an unexpected error in the pipeline: nothing of the windows in hand
     is committed, they are consumed again)."""
-    from refusal_audit.worker.transactional import TransactionalWorker
-    from refusal_audit.worker.web import WorkerWeb
+    from refusal_audit.streaming.transactional_worker import TransactionalWorker
+    from refusal_audit.streaming.worker_web import WorkerWeb
     from streams.metrics import WorkerMetrics
     from streams.topics import TopicError
 
@@ -122,14 +122,14 @@ def _exit_if_stuck(worker: Any, code: int) -> None:
 
 
 def detector_pass(cfg: Settings, store: Any) -> Callable[[datetime], object]:
-    """A function running one detector pass (``refusal_audit.alerting.run_detectors``) that
+    """A function running one detector pass (``refusal_audit.alerts.publisher.run_detectors``) that
     publishes new drift and policy-gap alerts to their topics and stores them, then
     publishes each policy bundle's trend baseline to ``drift-baselines`` for the workers'
     batch summaries (``streams.baselines``); alerts that reached the topics but not the
     table are stored first (at start-up). Raises ``KafkaException`` when the alert topics
     cannot be read."""
-    from refusal_audit.alerting import AlertPublisher, run_detectors
-    from refusal_audit.drift import DriftConfig, bundle_baselines
+    from refusal_audit.alerts.drift import DriftConfig, bundle_baselines
+    from refusal_audit.alerts.publisher import AlertPublisher, run_detectors
     from streams.alert_log import read_alerts
     from streams.baselines import BaselinePublisher
     from streams.producer import TopicWriter, make_producer
@@ -172,8 +172,8 @@ def sink(
     """Load the transactional workers' result topics (stored events, assessments, audit
     batches, dead letters; read_committed) into the warehouse in large deduplicated blocks;
     offsets are committed after each block is stored."""
-    from refusal_audit.owner import OwnerServer
-    from refusal_audit.sink import WarehouseSink
+    from refusal_audit.streaming.owner import OwnerServer
+    from refusal_audit.streaming.warehouse_sink import WarehouseSink
     from streams.blocks import BlockLimits
     from streams.topics import TopicError
     from warehouse.client import WarehouseError

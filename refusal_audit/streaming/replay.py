@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from processors.adapters import DecodeFailure, decode_record
-from refusal_audit.pipeline import Failure, InputSource
+from refusal_audit.audit.pipeline import Failure, InputSource
 from streams.producer import DeliveryError, TopicWriter
 
 

@@ -1,6 +1,6 @@
 """The duplicate-log-id rule in the warehouse sink (issue 14): the first stored copy wins.
 
-A transactional worker applies the pipeline's rule (``refusal_audit.pipeline``) within its
+A transactional worker applies the pipeline's rule (``refusal_audit.audit.pipeline``) within its
 window only: it has no warehouse. The sink applies it again, against the warehouse, to each
 block before storing it (:func:`judge_block`).
 
@@ -11,7 +11,8 @@ being the log id; across partitions the lower partition). A copy with another no
 ``content_fingerprint`` is not stored: it becomes a dead letter (stage ``validate``, reason
 code ``duplicate_log_id``, the pipeline's reason text) that describes the copy's input
 record: a worker sends each stored-events message with the ``x-input-*`` headers of the
-record the event came from (``refusal_audit.worker.outputs``: :class:`InputOrigin`), so the
+record the event came from (``refusal_audit.streaming.window_outputs``: :class:`InputOrigin`), so
+the
 letter's ``source`` and ``location`` are the input topic and ``partition P offset O``,
 ``raw_length`` and ``raw_sha256`` the whole input value's length and SHA-256, and its id is
 derived from those three (``dead_letter_id(source, location, sha256)``). Its ``raw`` is the
@@ -26,7 +27,8 @@ block stored before its offsets were committed) or with none (written before fin
 is stored again, harmlessly (``ReplacingMergeTree``).
 
 Assessments. A worker sends each assessment message with the content fingerprint of the
-event copy it assessed (header ``x-content-fingerprint``, ``refusal_audit.worker.outputs``):
+event copy it assessed (header ``x-content-fingerprint``,
+``refusal_audit.streaming.window_outputs``):
 an assessment is stored unless its log id's first copy is known (stored, or in the block)
 and has another fingerprint, the assessment of a refused copy. A message without the header
 (written before it existed) is stored.

@@ -35,13 +35,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from processors.adapters import DecodeOptions, SourceRecord
-from refusal_audit.batch import build_pipeline
+from refusal_audit.audit.batch import build_pipeline
+from refusal_audit.audit.engines import close_engine
+from refusal_audit.audit.pipeline import AuditPipeline, InputSource, RunReport
 from refusal_audit.config import Settings
-from refusal_audit.engines import close_engine
-from refusal_audit.pipeline import AuditPipeline, InputSource, RunReport
-from refusal_audit.worker.loop import PipelineLoop
-from refusal_audit.worker.outputs import TopicOutputs
-from refusal_audit.worker.web import record_metrics
+from refusal_audit.streaming.window_outputs import TopicOutputs
+from refusal_audit.streaming.worker_loop import PipelineLoop
+from refusal_audit.streaming.worker_web import record_metrics
 from streams.baselines import BaselineReader
 from streams.membership import group_instance_id, leave_group
 from streams.metrics import WorkerMetrics

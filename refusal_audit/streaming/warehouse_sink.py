@@ -16,7 +16,8 @@ The drift and policy-gap detectors run in the sink, between blocks, every
 read, not in the workers.
 
 The duplicate-log-id rule ("the first stored copy wins") is applied to every block against
-the warehouse (``refusal_audit.sink_rules``): a copy of a stored log id with other content is
+the warehouse (``refusal_audit.streaming.sink_rules``): a copy of a stored log id with other content
+is
 not stored, nor are its assessments; it becomes a ``duplicate_log_id`` dead letter that
 describes the copy's input record (topic, location, length and SHA-256 of the value, from the
 stored-events message's ``x-input-*`` headers).
@@ -56,7 +57,14 @@ from pydantic import BaseModel, ValidationError
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
 
 from refusal_audit.config import Settings
-from refusal_audit.sink_rules import EPOCH, Fingerprinted, InputOrigin, Located, judge_block, ms
+from refusal_audit.streaming.sink_rules import (
+    EPOCH,
+    Fingerprinted,
+    InputOrigin,
+    Located,
+    judge_block,
+    ms,
+)
 from schemas.audit import BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
 from schemas.events import StoredEvent
@@ -120,7 +128,7 @@ _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 def _origin(msg: Message) -> InputOrigin | None:
     """The input record's origin named by a stored-events message's ``x-input-*`` headers;
     None when one is missing or malformed (a message of an older worker: its dead letter
-    then describes the message, ``refusal_audit.sink_rules``)."""
+    then describes the message, ``refusal_audit.streaming.sink_rules``)."""
     source, location = _header(msg, INPUT_SOURCE_HEADER), _header(msg, INPUT_LOCATION_HEADER)
     length, sha256 = _header(msg, INPUT_LENGTH_HEADER), _header(msg, INPUT_SHA256_HEADER)
     if not source or not location or length is None or not length.isdigit():
@@ -209,7 +217,8 @@ class WarehouseSink:
         self.leave: tuple[str, str, str] | None = None  # bootstrap, group, static instance id
 
     def maybe_detect(self, clock: Callable[[], float] = time.monotonic) -> None:
-        """Run a detector pass (drift and policy-gap alerts, ``refusal_audit.alerting``) when
+        """Run a detector pass (drift and policy-gap alerts, ``refusal_audit.alerts.publisher``)
+        when
         ``detector_interval`` seconds have passed since the last one, between blocks: the
         detectors read what the sink stored. A failed pass is logged and counted, never
         fatal (the next pass recomputes everything; no offset depends on it)."""
@@ -279,7 +288,8 @@ class WarehouseSink:
         return rows
 
     def store_block(self, block: Block) -> None:
-        """Judge (``refusal_audit.sink_rules``) and insert one block's rows, table by table
+        """Judge (``refusal_audit.streaming.sink_rules``) and insert one block's rows, table by
+        table
         (events first), once. Raises ``WarehouseError`` (nothing is committed then)."""
         self._store(block, self._rows(block))
 

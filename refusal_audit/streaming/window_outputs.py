@@ -1,9 +1,10 @@
 """A window's outputs as Kafka messages: the transactional worker's pipeline sink (issue 14).
 
-:class:`TopicOutputs` implements ``refusal_audit.pipeline.Sink`` without any storage: every
+:class:`TopicOutputs` implements ``refusal_audit.audit.pipeline.Sink`` without any storage: every
 row the pipeline would store becomes a message, collected until :meth:`TopicOutputs.take`
 hands the window's messages to the transaction that commits them with the window's offsets
-(``streams.transactional``). The warehouse sink (``refusal_audit.sink``) reads them back
+(``streams.transactional``). The warehouse sink (``refusal_audit.streaming.warehouse_sink``) reads
+them back
 with ``read_committed``.
 
 - ``insert_events`` -> role ``stored_events``, key the log id, value the ``StoredEvent``;

@@ -4,7 +4,7 @@ One agent (concurrency 1) consumes the input topic with ``noack_take(worker_take
 within=worker_take_within_seconds)``: a window closes when it holds ``worker_take_max``
 records or after ``within`` seconds, whichever comes first; the shared pipeline then splits
 it into audit batches per policy bundle by count and token budget. Each window is decoded,
-redacted, pre-filtered, audited and stored by ``refusal_audit.pipeline.AuditPipeline`` (the
+redacted, pre-filtered, audited and stored by ``refusal_audit.audit.pipeline.AuditPipeline`` (the
 batch-mode code path) into a ``StreamSink`` (ClickHouse, then the output topics).
 
 At-least-once: ``noack_take`` leaves acking to us, and we ack a window's events only after
@@ -26,7 +26,7 @@ calls run in that loop's default executor.
 
 On an embedded (chDB path) warehouse the worker owns the store's lock; it serves the store to
 other commands (``refusal-audit sql``, ``query``, ...) over the owner channel, a
-``POST /_owner/warehouse`` page on its web server (``refusal_audit.owner``).
+``POST /_owner/warehouse`` page on its web server (``refusal_audit.streaming.owner``).
 """
 
 from __future__ import annotations
@@ -46,14 +46,14 @@ import faust
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from processors.adapters import DecodeOptions, SourceRecord
-from refusal_audit.batch import build_pipeline
+from refusal_audit.audit.batch import build_pipeline
+from refusal_audit.audit.engines import close_engine
+from refusal_audit.audit.pipeline import AuditPipeline, InputSource, RunReport, Sink
 from refusal_audit.config import ConfigError, Settings
-from refusal_audit.engines import close_engine
-from refusal_audit.owner import MAX_REQUEST_BYTES, UNAUTHORIZED, OwnerSlot
-from refusal_audit.pipeline import AuditPipeline, InputSource, RunReport, Sink
-from refusal_audit.worker.detectors import DetectorRunner
-from refusal_audit.worker.loop import PipelineLoop
-from refusal_audit.worker.web import record_metrics
+from refusal_audit.streaming.owner import MAX_REQUEST_BYTES, UNAUTHORIZED, OwnerSlot
+from refusal_audit.streaming.worker_detectors import DetectorRunner
+from refusal_audit.streaming.worker_loop import PipelineLoop
+from refusal_audit.streaming.worker_web import record_metrics
 from streams.logs import json_logging_config
 from streams.membership import AssignmentWatch, group_instance_id, leave_group
 from streams.metrics import WorkerMetrics

@@ -2,7 +2,7 @@
 
 Leadership: the worker that owns partition 0 of the input topic runs the detectors (exactly
 one member of the consumer group owns it; faust's own leader topic is disabled). A pass
-(``refusal_audit.alerting.run_detectors``) reads ClickHouse aggregates, so it needs no
+(``refusal_audit.alerts.publisher.run_detectors``) reads ClickHouse aggregates, so it needs no
 in-memory state and a restarted or new leader computes the same alerts with the same ids;
 ``AlertPublisher`` sends and stores each id once. Every worker also refreshes the trend
 baselines its pipeline puts into batch summaries.
@@ -20,10 +20,10 @@ import logging
 import time
 from datetime import UTC, datetime
 
-from refusal_audit.alerting import AlertPublisher, DetectorRun, run_detectors
+from refusal_audit.alerts.drift import DriftConfig, bundle_baselines
+from refusal_audit.alerts.publisher import AlertPublisher, DetectorRun, run_detectors
+from refusal_audit.audit.pipeline import AuditPipeline
 from refusal_audit.config import Settings
-from refusal_audit.drift import DriftConfig, bundle_baselines
-from refusal_audit.pipeline import AuditPipeline
 from schemas.alerts import Alert
 from streams.alert_log import read_alerts
 from streams.metrics import WorkerMetrics

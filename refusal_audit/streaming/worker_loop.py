@@ -1,7 +1,8 @@
 """A long-lived event loop in a thread of its own, on which a worker runs its pipeline.
 
-Shared by the faust worker (``refusal_audit.worker.worker``) and the transactional worker
-(``refusal_audit.worker.transactional``): intake and the local engine are CPU work that must
+Shared by the faust worker (``refusal_audit.streaming.worker``) and the transactional worker
+(``refusal_audit.streaming.transactional_worker``): intake and the local engine are CPU work that
+must
 not stall the caller's loop or its polling, and the openai engine's client binds to the
 loop it first runs on, so the loop lives as long as the worker.
 """

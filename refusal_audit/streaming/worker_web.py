@@ -2,7 +2,8 @@
 ``/health`` endpoints (issue 14).
 
 The faust worker serves both from faust's web server; the transactional worker
-(``refusal_audit.worker.transactional``) has none, so :class:`WorkerWeb` serves them from a
+(``refusal_audit.streaming.transactional_worker``) has none, so :class:`WorkerWeb` serves them from
+a
 stdlib ``ThreadingHTTPServer`` in a daemon thread, on ``worker_web_host:worker_web_port``
 (loopback by default; port 0 picks a free one). Nothing private is served: Prometheus
 counters and a health summary without settings or secrets.
@@ -19,7 +20,7 @@ from typing import Any
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from refusal_audit.pipeline import RunReport
+from refusal_audit.audit.pipeline import RunReport
 from streams.metrics import WorkerMetrics
 
 log = logging.getLogger("refusal_audit.worker")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import typer
 
-from refusal_audit.circumvention_check import CIRCUMVENTION_STEM
+from refusal_audit.audit.prefilter_model import CATEGORY_STEM, SHIPPED_STEM
+from refusal_audit.clarification.circumvention_check import CIRCUMVENTION_STEM
 from refusal_audit.cli_common import console, fail_usage, settings
-from refusal_audit.prefilter_model import CATEGORY_STEM, SHIPPED_STEM
 from refusal_audit.training.circumvention import DEV_PATH as CIRCUMVENTION_DEV
 
 DEFAULT_SHARED_DATA = Path("../shared/data")
@@ -283,9 +283,9 @@ def _build_cascade(shared_data: Path, output_dir: Path, every: int) -> None:
     """Build the refusal cascade's encoder head into ``output_dir`` and report the files.
     Raises the usage ``typer.Exit`` when the encoder is not installed or the data cannot
     train it, ``OSError`` for a failed write."""
+    from refusal_audit.audit.prefilter_cascade import HEAD_STEM
     from refusal_audit.encoders.catalog import EncoderError
     from refusal_audit.encoders.runtime import OnnxEncoder
-    from refusal_audit.prefilter_cascade import HEAD_STEM
     from refusal_audit.training.refusal_cascade import ENCODER, build_head
 
     try:

@@ -4,7 +4,7 @@
 ``render.write_report`` writes the HTML file and, on request, the charts as PNG files.
 """
 
-from refusal_audit.html_report.data import PeriodData, collect
-from refusal_audit.html_report.render import render_html, write_report
+from refusal_audit.report.html.data import PeriodData, collect
+from refusal_audit.report.html.render import render_html, write_report
 
 __all__ = ["PeriodData", "collect", "render_html", "write_report"]

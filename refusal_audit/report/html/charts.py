@@ -20,8 +20,8 @@ import matplotlib
 from matplotlib.ticker import FixedLocator, MaxNLocator, PercentFormatter
 
 from processors.gap_text import gap_topic
-from refusal_audit.html_report.buckets import bucket_grid
-from refusal_audit.html_report.chart_base import (
+from refusal_audit.report.html.buckets import bucket_grid
+from refusal_audit.report.html.chart_base import (
     OTHER_COLOUR,
     SERIES_COLOURS,
     STYLE,
@@ -36,7 +36,7 @@ from refusal_audit.html_report.chart_base import (
     panel_figure,
     wrapped_label,
 )
-from refusal_audit.html_report.data import PeriodData
+from refusal_audit.report.html.data import PeriodData
 
 MAX_CATEGORIES = 9
 GAP_LABEL_WIDTH = 48

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from processors.sample_notes import ThinRate, thin_rate
-from refusal_audit.html_report.buckets import (
+from refusal_audit.report.html.buckets import (
     Bucket,
     bucket_label,
     bucket_size,

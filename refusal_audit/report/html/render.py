@@ -16,12 +16,12 @@ from markupsafe import Markup
 
 from processors.agreement import grouping_rule
 from processors.stats import wilson_interval
-from refusal_audit.html_report.chart_base import Chart, clean_text
-from refusal_audit.html_report.charts import draw
-from refusal_audit.html_report.data import PeriodData
+from refusal_audit.report.html.chart_base import Chart, clean_text
+from refusal_audit.report.html.charts import draw
+from refusal_audit.report.html.data import PeriodData
 
 MAX_THIN_LISTED = 100
-_TEMPLATES = Path(str(files("refusal_audit.html_report") / "templates"))
+_TEMPLATES = Path(str(files("refusal_audit.report.html") / "templates"))
 
 
 def _pct(value: float | None) -> str:

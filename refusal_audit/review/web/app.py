@@ -4,7 +4,7 @@
 Every page but ``/login``, ``/healthz`` and ``/static`` needs a logged-in, active reviewer.
 Sessions are signed cookies (Starlette's ``SessionMiddleware``: HttpOnly, SameSite=Lax,
 Secure when ``review_cookie_secure``); every POST carries a CSRF token bound to the session
-and must come from the app's own origin (``refusal_audit.web.csrf``); logins are throttled
+and must come from the app's own origin (``refusal_audit.review.web.csrf``); logins are throttled
 (``LoginThrottle``);
 responses carry a strict Content-Security-Policy (scripts and styles only from the app).
 The basic flow works without JavaScript; ``static/review.js`` adds keyboard shortcuts.
@@ -36,13 +36,13 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from processors.review import validation_message
-from refusal_audit.review_accounts import AccountBook, LoginThrottle, fingerprint
-from refusal_audit.review_service import ReviewRefused, ReviewService
-from refusal_audit.web.approvals import approval_routes
-from refusal_audit.web.clarifications import clarification_routes
-from refusal_audit.web.csrf import CSRF_MESSAGE, SessionCsrf, plain_reply
-from refusal_audit.web.disagreements import disagreement_routes
-from refusal_audit.web.visible_text import visible, visible_plain
+from refusal_audit.review.accounts import AccountBook, LoginThrottle, fingerprint
+from refusal_audit.review.service import ReviewRefused, ReviewService
+from refusal_audit.review.web.approvals import approval_routes
+from refusal_audit.review.web.clarifications import clarification_routes
+from refusal_audit.review.web.csrf import CSRF_MESSAGE, SessionCsrf, plain_reply
+from refusal_audit.review.web.disagreements import disagreement_routes
+from refusal_audit.review.web.visible_text import visible, visible_plain
 from schemas.review import REVIEW_REASONS, ReviewerAccount, ReviewQueue, VerdictInput
 from warehouse.client import WarehouseError
 

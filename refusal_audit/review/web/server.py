@@ -21,11 +21,11 @@ from starlette.types import ASGIApp
 
 from refusal_audit.bundles import load_bundles
 from refusal_audit.config import ConfigError, Settings
-from refusal_audit.owner import MAX_REQUEST_BYTES, UNAUTHORIZED, OwnerSlot
-from refusal_audit.review_accounts import AccountBook
-from refusal_audit.review_service import ReviewService
+from refusal_audit.review.accounts import AccountBook
+from refusal_audit.review.service import ReviewService
+from refusal_audit.review.web.app import WebOptions, create_app
 from refusal_audit.secret_files import random_secret_file
-from refusal_audit.web.app import WebOptions, create_app
+from refusal_audit.streaming.owner import MAX_REQUEST_BYTES, UNAUTHORIZED, OwnerSlot
 from warehouse.remote import OWNER_PATH
 from warehouse.store import Warehouse
 
@@ -67,7 +67,8 @@ class ReviewApp:
 
 
 def owner_routes(cfg: Settings, store: Warehouse) -> tuple[list[Route], OwnerSlot | None]:
-    """The owner channel's route on an embedded store (``refusal_audit.owner.OwnerSlot``): served
+    """The owner channel's route on an embedded store (``refusal_audit.streaming.owner.OwnerSlot``):
+    served
     when this process owns the store, or from the moment it takes the store over from an
     owner that went away (e.g. a worker that stopped); no route for a server DSN. Raises
     ``WarehouseError``."""
