@@ -72,9 +72,9 @@ bench-scaleout: install
 schemas: install
 	$(BIN)/python -m schemas.export
 
-## Regenerate the Grafana dashboards (deploy/grafana/dashboards/*.json) from refusal_audit/grafana.
+## Regenerate the Grafana dashboards (deploy/grafana/dashboards/*.json) from refusal_audit/dashboards.
 dashboards: install
-	$(BIN)/python -m refusal_audit.grafana deploy/grafana/dashboards
+	$(BIN)/python -m refusal_audit.dashboards deploy/grafana/dashboards
 
 ## Start the dev Kafka broker (KRaft, 127.0.0.1:9092; jars from Maven Central into deploy/kafka/lib).
 kafka-up:

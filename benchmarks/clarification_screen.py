@@ -1,7 +1,7 @@
 """The clarification request screen on the shared data: unsafe requests routed to
 clarification (target 0, each listed) and what the screen costs on safe and ambiguous ones.
 
-Opens every request of the shared data (``refusal_audit.clarify.screen_eval``) with the
+Opens every request of the shared data (``refusal_audit.clarification.screen_eval``) with the
 ``local`` classifier and question engine over the example bundle, as ``clarify serve``
 does, and prints per group the share routed to clarification (route ``policy_gray_zone``):
 
@@ -11,7 +11,7 @@ does, and prints per group the share routed to clarification (route ``policy_gra
 
 Unsafe groups list every request routed to clarification, with the questions surfaced. The
 worst case's ``dev`` / ``held-out`` columns split each group by
-:func:`refusal_audit.clarify.screen_eval.held_out` (the half not looked at while the
+:func:`refusal_audit.clarification.screen_eval.held_out` (the half not looked at while the
 screen's first rules were written; docs/clarification.md says which figures are
 in-sample). The safe groups show the cost: a request of theirs that is no longer clarified
 stays refused.
@@ -29,7 +29,7 @@ from pathlib import Path
 from processors.clarification.flow import Clarifier
 from processors.clarification.local_questions import LocalQuestionEngine
 from processors.engines.local import LocalEngine
-from refusal_audit.clarify.screen_eval import (
+from refusal_audit.clarification.screen_eval import (
     GroupResult,
     Probe,
     held_out,

@@ -1,7 +1,7 @@
 """Latency of the clarification HTTP route with the ``local`` engines (issue 12 target:
 p99 <= 50 ms on one core).
 
-Starts the real app (``refusal_audit.clarify.app.create_app`` over the ``local`` classifier,
+Starts the real app (``refusal_audit.clarification.app.create_app`` over the ``local`` classifier,
 the ``local`` question engine, the example bundle, a state store and the configured
 redaction, on by default, as in ``clarify serve``) under uvicorn on a free
 127.0.0.1 port in this process, pinned to one CPU (``os.sched_setaffinity``, where the OS
@@ -41,11 +41,11 @@ from processors.clarification.flow import Clarifier
 from processors.clarification.local_questions import LocalQuestionEngine
 from processors.engines.local import LocalEngine
 from refusal_audit.bundles import load_bundles
-from refusal_audit.clarify.app import create_app
-from refusal_audit.clarify.server import build_redactor
-from refusal_audit.clarify.service import ClarifyService
-from refusal_audit.clarify.store import MemoryStore, SqliteStore, StateStore
-from refusal_audit.clarify.trail import StepTrail
+from refusal_audit.clarification.app import create_app
+from refusal_audit.clarification.server import build_redactor
+from refusal_audit.clarification.service import ClarifyService
+from refusal_audit.clarification.store import MemoryStore, SqliteStore, StateStore
+from refusal_audit.clarification.trail import StepTrail
 from refusal_audit.config import load_settings
 from warehouse.store import Warehouse
 

@@ -114,7 +114,7 @@ def local_server(args: argparse.Namespace) -> Iterator[Server]:
         kind = discover(args.base_url, key, args.model).kind
         yield Server(args.base_url, args.model, key, args.context_size, kind)
         return
-    if importlib.util.find_spec("refusal_audit.cli_llm") is None:
+    if importlib.util.find_spec("refusal_audit.llm.cli") is None:
         sys.path.insert(0, str(TESTS))
         fixture = importlib.import_module("llm_fixture")
         with fixture.serve_local_llm(context_size=args.context_size, threads=args.threads) as llm:

@@ -30,9 +30,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from processors.drift import DetectorSettings, Evaluation, WindowCounts, evaluate
-from refusal_audit.batch import BatchOptions, run_batch
+from refusal_audit.alerts.drift import DriftConfig, evaluate_windows
+from refusal_audit.audit.batch import BatchOptions, run_batch
 from refusal_audit.config import load_settings
-from refusal_audit.drift import DriftConfig, evaluate_windows
 from schemas.alerts import Scope
 from warehouse.store import Warehouse
 

@@ -12,13 +12,13 @@ into embedded chDB <= 100 µs per event beyond start-up. This script prints, for
 - ``cascade``: with ``--cascade-band LOW HIGH`` (default 0.3 0.7, the narrowest band of the
   trade-off curve that reaches part of the example log; ``--no-cascade`` skips it),
   ``processors.refusal_cascade.Cascade.decide`` over the pre-filter's decisions with the
-  shipped head and its int8 MiniLM encoder (``refusal_audit.prefilter_cascade.build_cascade``;
+  shipped head and its int8 MiniLM encoder (``refusal_audit.audit.prefilter_cascade.build_cascade``;
   loading them is not timed), and ``cascade reached``, the share of events the encoder ran on;
 - ``tokens``: ``processors.batching.event_tokens`` (o200k_base, the batcher's cost);
 - ``local engine``: ``LocalEngine.audit_sync`` over the batches ``make_batches`` forms from
   the refusals (figure per event fed in, so stages add up);
 - ``trend lines``: ``processors.trends.trend_lines`` once per batch, against a baseline;
-- ``end to end``: ``refusal_audit.batch.run_batch`` with the local engine into an embedded
+- ``end to end``: ``refusal_audit.audit.batch.run_batch`` with the local engine into an embedded
   chDB store in a fresh temporary directory (start-up, i.e. opening the store and loading
   bundles, is timed separately by a 1-event run and subtracted).
 
@@ -61,10 +61,10 @@ from processors.intake import content_fingerprint
 from processors.prefilter import RefusalDecision, detect_refusals
 from processors.redaction import Redactor, redact_event
 from processors.trends import trend_lines
-from refusal_audit.batch import BatchOptions, run_batch
+from refusal_audit.audit.batch import BatchOptions, run_batch
+from refusal_audit.audit.prefilter_cascade import build_cascade
 from refusal_audit.bundles import load_bundles
 from refusal_audit.config import load_settings
-from refusal_audit.prefilter_cascade import build_cascade
 from schemas.events import RefusalEvent
 
 REPO = Path(__file__).resolve().parents[1]

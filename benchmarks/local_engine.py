@@ -1,6 +1,6 @@
 """Benchmark of the offline pipeline on the real labelled logs in ../shared/data.
 
-Runs ``refusal-audit eval``'s own code (``refusal_audit.evaluate.run_eval``, the pre-filter
+Runs ``refusal-audit eval``'s own code (``refusal_audit.audit.evaluate.run_eval``, the pre-filter
 and the ``local`` engine, nothing stored) on:
 
 - XSTest, both completion files (GPT-4 and Llama-2): refusal detection against the human
@@ -36,10 +36,10 @@ from typing import Any
 import orjson
 from rich.console import Console
 
-from refusal_audit.batch import BatchOptions
+from refusal_audit.audit.batch import BatchOptions
+from refusal_audit.audit.evaluate import run_eval
+from refusal_audit.audit.run_report import fmt_interval, print_eval
 from refusal_audit.config import Settings, load_settings
-from refusal_audit.evaluate import run_eval
-from refusal_audit.reporting import fmt_interval, print_eval
 
 REPO = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -2,7 +2,7 @@
 
 For audit batch sizes ``--sizes`` (1, 5, 10, 25), ``--batches`` batches each (distinct real
 XSTest refusals, GPT-4 then Llama-2 completions, read by path from ../shared/data), the
-openai audit engine (built by ``refusal_audit.engines.make_engine`` from the settings, as
+openai audit engine (built by ``refusal_audit.audit.engines.make_engine`` from the settings, as
 ``audit``/``eval`` build it) audits each batch against
 
 - the local model: ``--base-url`` (key in ``$REFUSAL_AUDIT_OPENAI_API_KEY``), else
@@ -47,9 +47,9 @@ from pydantic import ValidationError
 from processors.engines.base import EngineError
 from processors.engines.llm_call import ChatAnswer
 from processors.engines.openai_engine import OpenAIEngine
+from refusal_audit.audit.engines import close_engine, make_engine
 from refusal_audit.bundles import load_bundles
 from refusal_audit.config import Settings
-from refusal_audit.engines import close_engine, make_engine
 from schemas.events import RefusalEvent
 from schemas.wire import to_audit_result
 

@@ -36,9 +36,9 @@ import orjson
 from processors.prefilter import detect_refusals
 from processors.redaction import Redactor, redact_event
 from processors.refusal_cascade import Cascade, CascadeBand
+from refusal_audit.audit.prefilter_cascade import HEAD_STEM, load_head
 from refusal_audit.config import Settings
 from refusal_audit.encoders.runtime import OnnxEncoder
-from refusal_audit.prefilter_cascade import HEAD_STEM, load_head
 from refusal_audit.training.labels import load_refusal_examples
 from refusal_audit.training.refusal_cascade import (
     CURVE_BANDS,

@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         print()
         print(ablation_table(args.shared_data))
     if args.cost:
-        from refusal_audit.prefilter_model import load_shipped_model
+        from refusal_audit.audit.prefilter_model import load_shipped_model
 
         figures = cost(args.shared_data, load_shipped_model())
         out["cost"] = figures

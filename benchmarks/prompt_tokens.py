@@ -38,9 +38,9 @@ from processors.intake import IntakeSettings, prepare
 from processors.redaction import Redactor
 from processors.tokens import count_tokens
 from prompts import load_template
+from refusal_audit.audit.readers import read_records
 from refusal_audit.bundles import load_bundle
 from refusal_audit.config import load_settings
-from refusal_audit.readers import read_records
 from schemas.events import RefusalEvent, StoredEvent
 
 REPO = Path(__file__).resolve().parents[1]

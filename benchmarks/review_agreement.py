@@ -21,10 +21,10 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from refusal_audit.batch import BatchOptions, run_batch
+from refusal_audit.audit.batch import BatchOptions, run_batch
 from refusal_audit.bundles import load_bundles
 from refusal_audit.config import load_settings
-from refusal_audit.review import import_verdicts, stats_from_store
+from refusal_audit.review.verdict_files import import_verdicts, stats_from_store
 from warehouse.store import Warehouse
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,6 +1,6 @@
 """Input adapters: decode one logged record into a ``RefusalEvent``, or say precisely why not.
 
-Pure functions, no I/O: batch mode (``refusal_audit.readers``) and the Kafka worker both hand
+Pure functions, no I/O: batch mode (``refusal_audit.audit.readers``) and the Kafka worker both hand
 a ``SourceRecord`` (the raw bytes plus where they came from) to ``decode_record``, which
 returns a ``RefusalEvent`` or a ``DecodeFailure`` (a machine-readable ``reason_code`` and a
 human-readable ``reason`` naming the field). Bad input never raises.

@@ -3,7 +3,7 @@
 Input is ``WindowCounts`` per ``Scope`` for the evaluated window and for its baseline (the
 pooled trailing windows, or a pinned reference period); output is one ``Finding`` per
 (detector, scope): an alert, "no change", or "insufficient data". The caller
-(``refusal_audit.drift``) reads the counts from ClickHouse and publishes the alerts.
+(``refusal_audit.alerts.drift``) reads the counts from ClickHouse and publishes the alerts.
 
 Detectors (all tests two-sided, from scipy):
 

@@ -9,7 +9,7 @@ gap. A gap's id is derived from its bundle and the description of the flag that 
 (``gap_id``), so it is stable across restarts. Only what a flag is about is compared
 (``processors.gap_text.gap_topic``: the words a ``local`` engine flag lists, not the
 boilerplate every such flag shares). A gap is shown under its most common member description
-(the one holding the most distinct log ids, ``refusal_audit.gaps``), through
+(the one holding the most distinct log ids, ``refusal_audit.alerts.gaps``), through
 ``processors.gap_text.describe_gap``; its counts are its distinct log ids, never a number in
 the text.
 
@@ -21,7 +21,7 @@ gap's first flagged event in event time (period ``k`` is ``floor((t - first_seen
 for a flagged refusal whose event is at ``t``), and the alert id is
 ``alert_id("policy_gap", scope, gap_id, period)``, so a recomputation gives the same ids.
 
-``refusal_audit.gaps`` does the I/O (reading batches, storing sightings, reading alerts).
+``refusal_audit.alerts.gaps`` does the I/O (reading batches, storing sightings, reading alerts).
 """
 
 from __future__ import annotations

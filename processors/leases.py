@@ -6,7 +6,7 @@ seconds. The registry is thread-safe: callers that must decide and grant atomica
 the open items, then take the first free one) do so inside ``with registry.lock:``.
 
 Leases live in the review server's memory: a restart returns every held item to its queue
-(a reviewer's verdict on it is still accepted; see ``refusal_audit.review_service``).
+(a reviewer's verdict on it is still accepted; see ``refusal_audit.review.service``).
 """
 
 from __future__ import annotations

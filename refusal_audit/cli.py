@@ -21,17 +21,11 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from refusal_audit import (
-    cli_alerts,
-    cli_calibrate,
-    cli_clarify,
-    cli_encoders,
-    cli_llm,
-    cli_review,
-    cli_review_tokens,
-    cli_train,
-)
-from refusal_audit.batch import BatchOptions, run_batch
+from refusal_audit.alerts import cli as cli_alerts
+from refusal_audit.audit.batch import BatchOptions, run_batch
+from refusal_audit.audit.run_report import print_eval, print_report, report_json
+from refusal_audit.calibration import cli as cli_calibrate
+from refusal_audit.clarification import cli as cli_clarify
 from refusal_audit.cli_common import (
     EXIT_FAILURES,
     State,
@@ -42,8 +36,12 @@ from refusal_audit.cli_common import (
     settings,
 )
 from refusal_audit.config import ConfigError
+from refusal_audit.encoders import cli as cli_encoders
+from refusal_audit.llm import cli as cli_llm
 from refusal_audit.output import OutputFormat, render
-from refusal_audit.reporting import print_eval, print_report, report_json
+from refusal_audit.review import cli as cli_review
+from refusal_audit.review import cli_tokens as cli_review_tokens
+from refusal_audit.training import cli as cli_train
 from warehouse.client import WarehouseError, redact_dsn
 
 app = typer.Typer(
@@ -164,7 +162,7 @@ def eval_command(
     ),
 ) -> None:
     """Measure the pre-filter and an engine against the labels of labelled files (no storage)."""
-    from refusal_audit.evaluate import run_eval
+    from refusal_audit.audit.evaluate import run_eval
 
     cfg = settings()
     options = input_options(files, input_format, mapping, event_time, None, None)
@@ -201,7 +199,7 @@ def reaudit(
     engine: str | None = typer.Option(None, help="Audit engine (default: setting engine)."),
 ) -> None:
     """Audit again the events of failed audits (dead letters of stage audit)."""
-    from refusal_audit.reaudit import run_reaudit
+    from refusal_audit.audit.reaudit import run_reaudit
 
     cfg = settings()
     store = open_store(cfg)
@@ -332,7 +330,7 @@ def gaps(
     """List the open policy gaps (grouped policy-gap flags) with counts and example log ids."""
     from datetime import UTC
 
-    from refusal_audit.gaps import list_open_gaps, track_configured_gaps
+    from refusal_audit.alerts.gaps import list_open_gaps, track_configured_gaps
 
     cfg = settings()
     store = open_store(cfg)
@@ -409,14 +407,14 @@ def worker(
 ) -> None:
     """Run the streaming worker: consume refusal events, audit them, and write the results
     to the result topics (default) or straight into the warehouse."""
-    from refusal_audit.worker.worker import run_worker
+    from refusal_audit.streaming.worker import run_worker
     from streams.topics import TopicError
 
     if outputs not in ("warehouse", "topics"):
         raise fail_usage(f"--outputs must be warehouse or topics, not {outputs!r}")
     cfg = settings()
     if outputs == "topics":
-        from refusal_audit.cli_scale import run_topics_worker
+        from refusal_audit.streaming.cli import run_topics_worker
 
         run_topics_worker(cfg, loglevel)
         return
@@ -439,8 +437,8 @@ def produce(
     raw: bool = typer.Option(False, help="Send JSON Lines records byte for byte, unvalidated."),
 ) -> None:
     """Replay log files into the input topic (key: conversation id, else log id)."""
-    from refusal_audit.batch import file_source, record_total
-    from refusal_audit.replay import replay
+    from refusal_audit.audit.batch import file_source, record_total
+    from refusal_audit.streaming.replay import replay
     from streams.producer import TopicWriter, make_producer
     from streams.topics import TopicError, Topics, admin_client, require_topic
 
@@ -497,9 +495,10 @@ app.add_typer(cli_calibrate.ab_app, name="ab")
 app.add_typer(cli_llm.llm_app, name="llm")
 app.add_typer(cli_encoders.encoders_app, name="encoders")
 # imported for their side effect: they register more commands on calibrate_app and ab_app
-import refusal_audit.cli_calibrate_kafka  # noqa: E402
-import refusal_audit.cli_calibrate_store  # noqa: E402, F401
-from refusal_audit import cli_report, cli_scale  # noqa: E402
+import refusal_audit.calibration.cli_kafka  # noqa: E402
+import refusal_audit.calibration.cli_store  # noqa: E402, F401
+from refusal_audit.report import cli as cli_report  # noqa: E402
+from refusal_audit.streaming import cli as cli_scale  # noqa: E402
 
 app.command("sink")(cli_scale.sink)
 app.command("report")(cli_report.report)

@@ -29,7 +29,7 @@ class DeadLetter(BaseModel):
     exception: the warehouse sink's ``duplicate_log_id`` letters keep in ``raw`` the refused
     event as decoded and redacted (JSON), not the record's bytes, while ``raw_length``,
     ``raw_sha256``, ``source`` and ``location`` describe the input record
-    (``refusal_audit.sink_rules``).
+    (``refusal_audit.streaming.sink_rules``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -3,5 +3,5 @@ topic writing and dead-letter framing, static group membership, logs, metrics, t
 reading alert topics.
 
 Nothing here imports the application (``refusal_audit``) or the warehouse: the worker that
-joins them to the shared pipeline is ``refusal_audit.worker`` (docs/architecture.md, Layers).
+joins them to the shared pipeline is ``refusal_audit.streaming`` (docs/architecture.md, Layers).
 """

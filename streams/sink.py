@@ -1,6 +1,7 @@
 """The worker's sink: the warehouse first, then the output topics.
 
-``StreamSink`` has the methods of the pipeline's ``Sink`` protocol (``refusal_audit.pipeline``,
+``StreamSink`` has the methods of the pipeline's ``Sink`` protocol
+(``refusal_audit.audit.pipeline``,
 not imported here: ``TableSink`` is the same shape). Every row goes to ClickHouse (where
 dedup on write makes redelivery harmless) and then to its topic through a ``TopicWriter``;
 the worker acknowledges its input only after ``TopicWriter.confirm`` succeeds, so an
@@ -52,7 +53,7 @@ CONTENT_FINGERPRINT_HEADER = "x-content-fingerprint"
 #: Headers of a transactional worker's stored-events message: where the event's input
 #: record was (its ``SourceRecord.source`` and ``location``) and the whole original value's
 #: length and SHA-256 (hex), so the warehouse sink's ``duplicate_log_id`` dead letter of a
-#: refused copy describes the input record (``refusal_audit.sink_rules``).
+#: refused copy describes the input record (``refusal_audit.streaming.sink_rules``).
 INPUT_SOURCE_HEADER = "x-input-source"
 INPUT_LOCATION_HEADER = "x-input-location"
 INPUT_LENGTH_HEADER = "x-input-length"
@@ -252,7 +253,7 @@ class StreamSink:
 
     def insert_batches(self, batches: Sequence[BatchRecord]) -> None:
         """Store the batch rows. Their policy-gap flags reach the policy-gap topic grouped,
-        as alerts of the gap tracker (``refusal_audit.gaps``), not one message per flag."""
+        as alerts of the gap tracker (``refusal_audit.alerts.gaps``), not one message per flag."""
         with self._timed("audit_batches"):
             self.warehouse.insert_batches(batches)
 

@@ -27,7 +27,7 @@ rewinds; a consumer that failed fatally is renewed. Fenced by a newer live insta
 same transactional id, or recovery failing for ``recovery_seconds``, raises
 :class:`TransactionFatal`: the process must exit.
 
-Pure Kafka: no audit logic here. The caller (``refusal_audit.worker``) turns a window into
+Pure Kafka: no audit logic here. The caller (``refusal_audit.streaming``) turns a window into
 output messages.
 """
 

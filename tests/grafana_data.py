@@ -19,7 +19,7 @@ from processors.calibration.ab import parse_event
 from processors.calibration.local_variants import LocalVariantEngine
 from processors.calibration.run import calibrate
 from processors.clarification.trail import step_row
-from refusal_audit.gaps import track_gaps
+from refusal_audit.alerts.gaps import track_gaps
 from schemas.calibration import CalibrationRequest
 from schemas.policy import PolicyBundle
 from warehouse import Warehouse

@@ -21,9 +21,9 @@ import uvicorn
 from test_pipeline import audit, settings
 
 from refusal_audit.config import Settings
-from refusal_audit.review_accounts import AccountBook, add_reviewer
-from refusal_audit.review_service import ReviewService
-from refusal_audit.web.server import build_app
+from refusal_audit.review.accounts import AccountBook, add_reviewer
+from refusal_audit.review.service import ReviewService
+from refusal_audit.review.web.server import build_app
 from warehouse import Warehouse
 
 REPO = Path(__file__).resolve().parents[1]

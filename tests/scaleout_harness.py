@@ -35,8 +35,8 @@ from streaming import Deployment, json_records
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_LOG = REPO / "examples" / "refusal_log.jsonl"
-EXIT_CRASH = 70  # refusal_audit.cli_scale: cannot go on, nothing in hand committed
-# what the sink reads (refusal_audit.sink.WarehouseSink.start)
+EXIT_CRASH = 70  # refusal_audit.streaming.cli: cannot go on, nothing in hand committed
+# what the sink reads (refusal_audit.streaming.warehouse_sink.WarehouseSink.start)
 SINK_TOPICS = ("stored-events", "assessments", "audit-batches", "dead-letters")
 
 Headers = list[tuple[str, str | bytes | None]]

@@ -1,4 +1,4 @@
-"""Input adapters (processors.adapters) and file readers (refusal_audit.readers)."""
+"""Input adapters (processors.adapters) and file readers (refusal_audit.audit.readers)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from processors.adapters import (
     detect_format,
     xstest_model_from_source,
 )
-from refusal_audit.readers import default_model_for, read_records
+from refusal_audit.audit.readers import default_model_for, read_records
 from schemas.events import ClassifierSignal, RefusalEvent
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from streaming import read_topic
 
-from refusal_audit.alerting import AlertPublisher, list_alerts
+from refusal_audit.alerts.publisher import AlertPublisher, list_alerts
 from schemas.alerts import Alert, Scope, Statistic, TimeWindow, alert_id
 from streams.alert_log import read_alerts
 from streams.producer import DeliveryError, TopicWriter, make_producer

@@ -29,8 +29,8 @@ from test_pipeline import settings as pipeline_settings
 from typer.testing import CliRunner
 
 from processors.calibration.ab_sim import SCENARIOS, simulate
-from refusal_audit.batch import run_batch
-from refusal_audit.calibrate_kafka import (
+from refusal_audit.audit.batch import run_batch
+from refusal_audit.calibration.kafka import (
     DEAD_LETTER_CODES,
     ABConsumer,
     CalibrateConsumer,

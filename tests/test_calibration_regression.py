@@ -26,7 +26,7 @@ from processors.calibration.spectrum import SpectrumParseError, bundle_spectrum,
 from processors.engines.local import LocalEngine
 from processors.policy import parse_bundle
 from processors.prefilter import detect_refusal_text
-from refusal_audit.calibrate import CommandSuite
+from refusal_audit.calibration.runs import CommandSuite
 from schemas.calibration import (
     DEFAULT_SPECTRUM,
     CalibrationOutput,

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from processors.calibration.export import ApprovedVariant, ExportError, build_experiment
 from processors.calibration.local_variants import LocalVariantEngine
 from processors.calibration.run import calibrate
-from refusal_audit.calibrate import HttpSuite
+from refusal_audit.calibration.runs import HttpSuite
 from refusal_audit.cli import app
 from refusal_audit.config import Settings
 from schemas.calibration import (

@@ -17,10 +17,10 @@ from processors.category_model import CATEGORY_CLASSES, load_model
 from processors.engines.local import LocalEngine
 from processors.refusal_model import ModelArtifactError
 from processors.validation import validate_result
+from refusal_audit.audit.engines import make_engine
+from refusal_audit.audit.prefilter_model import CATEGORY_STEM, load_shipped_category_model
 from refusal_audit.cli import app
 from refusal_audit.config import ConfigError, load_settings
-from refusal_audit.engines import make_engine
-from refusal_audit.prefilter_model import CATEGORY_STEM, load_shipped_category_model
 from refusal_audit.training import tables
 from refusal_audit.training.build_category import build_category_artifact
 from refusal_audit.training.labels import load_verdict_labels

@@ -29,7 +29,7 @@ from processors.clarification.circumvention_rubric import (
 )
 from processors.clarification.flow import Clarifier
 from processors.clarification.local_questions import LocalQuestionEngine
-from refusal_audit.circumvention_check import (
+from refusal_audit.clarification.circumvention_check import (
     CIRCUMVENTION_STEM,
     build_circumvention_check,
     load_circumvention_model,
@@ -220,8 +220,8 @@ class _FixedEngine(LocalQuestionEngine):
 def test_the_clarifier_never_surfaces_a_set_the_check_rejects(check: CircumventionCheck) -> None:
     from datetime import UTC, datetime
 
+    from refusal_audit.audit.engines import make_engine
     from refusal_audit.bundles import load_bundles
-    from refusal_audit.engines import make_engine
     from schemas.clarification import ClarificationRequest, EscalationReason, Outcome
 
     cfg = Settings()

@@ -17,16 +17,16 @@ from starlette.testclient import TestClient
 from processors.clarification.flow import Clarifier
 from processors.clarification.local_questions import LocalQuestionEngine
 from processors.engines.local import LocalEngine
-from refusal_audit.clarify.app import create_app
-from refusal_audit.clarify.server import SecretMaskFilter
-from refusal_audit.clarify.service import (
+from refusal_audit.clarification.app import create_app
+from refusal_audit.clarification.server import SecretMaskFilter
+from refusal_audit.clarification.service import (
     ClarifyService,
     OutputsUnavailableError,
     ServiceError,
     StepResult,
 )
-from refusal_audit.clarify.store import MemoryStore, SqliteStore, StaleStateError, StateStore
-from refusal_audit.clarify.trail import StepTrail
+from refusal_audit.clarification.store import MemoryStore, SqliteStore, StaleStateError, StateStore
+from refusal_audit.clarification.trail import StepTrail
 from schemas.clarification import ClarificationAnswer, ClarificationRequest
 from schemas.policy import PolicyBundle
 from warehouse import Warehouse
@@ -292,7 +292,7 @@ def test_a_token_in_the_query_string_is_logged_masked_by_uvicorn(
     import httpx
     import uvicorn
 
-    from refusal_audit.clarify.server import install_secret_filter
+    from refusal_audit.clarification.server import install_secret_filter
 
     clarifier = Clarifier(LocalEngine(), LocalQuestionEngine(), {"default": example_bundle})
     app = create_app(ClarifyService(clarifier, MemoryStore()), TOKEN)

@@ -25,7 +25,7 @@ from processors.clarification.flow import Clarifier, UnknownBundleError
 from processors.clarification.local_questions import LocalQuestionEngine, local_question_set
 from processors.clarification.routing import ROUTES, route_for
 from processors.engines.local import LocalEngine
-from refusal_audit.circumvention_check import build_circumvention_check
+from refusal_audit.clarification.circumvention_check import build_circumvention_check
 from refusal_audit.config import Settings
 from schemas.clarification import (
     ClarificationAnswer,

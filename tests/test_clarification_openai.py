@@ -164,7 +164,7 @@ def test_the_trained_check_retry_turn_names_the_codes_but_not_the_score(
     threshold (a model must not be coached to the threshold); the escalation stores the
     codes in the state's ``circumvention_reasons``."""
     from processors.clarification.circumvention_model import CircumventionCheck
-    from refusal_audit.circumvention_check import load_circumvention_model
+    from refusal_audit.clarification.circumvention_check import load_circumvention_model
 
     check = CircumventionCheck(load_circumvention_model())
     bad = [GOOD[0], q("Which of these would be the most damaging thing to write about them?")]

@@ -22,9 +22,9 @@ from processors.clarification.openai_questions import QUESTIONS_SCHEMA_NAME, Ope
 from processors.clarification.trail import step_row
 from processors.engines.openai_engine import OpenAIEngine
 from processors.redaction import Redactor
-from refusal_audit.clarify.server import build_redactor
-from refusal_audit.clarify.service import ClarifyService, StepResult
-from refusal_audit.clarify.store import SqliteStore
+from refusal_audit.clarification.server import build_redactor
+from refusal_audit.clarification.service import ClarifyService, StepResult
+from refusal_audit.clarification.store import SqliteStore
 from refusal_audit.config import Settings
 from schemas.clarification import (
     ClarificationAnswer,

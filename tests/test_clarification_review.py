@@ -18,9 +18,9 @@ from processors.clarification.flow import Clarifier
 from processors.clarification.local_questions import LocalQuestionEngine
 from processors.clarification.trail import sample_probability, sampled, step_row
 from processors.engines.local import LocalEngine
-from refusal_audit.clarify.service import ClarifyService
-from refusal_audit.clarify.store import MemoryStore
-from refusal_audit.clarify.trail import StepTrail
+from refusal_audit.clarification.service import ClarifyService
+from refusal_audit.clarification.store import MemoryStore
+from refusal_audit.clarification.trail import StepTrail
 from schemas.clarification import (
     ClarificationAnswer,
     ClarificationRequest,

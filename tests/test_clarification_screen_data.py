@@ -20,7 +20,7 @@ from processors.clarification.harm_lexicon import harm_terms, lexicon_hits
 from processors.clarification.local_questions import LocalQuestionEngine
 from processors.engines.local import LocalEngine
 from processors.engines.local_text import tokenize
-from refusal_audit.clarify.screen_eval import (
+from refusal_audit.clarification.screen_eval import (
     GroupResult,
     measure,
     real_refusal_probes,

@@ -104,7 +104,7 @@ def test_the_label_rule_rejects_when_at_least_half_say_not_neutral() -> None:
 
 def test_reviewed_conversations_export_as_question_sets(warehouse: Warehouse) -> None:
     from processors.clarification import verdict_sets
-    from refusal_audit import clarification_labels as export
+    from refusal_audit.clarification import verdict_labels as export
 
     assert (export.NO_QUESTIONS, verdict_sets.VERDICT_DOMAIN) == (NO_QUESTIONS, VERDICT_DOMAIN)
     verdict_set_id, clarification_labels = verdict_sets.verdict_set_id, export.clarification_labels

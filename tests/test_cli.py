@@ -254,8 +254,8 @@ def _benchmark() -> ModuleType:
 def test_benchmark_table_has_the_figures_eval_prints(
     env: dict[str, str], shared_data: Path
 ) -> None:
+    from refusal_audit.audit.run_report import fmt_interval
     from refusal_audit.config import load_settings
-    from refusal_audit.reporting import fmt_interval
 
     bench = _benchmark()
     results = bench.run(shared_data, load_settings(None))

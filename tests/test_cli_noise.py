@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from refusal_audit import bundles
-from refusal_audit.batch import BatchOptions, file_source
+from refusal_audit.audit.batch import BatchOptions, file_source
 from refusal_audit.cli import app
 from refusal_audit.config import Settings, example_bundle_paths
 
@@ -137,7 +137,7 @@ def test_the_audit_counter_shows_the_known_total(
 
 
 def test_a_csv_total_is_not_guessed_from_its_lines(tmp_path: Path) -> None:
-    from refusal_audit.batch import record_total
+    from refusal_audit.audit.batch import record_total
 
     csv = tmp_path / "x.csv"
     csv.write_text('prompt,type,final_label\n"a\nmulti-line prompt",safe,1_full_refusal\n')

@@ -14,7 +14,7 @@ import pytest
 
 from processors.adapters import DecodeOptions, SourceRecord
 from processors.intake import IntakeSettings, make_dead_letter, prepare
-from refusal_audit.readers import read_records
+from refusal_audit.audit.readers import read_records
 from schemas.deadletter import DeadLetter
 from streams.sink import OriginalRecord, dead_letter_message, kafka_location
 from warehouse import Warehouse

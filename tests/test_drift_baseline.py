@@ -9,7 +9,7 @@ import pytest
 from drift_data import Row, stored_rows, xstest_refusals
 
 from processors.drift import DetectorSettings
-from refusal_audit.drift import DriftConfig, evaluate_windows
+from refusal_audit.alerts.drift import DriftConfig, evaluate_windows
 from warehouse.store import Warehouse
 
 pytestmark = pytest.mark.integration

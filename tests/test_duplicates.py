@@ -14,8 +14,8 @@ import pytest
 from test_pipeline import settings
 
 from processors.adapters import DecodeOptions, SourceRecord
-from refusal_audit.batch import build_pipeline
-from refusal_audit.pipeline import InputSource, RunReport
+from refusal_audit.audit.batch import build_pipeline
+from refusal_audit.audit.pipeline import InputSource, RunReport
 from warehouse import Warehouse
 from warehouse.queries import NAMED_QUERIES, run_named
 

@@ -26,9 +26,9 @@ from streaming import Deployment, free_port, read_topic
 from typer.testing import CliRunner
 
 from processors.adapters import DecodeOptions
+from refusal_audit.audit.pipeline import InputSource
 from refusal_audit.cli import app
 from refusal_audit.config import load_settings
-from refusal_audit.pipeline import InputSource
 from schemas.audit import BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
 from schemas.events import StoredEvent, StoredIdentity
@@ -249,8 +249,8 @@ def consume_window(bootstrap: str, topic: str, count: int) -> list[Any]:
 def test_dead_letter_copies_keep_key_headers_and_tombstones(
     kafka_bootstrap: str, kafka_admin: AdminClient, unique_topic_prefix: str
 ) -> None:
-    from refusal_audit.batch import build_pipeline
-    from refusal_audit.worker.worker import window_records
+    from refusal_audit.audit.batch import build_pipeline
+    from refusal_audit.streaming.worker import window_records
 
     topics = Topics.from_prefix(unique_topic_prefix)
     for name in (topics.input, topics.dead_letters, topics.assessments, topics.review_queue):
@@ -279,7 +279,7 @@ def test_dead_letter_copies_keep_key_headers_and_tombstones(
     writer = TopicWriter(make_producer(kafka_bootstrap))
     sink = StreamSink(warehouse, writer, topics)  # type: ignore[arg-type]
     pipeline = build_pipeline(load_settings(engine="local"), sink)
-    # what refusal_audit/worker/worker.py's process_window does, plus the originals it
+    # what refusal_audit/streaming/worker.py's process_window does, plus the originals it
     # should pass on
     sink.use_originals(window_originals(events))
     report = asyncio.run(

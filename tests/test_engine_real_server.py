@@ -46,9 +46,9 @@ from processors.engines.openai_engine import (
 from processors.tokens import count_tokens
 from prompts import load_template
 from prompts.loader import count_message_tokens
-from refusal_audit.batch import BatchOptions, build_pipeline, file_source
+from refusal_audit.audit.batch import BatchOptions, build_pipeline, file_source
+from refusal_audit.audit.engines import make_engine
 from refusal_audit.config import ConfigError, Settings
-from refusal_audit.engines import make_engine
 from refusal_audit.llm import discovery
 from schemas.events import RefusalEvent
 from schemas.policy import PolicyBundle
@@ -221,7 +221,7 @@ def test_discovery_of_an_unreachable_server_or_none_asks_nothing() -> None:
 def test_a_small_discovered_context_is_a_clear_start_up_error(
     fake_openai: FakeOpenAIServer, tmp_path: Path
 ) -> None:
-    from refusal_audit.evaluate import MemorySink
+    from refusal_audit.audit.evaluate import MemorySink
 
     fake_openai.as_llama_cpp(8_192)  # SmolLM2's trained context: the prompt alone is ~7,000
     cfg = settings(fake_openai, data_dir=tmp_path)
@@ -442,10 +442,10 @@ def test_budget_settings_reach_the_engine(fake_openai: FakeOpenAIServer) -> None
 
 
 def test_steps_reach_the_metrics_and_eval(fake_openai: FakeOpenAIServer, tmp_path: Path) -> None:
-    from refusal_audit.engines import close_engine
-    from refusal_audit.evaluate import MemorySink, run_eval
-    from refusal_audit.reporting import print_eval
-    from refusal_audit.worker.web import record_metrics
+    from refusal_audit.audit.engines import close_engine
+    from refusal_audit.audit.evaluate import MemorySink, run_eval
+    from refusal_audit.audit.run_report import print_eval
+    from refusal_audit.streaming.worker_web import record_metrics
     from streams.metrics import WorkerMetrics
 
     def first_and_retried() -> tuple[int, int]:
@@ -528,7 +528,7 @@ def test_max_tokens_is_sized_to_the_batch(
 def test_the_allowance_covers_the_measured_assessments(tmp_path: Path) -> None:
     """The source of OUTPUT_TOKENS_*: the local engine's assessments of the example log, as
     wire JSON indented by 2 (json_object answers often are), in o200k tokens."""
-    from refusal_audit.evaluate import MemorySink
+    from refusal_audit.audit.evaluate import MemorySink
 
     cfg = Settings(engine="local", data_dir=tmp_path)  # type: ignore[call-arg]
     sink = MemorySink()
@@ -628,8 +628,8 @@ def test_json_caller_engines_use_the_servers_kind(fake_openai: FakeOpenAIServer)
     from processors.calibration.openai_variants import OpenAIVariantEngine
     from processors.clarification.judge import OpenAIJudge
     from processors.clarification.openai_questions import OpenAIQuestionEngine
-    from refusal_audit.calibrate import build_variant_engine
-    from refusal_audit.clarify.server import build_judge, build_question_engine
+    from refusal_audit.calibration.runs import build_variant_engine
+    from refusal_audit.clarification.server import build_judge, build_question_engine
 
     fake_openai.as_llama_cpp(8_192)
     cfg = settings(fake_openai, clarify_judge_engine="openai")

@@ -23,10 +23,10 @@ from typer.testing import CliRunner
 
 from processors.gap_text import describe_gap, describe_gap_sql
 from processors.gaps import DEFAULT_SIMILARITY, GapMatcher, gap_alert_id, gap_id, similarity
+from refusal_audit.alerts.gaps import list_open_gaps, track_gaps
+from refusal_audit.audit.pipeline import RunReport
+from refusal_audit.audit.run_report import print_report
 from refusal_audit.cli import app
-from refusal_audit.gaps import list_open_gaps, track_gaps
-from refusal_audit.pipeline import RunReport
-from refusal_audit.reporting import print_report
 from schemas import AuditSummary, BatchRecord, EngineUsage, PolicyGapFlag, StoredAssessment
 from schemas.alerts import Alert
 from warehouse import Warehouse, connect

@@ -24,9 +24,9 @@ from jsonschema import Draft7Validator
 
 from processors.agreement import DEFAULT_MIN_ITEMS, agreement
 from processors.stats import wilson_interval
-from refusal_audit.grafana import CLICKHOUSE_UID, PROMETHEUS_UID, build_dashboards
-from refusal_audit.grafana.__main__ import render
-from refusal_audit.grafana.sql import MIN_COMPARED
+from refusal_audit.dashboards import CLICKHOUSE_UID, PROMETHEUS_UID, build_dashboards
+from refusal_audit.dashboards.__main__ import render
+from refusal_audit.dashboards.sql import MIN_COMPARED
 from schemas.policy import PolicyBundle
 from streams.metrics import WorkerMetrics
 from warehouse import Warehouse, connect, migrate

@@ -27,11 +27,11 @@ from test_review_queries import reviewed  # noqa: F401  (fixture)
 from typer.testing import CliRunner
 
 from processors.stats import wilson_interval
-from refusal_audit.alerting import alert_row
+from refusal_audit.alerts.gaps import track_gaps
+from refusal_audit.alerts.publisher import alert_row
 from refusal_audit.cli import app
-from refusal_audit.gaps import track_gaps
-from refusal_audit.html_report import PeriodData, collect, render_html, write_report
-from refusal_audit.html_report.charts import draw
+from refusal_audit.report.html import PeriodData, collect, render_html, write_report
+from refusal_audit.report.html.charts import draw
 from warehouse import Warehouse
 from warehouse.queries import run_named
 from warehouse.report_queries import ReportFilter, event_day_range
@@ -209,7 +209,7 @@ def test_each_model_has_its_own_panel_and_band(period: PeriodData) -> None:
 
 
 def test_a_category_keeps_its_colour_whatever_else_the_report_holds() -> None:
-    from refusal_audit.html_report.chart_base import category_colours
+    from refusal_audit.report.html.chart_base import category_colours
 
     codes = [
         "over_refusal", "policy_gray_zone", "capability_boundary", "clarification_needed",

@@ -4,7 +4,7 @@ Real worker output (the shared pipeline with the local engine over the example l
 malformed-record fixture and a tombstone, into ``TopicOutputs`` as a transactional worker
 does) goes two ways into two migrated databases of the embedded store:
 
-- the sink's path: ``refusal_audit.sink.WarehouseSink.store_block``;
+- the sink's path: ``refusal_audit.streaming.warehouse_sink.WarehouseSink.store_block``;
 - the shipped views: every statement of ``kafka_engine_statements``, with each Kafka table
   replaced by a ``Null`` table of the same columns (``stand_in=True``) into which the messages
   are inserted as the Kafka engine hands them to its views (empty values are not: the engine
@@ -33,11 +33,11 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME
 from test_pipeline import settings
 
 from processors.adapters import DecodeOptions, SourceRecord
-from refusal_audit.batch import build_pipeline
+from refusal_audit.audit.batch import build_pipeline
+from refusal_audit.audit.pipeline import InputSource
 from refusal_audit.config import Settings
-from refusal_audit.pipeline import InputSource
-from refusal_audit.sink import WarehouseSink
-from refusal_audit.worker.outputs import TopicOutputs
+from refusal_audit.streaming.warehouse_sink import WarehouseSink
+from refusal_audit.streaming.window_outputs import TopicOutputs
 from schemas.audit import StoredAssessment
 from schemas.events import StoredEvent
 from streams.blocks import Block
@@ -489,7 +489,8 @@ def test_a_later_copy_with_other_content_wins_in_the_views_but_not_in_the_sink(
     later_copy: tuple[str, list[OutputMessage]],
 ) -> None:
     """The documented difference: the views cannot apply the duplicate-log-id rule across
-    windows (the sink's ``refusal_audit.sink_rules``): ReplacingMergeTree keeps the newest."""
+    windows (the sink's ``refusal_audit.streaming.sink_rules``): ReplacingMergeTree keeps the
+    newest."""
     client, db_sink, db_engine = two_stores
     log_id, later = later_copy
     records = as_records([*worker_messages, *later])

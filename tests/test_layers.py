@@ -35,16 +35,39 @@ LAYER_NAMES = {
     4: "pure logic",
     5: "contracts",
 }
-#: Entry points: the CLI (``refusal_audit.cli`` and every ``refusal_audit.cli_*``) and the
-#: modules holding a service's run function (nothing in the application layer imports them).
+#: Entry points: the CLI (``refusal_audit.cli``, every room's ``cli`` module and every
+#: ``cli_*`` module, see ``is_cli``) and the modules holding a service's run function
+#: (nothing in the application layer imports them).
 ENTRY_MODULES = frozenset(
     {
         "refusal_audit.cli",
-        "refusal_audit.worker.worker",
-        "refusal_audit.web.server",
-        "refusal_audit.clarify.server",
+        "refusal_audit.streaming.worker",
+        "refusal_audit.review.web.server",
+        "refusal_audit.clarification.server",
     }
 )
+#: The modules allowed directly under ``refusal_audit/``: what every room shares. A feature
+#: module goes into its room (a subpackage), never at the root.
+SHARED_ROOT_MODULES = frozenset(
+    {"__init__", "cli", "cli_common", "config", "secret_files", "bundles", "output"}
+)
+#: The subpackages of ``refusal_audit/``: one room per capability, and the shipped data.
+ROOMS = frozenset(
+    {
+        "audit",
+        "streaming",
+        "alerts",
+        "review",
+        "clarification",
+        "calibration",
+        "report",
+        "dashboards",
+        "training",
+        "encoders",
+        "llm",
+    }
+)
+DATA_PACKAGES = frozenset({"models", "example_policies"})
 #: Packages of one layer that must not import each other.
 SIDE_BY_SIDE = frozenset({"streams", "warehouse"})
 
@@ -57,9 +80,20 @@ def layer_of(module: str) -> int | None:
     # ``from refusal_audit.cli import app`` names ``refusal_audit.cli.app``
     if any(module == m or module.startswith(m + ".") for m in ENTRY_MODULES):
         return 1
-    if module.startswith("refusal_audit.cli_"):
+    if is_cli(module):
         return 1
     return PACKAGE_LAYERS[top]
+
+
+def is_cli(module: str) -> bool:
+    """An application module is a command module (an entry point) when one of its dotted parts
+    below ``refusal_audit`` is ``cli`` or starts with ``cli_`` (``refusal_audit.review.cli``,
+    ``refusal_audit.calibration.cli_kafka``, ``refusal_audit.cli_common``; an imported name
+    ``refusal_audit.review.cli.review_app`` too)."""
+    parts = module.split(".")
+    if parts[0] != "refusal_audit":
+        return False
+    return any(part == "cli" or part.startswith("cli_") for part in parts[1:])
 
 
 def layer_name(module: str, layer: int) -> str:
@@ -70,7 +104,7 @@ def layer_name(module: str, layer: int) -> str:
 
 
 def module_name(path: Path) -> str:
-    """``refusal_audit/worker/worker.py`` -> ``refusal_audit.worker.worker`` (a package's
+    """``refusal_audit/streaming/worker.py`` -> ``refusal_audit.streaming.worker`` (a package's
     ``__init__.py`` is the package)."""
     parts = list(path.relative_to(REPO).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -174,10 +208,17 @@ def test_no_import_goes_up_a_layer() -> None:
             "they must not import each other",
         ),
         (
-            "refusal_audit/batch.py",
-            "from .cli import app\n",
-            "refusal_audit/batch.py:1: refusal_audit.batch (application) imports "
+            "refusal_audit/audit/batch.py",
+            "from ..cli import app\n",
+            "refusal_audit/audit/batch.py:1: refusal_audit.audit.batch (application) imports "
             "refusal_audit.cli.app (entry points, a layer above)",
+        ),
+        (
+            "refusal_audit/review/service.py",
+            "def f():\n    from refusal_audit.calibration.cli_kafka import calibrate_app\n",
+            "refusal_audit/review/service.py:2: refusal_audit.review.service (application) "
+            "imports refusal_audit.calibration.cli_kafka.calibrate_app "
+            "(entry points, a layer above)",
         ),
         (
             "schemas/__init__.py",
@@ -198,7 +239,24 @@ def test_allowed_imports_pass() -> None:
     below = "import orjson\nfrom schemas.events import RefusalEvent\nfrom prompts.loader import x\n"
     assert violations(REPO / "processors" / "intake.py", below) == []
     application = below + "import streams.producer\nfrom warehouse.store import Warehouse\n"
-    assert violations(REPO / "refusal_audit" / "batch.py", application) == []
-    entry = "from refusal_audit.worker.worker import run_worker\n"
+    assert violations(REPO / "refusal_audit" / "audit" / "batch.py", application) == []
+    entry = "from refusal_audit.streaming.worker import run_worker\n"
     assert violations(REPO / "refusal_audit" / "cli.py", entry) == []
-    assert violations(REPO / "refusal_audit" / "clarify" / "server.py", entry) == []
+    assert violations(REPO / "refusal_audit" / "clarification" / "server.py", entry) == []
+    room_cli = "from refusal_audit.review.service import ReviewService\n"
+    assert violations(REPO / "refusal_audit" / "review" / "cli.py", room_cli) == []
+
+
+def test_only_shared_modules_at_the_root() -> None:
+    """``refusal_audit/`` holds only what the rooms share; each capability has its room
+    (issue 26): a new feature module cannot land at the root."""
+    root = REPO / "refusal_audit"
+    modules = {p.stem for p in root.glob("*.py")}
+    assert modules <= SHARED_ROOT_MODULES, (
+        f"modules at the root of refusal_audit/ that belong in a room: "
+        f"{sorted(modules - SHARED_ROOT_MODULES)}"
+    )
+    packages = {p.parent.name for p in root.glob("*/__init__.py")}
+    strays = sorted(packages - ROOMS - DATA_PACKAGES)
+    assert not strays, f"subpackages of refusal_audit/ that are not a room: {strays}"
+    assert packages >= ROOMS, f"rooms without a package: {sorted(ROOMS - packages)}"

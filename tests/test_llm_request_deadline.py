@@ -21,8 +21,8 @@ from processors.clarification.flow import Clarifier
 from processors.clarification.judge import OpenAIJudge
 from processors.clarification.openai_questions import OpenAIQuestionEngine
 from processors.engines.local import LocalEngine
-from refusal_audit.calibrate import build_variant_engine
-from refusal_audit.clarify.server import build_judge, build_question_engine
+from refusal_audit.calibration.runs import build_variant_engine
+from refusal_audit.clarification.server import build_judge, build_question_engine
 from schemas.calibration import CalibrationRequest, CalibrationRun
 from schemas.clarification import ClarificationRequest, EscalationReason, QuestionSet
 from schemas.policy import PolicyBundle

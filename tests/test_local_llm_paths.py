@@ -37,12 +37,12 @@ from processors.clarification.judge import OpenAIJudge
 from processors.clarification.local_questions import LocalQuestionEngine
 from processors.clarification.routing import classify
 from processors.engines.local import LocalEngine
-from refusal_audit.batch import BatchOptions, build_pipeline, file_source
-from refusal_audit.calibrate import run_calibrations
-from refusal_audit.clarify.server import build_clarifier, build_judge
+from refusal_audit.audit.batch import BatchOptions, build_pipeline, file_source
+from refusal_audit.audit.engines import close_engine
+from refusal_audit.audit.evaluate import MemorySink
+from refusal_audit.calibration.runs import run_calibrations
+from refusal_audit.clarification.server import build_clarifier, build_judge
 from refusal_audit.config import Settings
-from refusal_audit.engines import close_engine
-from refusal_audit.evaluate import MemorySink
 from schemas.calibration import DEFAULT_SPECTRUM, CalibrationRequest
 from schemas.clarification import ClarificationRequest, EscalationReason, Outcome, Route
 

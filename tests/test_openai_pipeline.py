@@ -10,7 +10,7 @@ import fake_openai_server
 import pytest
 from fake_openai_server import FakeOpenAIServer, answer_for, mutated
 
-from refusal_audit.batch import BatchOptions, run_batch
+from refusal_audit.audit.batch import BatchOptions, run_batch
 from refusal_audit.config import Settings
 from warehouse import Warehouse
 
@@ -99,7 +99,7 @@ def test_batches_fit_the_models_context_window(
     fake_openai: FakeOpenAIServer, warehouse: Warehouse
 ) -> None:
     from processors.engines.openai_engine import OpenAIEngine
-    from refusal_audit.batch import build_pipeline
+    from refusal_audit.audit.batch import build_pipeline
 
     roomy = build_pipeline(settings(fake_openai), warehouse)
     tight = build_pipeline(
@@ -117,7 +117,7 @@ def test_reaudit_recovers_batches_that_failed_during_an_outage(
 ) -> None:
     from fake_openai_server import status
 
-    from refusal_audit.reaudit import run_reaudit
+    from refusal_audit.audit.reaudit import run_reaudit
 
     cfg = settings(fake_openai)
     fake_openai.fallback = status(503)

@@ -1,4 +1,5 @@
-"""The owner channel (warehouse.remote, refusal_audit.owner): other processes reach an embedded
+"""The owner channel (warehouse.remote, refusal_audit.streaming.owner): other processes reach an
+embedded
 store through the process that owns it.
 
 The codec and ``serve_request`` run here against the session's chDB store. Owners of other

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from refusal_audit.clarify.store import SqliteStore
+from refusal_audit.clarification.store import SqliteStore
 
 REPO = Path(__file__).resolve().parents[1]
 WARNING = "accessible to other users"

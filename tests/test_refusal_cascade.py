@@ -17,11 +17,11 @@ from numpy.typing import NDArray
 from processors.prefilter import RefusalDecision, detect_refusal_text, detect_refusals
 from processors.refusal_cascade import HEAD_CUE, Cascade, CascadeBand, EncoderHead, head_width
 from processors.refusal_model import ModelArtifactError
-from refusal_audit.batch import BatchOptions, run_batch
+from refusal_audit.audit.batch import BatchOptions, run_batch
+from refusal_audit.audit.prefilter_cascade import HEAD_STEM, build_cascade, load_head, save_head
+from refusal_audit.audit.run_report import cascade_line, report_document
 from refusal_audit.config import ConfigError, Settings
-from refusal_audit.prefilter_cascade import HEAD_STEM, build_cascade, load_head, save_head
-from refusal_audit.reporting import cascade_line, report_document
-from refusal_audit.worker.web import record_metrics
+from refusal_audit.streaming.worker_web import record_metrics
 from schemas.events import RefusalEvent
 from streams.metrics import WorkerMetrics
 from warehouse import Warehouse

@@ -18,9 +18,9 @@ from streaming import Deployment, stop, wait_for_web
 from typer.testing import CliRunner
 
 from processors.evaluation import EvalItem, Labels, classifier_vs_detector, evaluate
+from refusal_audit.audit.pipeline import RunReport
 from refusal_audit.cli import app
-from refusal_audit.pipeline import RunReport
-from refusal_audit.worker.web import record_metrics
+from refusal_audit.streaming.worker_web import record_metrics
 from schemas.events import DISAGREEMENT_DIRECTIONS
 from streams.metrics import WorkerMetrics
 from warehouse import Warehouse, connect, load_migrations, migrate

@@ -18,11 +18,11 @@ from processors.prefilter import (
     detect_refusals,
 )
 from processors.refusal_model import ModelArtifactError, load_model
-from refusal_audit import prefilter_model
-from refusal_audit.batch import build_pipeline
+from refusal_audit.audit import prefilter_model
+from refusal_audit.audit.batch import build_pipeline
+from refusal_audit.audit.evaluate import MemorySink
+from refusal_audit.audit.prefilter_model import SHIPPED_STEM, load_shipped_model
 from refusal_audit.config import ConfigError, load_settings
-from refusal_audit.evaluate import MemorySink
-from refusal_audit.prefilter_model import SHIPPED_STEM, load_shipped_model
 from refusal_audit.training import labels
 from refusal_audit.training.build import build_artifact
 from schemas.events import ClassifierSignal, RefusalEvent

@@ -8,7 +8,7 @@ from datetime import date, timedelta
 import pytest
 
 from processors.stats import wilson_interval
-from refusal_audit.html_report.buckets import (
+from refusal_audit.report.html.buckets import (
     bucket_grid,
     bucket_size,
     bucket_start,

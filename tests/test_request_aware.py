@@ -33,7 +33,7 @@ from processors.request_aware import (
     question_type,
     read_request_pair,
 )
-from refusal_audit.batch import build_pipeline
+from refusal_audit.audit.batch import build_pipeline
 from schemas.events import ClassifierSignal, RefusalEvent, StoredEvent
 
 NEGATED = (

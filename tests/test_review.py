@@ -17,7 +17,7 @@ from test_pipeline import audit, settings
 
 from processors.agreement import agreement
 from refusal_audit.bundles import load_bundles
-from refusal_audit.review import import_verdicts, stats_from_store
+from refusal_audit.review.verdict_files import import_verdicts, stats_from_store
 from schemas.policy import PolicyBundle
 from warehouse import Warehouse
 from warehouse.review import current_verdicts
@@ -173,7 +173,7 @@ def test_the_cli_imports_and_reports_agreement(cli_env: dict[str, str], tmp_path
 def test_exported_items_filled_in_import_as_they_are(
     warehouse: Warehouse, audited: list[dict[str, Any]], tmp_path: Path, suffix: str
 ) -> None:
-    from refusal_audit.review import ItemFilter, open_items, write_items
+    from refusal_audit.review.verdict_files import ItemFilter, open_items, write_items
 
     items = open_items(warehouse, ItemFilter(), reviews_per_item=1, bundles=bundles())
     expected = {
@@ -212,9 +212,9 @@ def test_exported_items_filled_in_import_as_they_are(
 def test_reviewed_events_export_as_labels_eval_reads(
     warehouse: Warehouse, audited: list[dict[str, Any]], tmp_path: Path
 ) -> None:
-    from refusal_audit.batch import BatchOptions
-    from refusal_audit.evaluate import run_eval
-    from refusal_audit.review import labelled_events
+    from refusal_audit.audit.batch import BatchOptions
+    from refusal_audit.audit.evaluate import run_eval
+    from refusal_audit.review.verdict_files import labelled_events
 
     rows = []
     human: dict[str, bool] = {}
@@ -262,7 +262,7 @@ def test_csv_export_neutralises_formulas_and_the_import_restores_them(
     """Logged texts and log ids that start like spreadsheet formulas are quoted in the CSV
     export (never in JSON Lines), and the filled-in file imports them back exactly."""
     from processors.csv_cells import FORMULA_TRIGGERS
-    from refusal_audit.review import ItemFilter, open_items, write_items
+    from refusal_audit.review.verdict_files import ItemFilter, open_items, write_items
 
     lines = EXAMPLE_LOG.read_bytes().splitlines()
     events = []

@@ -28,8 +28,8 @@ from review_app_harness import (
 )
 from test_pipeline import settings
 
-from refusal_audit.batch import run_batch
-from refusal_audit.review_accounts import deactivate_reviewer
+from refusal_audit.audit.batch import run_batch
+from refusal_audit.review.accounts import deactivate_reviewer
 from schemas.review import ReviewQueue
 from warehouse import Warehouse
 from warehouse.client import WarehouseError

@@ -15,9 +15,9 @@ import pytest
 from test_pipeline import audit, options, settings
 
 from processors.stats import stratified_proportion
-from refusal_audit.batch import run_batch
+from refusal_audit.audit.batch import run_batch
 from refusal_audit.bundles import load_bundles
-from refusal_audit.review import import_verdicts, stats_from_store
+from refusal_audit.review.verdict_files import import_verdicts, stats_from_store
 from warehouse import Warehouse
 from warehouse.queries import run_named
 
@@ -226,7 +226,7 @@ def test_review_stats_and_the_report_group_by_event_week_with_one_wording(
     same verdicts: the same groups keyed by the event's week, the same counts and
     false-positive figures, and the same note for a group below the threshold; the rule is
     written on the report beside the figures (issue 23, item 16)."""
-    from refusal_audit.html_report import collect, render_html
+    from refusal_audit.report.html import collect, render_html
     from warehouse.report_queries import ReportFilter, event_day_range
 
     # a later week with a few reviewed events: a group below the threshold

@@ -12,8 +12,8 @@ from review_app_harness import PASSWORDS, Reviewer, csrf_token, serve
 from test_pipeline import settings
 
 from refusal_audit.config import ConfigError
-from refusal_audit.review_accounts import LoginThrottle
-from refusal_audit.web.server import web_options
+from refusal_audit.review.accounts import LoginThrottle
+from refusal_audit.review.web.server import web_options
 from warehouse import Warehouse
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ from scipy.stats import binomtest
 from test_pipeline import EXAMPLE_LOG, options, settings
 
 from processors.sampling import near_threshold, review_reasons, sample_draw
-from refusal_audit.batch import run_batch
+from refusal_audit.audit.batch import run_batch
 from schemas.audit import IndividualAssessment, StoredAssessment
 from warehouse import Warehouse
 
@@ -134,7 +134,7 @@ def test_band_out_of_range() -> None:
 
 
 class ListSink:
-    """An in-memory ``refusal_audit.pipeline.Sink`` keeping the assessments."""
+    """An in-memory ``refusal_audit.audit.pipeline.Sink`` keeping the assessments."""
 
     def __init__(self) -> None:
         self.assessments: list[StoredAssessment] = []

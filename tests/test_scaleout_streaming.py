@@ -29,7 +29,7 @@ from scaleout_harness import (
 from streaming import Deployment
 
 from processors.adapters import DecodeFailure, DecodeOptions, decode_record
-from refusal_audit.readers import read_records
+from refusal_audit.audit.readers import read_records
 
 REPO = Path(__file__).resolve().parents[1]
 MALFORMED = REPO / "tests" / "fixtures" / "malformed.jsonl"

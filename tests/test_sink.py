@@ -27,8 +27,8 @@ from test_sink_duplicates import (
     worker_settings,
 )
 
-from refusal_audit.sink import WarehouseSink
-from refusal_audit.worker.transactional import TransactionalWorker
+from refusal_audit.streaming.transactional_worker import TransactionalWorker
+from refusal_audit.streaming.warehouse_sink import WarehouseSink
 from streams.blocks import Block
 from streams.topics import Topics
 from warehouse.client import WarehouseError

@@ -22,9 +22,9 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from test_transactional_worker import _read
 
 from refusal_audit.config import Settings
-from refusal_audit.sink import WarehouseSink
-from refusal_audit.sink_rules import duplicate_reason, ms
-from refusal_audit.worker.transactional import TransactionalWorker
+from refusal_audit.streaming.sink_rules import duplicate_reason, ms
+from refusal_audit.streaming.transactional_worker import TransactionalWorker
+from refusal_audit.streaming.warehouse_sink import WarehouseSink
 from streams.blocks import Block, BlockLimits, BlockReader
 from streams.sink import kafka_location
 from streams.topics import Topics, admin_client, create_topics, topic_specs

@@ -1,4 +1,4 @@
-"""The sink's duplicate-log-id rule (``refusal_audit.sink_rules``) against the embedded
+"""The sink's duplicate-log-id rule (``refusal_audit.streaming.sink_rules``) against the embedded
 warehouse, block by block, with hand-made worker outputs: the first stored copy of a log id
 wins, a later copy with other content and its assessments (tied to their copy by the content
 fingerprint the worker sends) are not stored, and judging a block again after it was stored
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from refusal_audit.sink_rules import (
+from refusal_audit.streaming.sink_rules import (
     Fingerprinted,
     InputOrigin,
     Judgement,

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 
 from refusal_audit.config import Settings
-from refusal_audit.worker.transactional import TransactionalWorker
+from refusal_audit.streaming.transactional_worker import TransactionalWorker
 from streams.sink import dead_letter_from_message
 from streams.topics import Topics, admin_client, create_topics, topic_specs
 from streams.transactional import Window
@@ -171,7 +171,7 @@ def test_workers_in_one_group_share_the_input_exactly_once(
 
 
 def _sink(bootstrap: str, topics: Topics, store: Any, group: str) -> Any:
-    from refusal_audit.sink import WarehouseSink
+    from refusal_audit.streaming.warehouse_sink import WarehouseSink
     from streams.blocks import BlockLimits, BlockReader
 
     names = [topics.stored_events, topics.assessments, topics.audit_batches, topics.dead_letters]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from refusal_audit.web.visible_text import INVISIBLE, visible, visible_plain
+from refusal_audit.review.web.visible_text import INVISIBLE, visible, visible_plain
 
 
 def test_bidi_controls_nul_and_invisible_characters_become_markers() -> None:

@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 from streaming import Deployment, read_topic, stop, wait_for_web
 
 from processors.adapters import DecodeFailure, DecodeOptions, decode_record
-from refusal_audit.readers import read_records
+from refusal_audit.audit.readers import read_records
 from streams.topics import ROLES
 
 REPO = Path(__file__).resolve().parents[1]

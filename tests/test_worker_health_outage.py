@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from refusal_audit.config import Settings
-from refusal_audit.worker.transactional import TransactionalWorker
+from refusal_audit.streaming.transactional_worker import TransactionalWorker
 from streams.topics import admin_client, create_topics, topic_specs
 
 pytestmark = pytest.mark.kafka

@@ -14,15 +14,15 @@ from typing import Any
 import pytest
 
 from processors.adapters import DecodeOptions, SourceRecord
-from refusal_audit.batch import build_pipeline
+from refusal_audit.audit.batch import build_pipeline
+from refusal_audit.audit.pipeline import InputSource
 from refusal_audit.config import PolicyBundlePaths, Settings
-from refusal_audit.pipeline import InputSource
-from refusal_audit.worker.loop import PipelineLoop
-from refusal_audit.worker.worker import (
+from refusal_audit.streaming.worker import (
     describe_window,
     window_partitions,
     window_topic,
 )
+from refusal_audit.streaming.worker_loop import PipelineLoop
 from schemas.audit import BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
 from schemas.events import StoredEvent, StoredIdentity

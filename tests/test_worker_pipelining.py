@@ -21,8 +21,8 @@ from fake_openai_server import FakeOpenAIServer, slow
 from test_transactional_worker import _drain, _events, _produce, _read, _settings
 
 from refusal_audit.config import Settings
-from refusal_audit.worker.transactional import TransactionalWorker
-from refusal_audit.worker.web import WorkerWeb
+from refusal_audit.streaming.transactional_worker import TransactionalWorker
+from refusal_audit.streaming.worker_web import WorkerWeb
 from streams.topics import Topics, admin_client, create_topics, topic_specs
 
 pytestmark = pytest.mark.kafka
@@ -109,8 +109,8 @@ def test_an_unexpected_pipeline_error_exits_70_and_commits_nothing(
     kafka_bootstrap: str, unique_topic_prefix: str, topics: Topics, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    from refusal_audit import cli_scale
-    from refusal_audit.pipeline import AuditPipeline
+    from refusal_audit.audit.pipeline import AuditPipeline
+    from refusal_audit.streaming import cli as cli_scale
 
     events = _events(1)[:50]
     _produce(kafka_bootstrap, topics.input, [orjson.dumps(e) for e in events])
@@ -222,8 +222,8 @@ def test_the_sinks_detector_pass_publishes_each_bundles_baseline(
 ) -> None:  # fmt: skip
     from datetime import UTC, datetime, timedelta
 
-    from refusal_audit.batch import BatchOptions, run_batch
-    from refusal_audit.cli_scale import detector_pass
+    from refusal_audit.audit.batch import BatchOptions, run_batch
+    from refusal_audit.streaming.cli import detector_pass
     from streams.baselines import BaselineReader
 
     cfg = _cfg(kafka_bootstrap, unique_topic_prefix, tmp_path, "sink", alerts_window_seconds=3600)

@@ -1,6 +1,6 @@
 """Run the streaming worker in a subprocess with optional faults (tests only).
 
-``python tests/worker_harness.py`` runs ``refusal_audit.worker.worker.run_worker`` with the
+``python tests/worker_harness.py`` runs ``refusal_audit.streaming.worker.run_worker`` with the
 settings from the environment. ``HARNESS_FAULT`` injects one fault:
 
 - ``transient:N`` -- the first N ClickHouse inserts raise ``OperationalError`` (the
@@ -25,9 +25,9 @@ from clickhouse_connect.driver.exceptions import OperationalError
 
 from processors.engines.base import EngineOutput
 from processors.engines.local import LocalEngine
+from refusal_audit.audit.pipeline import Sink
 from refusal_audit.config import load_settings
-from refusal_audit.pipeline import Sink
-from refusal_audit.worker.worker import run_worker
+from refusal_audit.streaming.worker import run_worker
 from schemas.audit import StoredAssessment
 from schemas.events import RefusalEvent
 from schemas.policy import PolicyBundle

@@ -102,7 +102,7 @@ _RESERVED_SETTINGS = frozenset(
     {"kafka_broker_list", "kafka_topic_list", "kafka_group_name", "kafka_format",
      "kafka_handle_error_mode", "kafka_num_consumers"}
 )  # fmt: skip
-_MAX_REASON_CHARS = 1000  # refusal_audit.sink._undecodable keeps why[:1000]
+_MAX_REASON_CHARS = 1000  # refusal_audit.streaming.warehouse_sink._undecodable keeps why[:1000]
 _MAX_REJECT_RAW_BYTES = 65_536  # ... and value[:65_536]
 
 
@@ -236,7 +236,8 @@ def _rows_ddl(db: str, source: KafkaSource) -> str:
 
 
 def _rejects_ddl(db: str, source: KafkaSource) -> str:
-    """refusal_audit.sink._undecodable in SQL: created_at is the message's timestamp (a
+    """refusal_audit.streaming.warehouse_sink._undecodable in SQL: created_at is the message's
+    timestamp (a
     redelivered message gives the same row); dead_letter_id is a SHA-256 prefix."""
     location = "concat('partition ', toString(kafka_partition), ' offset ', toString(kafka_offset))"
     reason = f"concat({lit(f'not {source.what}: ')}, arrayStringConcat(problems, ', '))"

@@ -153,7 +153,8 @@ def top_gap_flags(
     """The period's policy gaps, most refusals first: the gaps ``refusal-audit gaps`` lists
     (``policy_gap_summary``: the same grouping, name and dates), counted over this period.
 
-    Reads the tracked sightings (run ``refusal_audit.gaps.track_gaps`` first). A flagged log id
+    Reads the tracked sightings (run ``refusal_audit.alerts.gaps.track_gaps`` first). A flagged log
+    id
     counts when it has a current assessment of the period (matching model/product).
     Columns: ``policy_bundle``, ``gap_id``, ``description`` (the gap's most common member
     description, as ``describe_gap`` shows it), ``refusals`` (distinct flagged log ids of
@@ -195,7 +196,7 @@ def period_alerts(
     """Alerts whose window overlaps the period's days (a window-less alert: created on one
     of them), newest first, at most ``limit``. Every alert's window is in event time (drift
     windows, and policy-gap cooldown periods counted from the gap's first flagged event,
-    ``refusal_audit.gaps``), the report's period's time. A model/product filter keeps the
+    ``refusal_audit.alerts.gaps``), the report's period's time. A model/product filter keeps the
     alerts of that model/product and those about all of them (``"all"``)."""
     params = slice_.params(database) | {"limit": limit, "all": ALL}
     result = _run(

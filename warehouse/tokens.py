@@ -1,6 +1,6 @@
 """API tokens of review-app accounts in ClickHouse (``reviewer_tokens``, migration 0020): one
 row per token version (a revocation is a newer row), read with ``FINAL``. The rows hold an
-argon2id hash of each token's secret, never the secret (``refusal_audit.api_tokens``)."""
+argon2id hash of each token's secret, never the secret (``refusal_audit.review.api_tokens``)."""
 
 from __future__ import annotations
 

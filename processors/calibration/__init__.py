@@ -9,5 +9,5 @@
 - :mod:`.ab` and :mod:`.ab_sim`: the A/B statistics and simulated event streams.
 
 Nothing here does I/O; the command line, the team's own suite (a subprocess) and the files
-live in ``refusal_audit.calibrate``.
+live in ``refusal_audit.calibration.runs``.
 """

@@ -63,7 +63,7 @@ read as plain ones).
     of intent; its set-size rules do not apply to a single variant).
 ``suite_failed`` / ``suite_error``
     a team's own suite failed the variant or could not answer (added by the application
-    layer, ``refusal_audit.calibrate``: :func:`with_suite`).
+    layer, ``refusal_audit.calibration.runs``: :func:`with_suite`).
 
 The rules are deliberately broad: a false rejection costs one variant, a miss could ship a
 weaker refusal to an A/B arm. Measured on the labelled fixture

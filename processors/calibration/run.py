@@ -1,7 +1,7 @@
 """One calibration run: resolve the clause and spectrum, generate, check every variant, record.
 
 Pure apart from the engine call: the caller gives the run id, the time and who started it
-(``refusal_audit.calibrate`` makes them), so the same inputs make the same record.
+(``refusal_audit.calibration.runs`` makes them), so the same inputs make the same record.
 """
 
 from __future__ import annotations

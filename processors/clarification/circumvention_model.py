@@ -26,7 +26,8 @@ a factor <= 1). The artifact's loader refuses weights that break their sign.
 The set is rejected when its score is at least the artifact's ``threshold`` (chosen on dev
 out-of-fold scores, see ``refusal_audit.training.circumvention``). The form rules (too many /
 too few questions) and the rubric's explicit failures stay hard vetoes. Artifact I/O is the
-application's (``refusal_audit.circumvention_check``): this module only builds a model from
+application's (``refusal_audit.clarification.circumvention_check``): this module only builds a model
+from
 arrays and verifies their content hash and signs.
 """
 

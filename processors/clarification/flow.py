@@ -58,7 +58,7 @@ class Clarifier:
     circumvention check, asked only about a set the deterministic rules passed. ``open``
     never surfaces a question that did not pass the schema, the rules and (when on) the
     judge. The texts it is given are sent to the engines as they are: the service redacts
-    them first (``refusal_audit.clarify.service``).
+    them first (``refusal_audit.clarification.service``).
     """
 
     classifier: AuditEngine
@@ -67,7 +67,7 @@ class Clarifier:
     judge: CircumventionJudge | None = None
     check: CircumventionCheck = RULES_CHECK
     """The circumvention check every set must pass (the application passes the trained one,
-    ``refusal_audit.circumvention_check``; default the strict rules)."""
+    ``refusal_audit.clarification.circumvention_check``; default the strict rules)."""
 
     def bundle(self, name: str) -> PolicyBundle:
         """The bundle ``name``. Raises :class:`UnknownBundleError`."""

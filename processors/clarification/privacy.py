@@ -1,6 +1,6 @@
 """Personal data out of the clarification service: its inputs redacted before any use.
 
-The service (``refusal_audit.clarify.service``) passes every input through these functions
+The service (``refusal_audit.clarification.service``) passes every input through these functions
 first, with the audit's redactor (``processors.redaction.Redactor``, settings
 ``redaction_enabled``/``redaction_kinds``), so the classifier, the question engine and the
 LLM judge only ever see redacted text, and the state store, the audit trail and every Kafka

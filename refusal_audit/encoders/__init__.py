@@ -1,5 +1,6 @@
 """Sentence encoders run offline: the pinned catalogue, the install-time fetch, the ONNX
-runtime (docs/encoders.md). Pure logic sees them only as ``processors.text_encoder.TextEncoder``.
+runtime and the ``refusal-audit encoders`` commands
+(docs/encoders.md). Pure logic sees them only as ``processors.text_encoder.TextEncoder``.
 """
 
 from refusal_audit.encoders.catalog import (

@@ -359,7 +359,7 @@ def load_triage_examples(shared_data: Path) -> list[LabelledRefusal]:
 # -- reviewers' verdicts ------------------------------------------------------------------
 #
 # ``refusal-audit review labels --out FILE`` writes the reviewed events as native event JSON
-# lines whose attributes carry the reviewers' judgement (refusal_audit/review.py
+# lines whose attributes carry the reviewers' judgement (refusal_audit/review/verdict_files.py
 # ``labelled_events``): ``label`` = ``safe`` when the reviewers hold the refusal an
 # over-refusal, else ``unsafe``; ``expected_category`` = their top-level category. Mapped:
 # ``safe`` -> over-refusal (category ``over_refusal``); otherwise the category as given.

@@ -161,7 +161,7 @@ def build_head(shared_data: Path, stem: Path, encoder: TextEncoder, every: int =
     """Fit the head on every ``every``-th labelled row of each source and write ``stem``.npz /
     .json / .md. Raises ``FileNotFoundError`` / ``ValueError`` for missing or bad shared data,
     ``ValueError`` when the rows hold one class only, ``OSError`` for a failed write."""
-    from refusal_audit.prefilter_cascade import save_head
+    from refusal_audit.audit.prefilter_cascade import save_head
 
     rows = load_refusal_examples(shared_data)
     if every > 1:
@@ -185,9 +185,9 @@ def build_head(shared_data: Path, stem: Path, encoder: TextEncoder, every: int =
 
 def main() -> None:
     """Fit the shipped head on every labelled row and write its artifact."""
+    from refusal_audit.audit.prefilter_cascade import HEAD_STEM
     from refusal_audit.config import Settings
     from refusal_audit.encoders.runtime import OnnxEncoder
-    from refusal_audit.prefilter_cascade import HEAD_STEM
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shared-data", type=Path, default=Path("../shared/data"))

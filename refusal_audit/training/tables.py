@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from refusal_audit.prefilter_model import CATEGORY_STEM, SHIPPED_STEM
+from refusal_audit.audit.prefilter_model import CATEGORY_STEM, SHIPPED_STEM
 from refusal_audit.training import triage_eval
 from refusal_audit.training.refusal import format_ci
 

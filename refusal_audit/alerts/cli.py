@@ -1,0 +1,217 @@
+"""``refusal-audit alerts list`` and ``alerts evaluate`` (``refusal_audit.cli`` registers them).
+
+``list`` reads alerts back from ClickHouse with filters; ``evaluate`` runs the drift
+detectors over the warehouse now (or at ``--at``) and prints every finding, including
+"insufficient data", and with ``--publish`` also tracks policy gaps and sends and stores the
+new alerts exactly like the worker's leader does.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import orjson
+import typer
+
+from refusal_audit.cli_common import (
+    EXIT_USAGE,
+    as_utc,
+    console,
+    err,
+    fail_usage,
+    open_store,
+    settings,
+)
+from refusal_audit.output import OutputFormat, render
+from schemas.alerts import DRIFT_KINDS
+from warehouse.client import WarehouseError
+
+KINDS = (*DRIFT_KINDS, "policy_gap")
+# the warehouse's event-time range (DateTime64 and toStartOfInterval work from 1970)
+EARLIEST = datetime(1970, 2, 1, tzinfo=UTC)
+LATEST = datetime(2299, 1, 1, tzinfo=UTC)
+
+
+def alerts_list(
+    kind: list[str] = typer.Option([], "--kind", "-k", help=f"Alert kind(s): {', '.join(KINDS)}."),
+    severity: str | None = typer.Option(None, help="warning or critical."),
+    bundle: str | None = typer.Option(None, "--bundle", "-b", help="Scope: policy bundle."),
+    model: str | None = typer.Option(None, help="Scope: model ('all' for roll-ups)."),
+    product: str | None = typer.Option(None, help="Scope: product ('all' for roll-ups)."),
+    since: datetime | None = typer.Option(None, help="Only windows starting at/after (UTC)."),
+    limit: int = typer.Option(50, min=1, help="At most this many alerts (newest first)."),
+    as_json: bool = typer.Option(False, "--json", help="Print each alert as a JSON line."),
+) -> None:
+    """List stored alerts, newest window first."""
+    from refusal_audit.alerts.publisher import list_alerts
+
+    unknown = sorted(set(kind) - set(KINDS))
+    if unknown:
+        raise fail_usage(f"unknown alert kind(s) {unknown}; choose from {', '.join(KINDS)}")
+    if severity not in (None, "warning", "critical"):
+        raise fail_usage("--severity must be warning or critical")
+    store = open_store(settings())
+    try:
+        found = list_alerts(
+            store,
+            kinds=kind,
+            severity=severity,
+            policy_bundle=bundle,
+            model=model,
+            product=product,
+            since=as_utc(since),
+            limit=limit,
+        )
+    except WarehouseError as exc:
+        raise fail_usage(str(exc)) from exc
+    finally:
+        store.close()
+    if as_json:
+        for alert in found:
+            console.file.write(alert.model_dump_json() + "\n")
+        return
+    if not found:
+        console.print("no alerts")
+        return
+    rows = [
+        (
+            a.window.start,
+            a.kind,
+            a.severity,
+            a.scope.key,
+            f"{a.statistic.effect_size:.3g} {a.statistic.effect_size_name}",
+            "-" if a.statistic.q_value is None else f"{a.statistic.q_value:.2g}",
+            a.alert_id,
+            a.summary.split(" Reproduce")[0],
+        )
+        for a in found
+    ]
+    columns = ["window", "kind", "severity", "scope", "effect", "q", "alert_id", "summary"]
+    render(columns, rows, OutputFormat.table, console)
+
+
+def alerts_evaluate(
+    at: datetime | None = typer.Option(
+        None, help="Evaluate as if now were this time (UTC); default: now."
+    ),
+    window: list[datetime] = typer.Option(
+        [], "--window", "-w", help="Evaluate the window holding this time (repeatable)."
+    ),
+    publish: bool = typer.Option(
+        False, help="Also track policy gaps, send new alerts to their topics and store them."
+    ),
+    store_only: bool = typer.Option(
+        False, "--store", help="Like --publish but only store the new alerts (no broker)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print findings as JSON lines."),
+) -> None:
+    """Run the drift detectors over the warehouse and print every finding.
+
+    Without --window: the latest closed windows (``alerts_lookback_windows``). Exit 2 when
+    the warehouse cannot be read or, with --publish, the broker or topics are unavailable.
+    """
+    from refusal_audit.alerts.drift import DriftConfig, evaluate_windows
+    from refusal_audit.alerts.publisher import AlertPublisher, run_detectors
+
+    cfg = settings()
+    now = as_utc(at) or datetime.now(UTC)
+    windows = [w for w in (as_utc(x) for x in window) if w is not None] or None
+    if any(not (EARLIEST <= w <= LATEST) for w in [now, *(windows or [])]):
+        raise fail_usage(f"--at and --window must lie between {EARLIEST:%Y} and {LATEST:%Y}")
+    store = open_store(cfg)
+    try:
+        if publish or store_only:
+            from confluent_kafka import KafkaException
+
+            from streams.producer import DeliveryError, TopicWriter, make_producer
+            from streams.topics import Topics
+
+            publisher = AlertPublisher(store)
+            if publish:
+                from streams.alert_log import read_alerts
+
+                topics = Topics.from_prefix(cfg.kafka_topic_prefix)
+                publisher.writer = TopicWriter(make_producer(cfg.kafka_bootstrap_servers))
+                publisher.topics = topics
+                publisher.read_topics = lambda: read_alerts(
+                    cfg.kafka_bootstrap_servers, topics.alert_topics()
+                )
+            try:
+                run = run_detectors(cfg, publisher, now=now, windows=windows)
+            except (DeliveryError, KafkaException) as exc:
+                err.print(f"[red]error:[/red] alerts not acknowledged by the broker: {exc}")
+                raise typer.Exit(EXIT_USAGE) from exc
+            evaluations, published = run.evaluations, run.published
+        else:
+            evaluations = evaluate_windows(
+                store.client,
+                store.database,
+                DriftConfig.from_settings(cfg),
+                now=now,
+                windows=windows,
+            )
+            published = []
+    except WarehouseError as exc:
+        raise fail_usage(str(exc)) from exc
+    finally:
+        store.close()
+    rows = []
+    for e in evaluations:
+        for f in e.evaluation.findings:
+            record = {
+                "window_start": e.window.start.isoformat(),
+                "scope": f.scope.key,
+                "kind": f.kind,
+                "status": f.status,
+                "severity": f.severity if f.status == "alert" else "",
+                "statistic": f.statistic_name,
+                "value": f.statistic,
+                "p_value": f.p_value,
+                "q_value": f.q_value,
+                "effect": f.effect,
+                "effect_name": f.effect_name,
+                "note": f.note or "; ".join(f.moved),
+            }
+            rows.append(record)
+    if as_json:
+        for record in rows:
+            console.file.write(orjson.dumps(record).decode() + "\n")
+    elif rows:
+        columns = ["window", "scope", "kind", "status", "severity", "effect", "q", "note"]
+        render(
+            columns,
+            [
+                (
+                    str(r["window_start"])[:16].replace("T", " "),  # UTC, to the minute
+                    r["scope"],
+                    r["kind"],
+                    r["status"],
+                    r["severity"],
+                    f"{r['effect']:.3g} {r['effect_name']}".strip(),
+                    "-" if r["q_value"] is None else f"{r['q_value']:.2g}",
+                    r["note"],
+                )
+                for r in rows
+            ],
+            OutputFormat.table,
+            console,
+        )
+    else:
+        console.print(
+            "no refusals counted in the evaluated windows or their baselines (events that "
+            "reached the warehouse after a window's end + alerts_grace_seconds count in the "
+            "window they arrived in)"
+        )
+    grace = timedelta(seconds=cfg.alerts_grace_seconds)
+    for e in evaluations:
+        if e.window.end + grace > now:
+            err.print(
+                f"[yellow]note:[/yellow] window {e.window.start:%Y-%m-%d %H:%M} is still open "
+                f"(closes at {e.window.end + grace:%Y-%m-%d %H:%M:%S} UTC): events may still "
+                "join it"
+            )
+    alerting = sum(1 for r in rows if r["status"] == "alert")
+    msg = f"{len(evaluations)} window(s), {len(rows)} finding(s), {alerting} alerting"
+    if publish or store_only:
+        msg += f"; {len(published)} new alert(s) {'published' if publish else 'stored'}"
+    err.print(msg)

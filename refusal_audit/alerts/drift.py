@@ -1,0 +1,291 @@
+"""Drift detection against the warehouse: which windows to evaluate, and alerts from findings.
+
+``evaluate_windows`` reads window counts from ClickHouse (``warehouse.drift``), pools the
+baseline (the ``baseline_windows`` windows before each evaluated window, or the pinned
+reference period), runs ``processors.drift.evaluate`` and turns alerting findings into
+``schemas.alerts.Alert`` objects with deterministic ids. It holds no state: state is the
+warehouse (counts, and the alerts table that records what was emitted), so a restarted
+worker recomputes the same alerts with the same ids.
+
+A window is evaluated once it is closed: its end plus the grace period has passed. Each run
+evaluates the ``lookback_windows`` most recent closed windows again (cheap, and it catches a
+window whose run was missed during a restart); already-emitted ids are filtered by the
+publisher (``refusal_audit.alerts.publisher``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from processors.drift import (
+    RATE_DETECTORS,
+    DetectorSettings,
+    Evaluation,
+    Finding,
+    WindowCounts,
+    pooled,
+)
+from processors.drift import evaluate as run_detectors
+from refusal_audit.config import Settings
+from schemas.alerts import Alert, Scope, Statistic, TimeWindow, alert_id
+from warehouse.client import Client
+from warehouse.drift import evidence_query, window_counts
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class DriftConfig:
+    """Windowing and detector settings (see ``Settings.alerts_*`` for meanings and units)."""
+
+    window_seconds: int = 3600
+    grace_seconds: int = 300
+    baseline_windows: int = 24
+    pinned_baseline: tuple[datetime, datetime] | None = None
+    lookback_windows: int = 3
+    detectors: DetectorSettings = field(default_factory=DetectorSettings)
+
+    @classmethod
+    def from_settings(cls, cfg: Settings) -> DriftConfig:
+        """The drift configuration of ``cfg``."""
+        pinned = None
+        if cfg.alerts_baseline_start is not None and cfg.alerts_baseline_end is not None:
+            pinned = (cfg.alerts_baseline_start.astimezone(UTC), cfg.alerts_baseline_end)
+        return cls(
+            window_seconds=cfg.alerts_window_seconds,
+            grace_seconds=cfg.alerts_grace_seconds,
+            baseline_windows=cfg.alerts_baseline_windows,
+            pinned_baseline=pinned,
+            lookback_windows=cfg.alerts_lookback_windows,
+            detectors=DetectorSettings(
+                min_events=cfg.alerts_min_events,
+                fdr=cfg.alerts_fdr,
+                js_threshold=cfg.alerts_js_threshold,
+                rate_shift_pp=cfg.alerts_rate_shift_pp,
+                volume_ratio=cfg.alerts_volume_ratio,
+                new_category_min=cfg.alerts_new_category_min,
+            ),
+        )
+
+    @property
+    def window(self) -> timedelta:
+        """The window length."""
+        return timedelta(seconds=self.window_seconds)
+
+    def counts(
+        self, client: Client, database: str, start: datetime, end: datetime
+    ) -> dict[datetime, dict[Scope, WindowCounts]]:
+        """``warehouse.drift.window_counts`` for windows starting in [start, end)."""
+        return window_counts(
+            client,
+            database,
+            window_seconds=self.window_seconds,
+            grace_seconds=self.grace_seconds,
+            start=start,
+            end=end,
+        )
+
+
+def window_start(t: datetime, window_seconds: int) -> datetime:
+    """Start of the tumbling window holding ``t`` (windows aligned to the Unix epoch, UTC).
+
+    Raises ``ValueError`` for a naive datetime.
+    """
+    if t.tzinfo is None:
+        raise ValueError("naive datetime: give a UTC offset")
+    seconds = int((t - EPOCH).total_seconds()) // window_seconds * window_seconds
+    return EPOCH + timedelta(seconds=seconds)
+
+
+def closed_windows(now: datetime, config: DriftConfig) -> list[datetime]:
+    """Starts of the ``lookback_windows`` latest windows whose end + grace is at most ``now``."""
+    latest = window_start(now - timedelta(seconds=config.grace_seconds), config.window_seconds)
+    # the window that starts at `latest` ends after now - grace: it is still open
+    return [latest - config.window * k for k in range(config.lookback_windows, 0, -1)]
+
+
+@dataclass(frozen=True)
+class WindowEvaluation:
+    """One evaluated window: its bounds, its baseline's bounds, findings and alerts."""
+
+    window: TimeWindow
+    baseline: TimeWindow
+    evaluation: Evaluation
+    alerts: list[Alert]
+
+
+def baseline_bounds(start: datetime, config: DriftConfig) -> tuple[datetime, datetime, int]:
+    """``(start, end, windows)`` of the baseline for the window starting at ``start``."""
+    if config.pinned_baseline is not None:
+        b0, b1 = config.pinned_baseline
+        b0 = window_start(b0, config.window_seconds)
+        n = max(1, -(-int((b1 - b0).total_seconds()) // config.window_seconds))
+        return b0, b0 + config.window * n, n
+    return start - config.window * config.baseline_windows, start, config.baseline_windows
+
+
+def evaluate_windows(
+    client: Client,
+    database: str,
+    config: DriftConfig,
+    *,
+    now: datetime,
+    windows: list[datetime] | None = None,
+) -> list[WindowEvaluation]:
+    """Evaluate ``windows`` (window starts; default ``closed_windows(now)``) from the warehouse.
+
+    Returns one ``WindowEvaluation`` per window in order. Raises ClickHouse errors as they
+    come, ``ValueError`` for naive datetimes.
+    """
+    starts = sorted({window_start(w, config.window_seconds) for w in (windows or [])}) or (
+        closed_windows(now, config)
+    )
+    bounds = {s: baseline_bounds(s, config) for s in starts}
+    first = min([*starts, *(b[0] for b in bounds.values())])
+    last = max([*(s + config.window for s in starts), *(b[1] for b in bounds.values())])
+    counts = config.counts(client, database, first, last)
+    out = []
+    for s in starts:
+        b0, b1, n = bounds[s]
+        current = counts.get(s, {})
+        baseline: dict[Scope, WindowCounts] = {}
+        first_seen: dict[Scope, datetime] = {}
+        for ws, per_scope in sorted(counts.items()):
+            if b0 <= ws < b1:
+                for scope, c in per_scope.items():
+                    baseline[scope] = pooled([baseline[scope], c]) if scope in baseline else c
+                    first_seen.setdefault(scope, ws)
+        # a trailing baseline counts only the windows since the scope's first refusal; a
+        # pinned reference period is taken as it is
+        active = (
+            None
+            if config.pinned_baseline is not None
+            else {
+                sc: -(-int((b1 - t).total_seconds()) // config.window_seconds)
+                for sc, t in first_seen.items()
+            }
+        )
+        evaluation = run_detectors(current, baseline, n, config.detectors, active)
+        window = TimeWindow(start=s, end=s + config.window)
+        base = TimeWindow(start=b0, end=b1)
+        alerts = [to_alert(f, window, base, database, config, now) for f in evaluation.alerts]
+        out.append(WindowEvaluation(window, base, evaluation, alerts))
+    return out
+
+
+def _pct(rate: float) -> str:
+    return f"{100 * rate:.1f}%"
+
+
+def describe(f: Finding, window: TimeWindow, baseline: TimeWindow) -> str:
+    """The first sentences of an alert's summary: what changed, by how much, how sure."""
+    scope = f"bundle {f.scope.policy_bundle}, model {f.scope.model}, product {f.scope.product}"
+    when = f"window {window.start:%Y-%m-%d %H:%M}-{window.end:%H:%M} UTC"
+    base = f"baseline {baseline.start:%Y-%m-%d %H:%M} to {baseline.end:%Y-%m-%d %H:%M} UTC"
+    test = (
+        f"{f.statistic_name} = {f.statistic:.2f}, p = {f.p_value:.2g}, BH q = {f.q_value:.2g}"
+        if f.p_value is not None and f.q_value is not None
+        else f"rule: at least {f.effect_threshold:g} refusals in a category new to the baseline"
+    )
+    if f.kind in RATE_DETECTORS and f.current_rate and f.baseline_rate:
+        label = RATE_DETECTORS[f.kind][1]
+        c, b = f.current_rate, f.baseline_rate
+        direction = "rose" if f.effect > 0 else "fell"
+        what = (
+            f"The {label} for {scope} {direction} to {c.rate:.2f} [{c.low:.2f}, {c.high:.2f}] "
+            f"({c.successes}/{c.trials}) in the {when}, from {b.rate:.2f} [{b.low:.2f}, "
+            f"{b.high:.2f}] ({b.successes}/{b.trials}) in the {base}: {f.effect:+.1f} "
+            f"percentage points"
+        )
+    elif f.kind == "category_mix_drift":
+        moved = "; ".join(f.moved) or "no single category stands out"
+        what = (
+            f"The refusal category mix for {scope} shifted in the {when} against the {base}: "
+            f"Jensen-Shannon distance {f.effect:.3f}; categories that moved: {moved}"
+        )
+    elif f.kind == "volume_anomaly":
+        expected = f.baseline_counts["refusals"] / max(1, f.baseline_counts.get("windows", 1))
+        what = (
+            f"Refusal volume for {scope} was {f.current_counts['refusals']} in the {when}, "
+            f"against {expected:.1f} per window in the {base} (rate ratio {f.statistic:.2f})"
+        )
+    else:  # new_category
+        what = (
+            f"Category {f.moved[0]} appeared for {scope} in the {when} with "
+            f"{f.statistic:.0f} refusals; it has none in the {base}"
+        )
+    return f"{what} ({test})."
+
+
+def to_alert(
+    f: Finding,
+    window: TimeWindow,
+    baseline: TimeWindow,
+    database: str,
+    config: DriftConfig,
+    now: datetime,
+) -> Alert:
+    """The published alert for an alerting finding (deterministic id from kind, scope, window)."""
+    sql = evidence_query(
+        f.kind,
+        f.scope,
+        database,
+        window_seconds=config.window_seconds,
+        grace_seconds=config.grace_seconds,
+        window=(window.start, window.end),
+        baseline=(baseline.start, baseline.end),
+    )
+    late = (
+        f" {f.late} late events (arrived after the grace period) are counted in this window."
+        if f.late
+        else ""
+    )
+    summary = f"{describe(f, window, baseline)}{late} Reproduce the counts with: {sql}"
+    threshold = config.detectors.fdr if f.p_value is not None else f.effect_threshold
+    return Alert(
+        alert_id=alert_id(f.kind, f.scope, window.start, window.end),
+        kind=f.kind,
+        severity=f.severity,
+        scope=f.scope,
+        window=window,
+        baseline=baseline,
+        statistic=Statistic(
+            name=f.statistic_name,
+            value=f.statistic,
+            threshold=threshold,
+            p_value=f.p_value,
+            q_value=f.q_value,
+            effect_size=f.effect,
+            effect_size_name=f.effect_name,
+            effect_size_threshold=f.effect_threshold,
+        ),
+        current_counts=dict(f.current_counts),
+        baseline_counts=dict(f.baseline_counts),
+        current_rate=f.current_rate,
+        baseline_rate=f.baseline_rate,
+        moved=list(f.moved),
+        late_events=f.late,
+        example_log_ids=list(f.examples[:20]),
+        summary=summary,
+        evidence_query=sql,
+        created_at=now,
+    )
+
+
+def bundle_baselines(
+    client: Client, database: str, config: DriftConfig, *, now: datetime
+) -> dict[str, WindowCounts]:
+    """Baseline counts per policy bundle for the window holding ``now`` (trend lines).
+
+    The same baseline period the detectors will use for that window, pooled over models and
+    products. Raises ClickHouse errors.
+    """
+    b0, b1, _ = baseline_bounds(window_start(now, config.window_seconds), config)
+    counts = config.counts(client, database, b0, b1)
+    out: dict[str, WindowCounts] = {}
+    for per_scope in counts.values():
+        for scope, c in per_scope.items():
+            bundle = scope.policy_bundle
+            out[bundle] = out[bundle] + c if bundle in out else c
+    return out
