@@ -110,6 +110,13 @@ class WorkerMetrics:
             ["partition"],
             registry=r,
         )
+        self.committed_offsets_unreadable = Gauge(
+            "refusal_audit_committed_offsets_unreadable_partitions",
+            "Assigned partitions whose committed offset the consumer group would not give at "
+            "the last lag reading (a pending transactional offset commit, or the broker away): "
+            "their lag is unknown, not 0.",
+            registry=r,
+        )
         self.alerts_published = Counter(
             "refusal_audit_alerts_published_total",
             "Alerts sent to their topic and stored (each alert id once).",

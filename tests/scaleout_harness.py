@@ -181,6 +181,25 @@ def committed_offsets(
         consumer.close()
 
 
+def open_offset_commit(
+    bootstrap: str, group: str, topic: str, partition: int, offset: int, transactional_id: str
+) -> Producer:
+    """A transactional producer left with an offset commit for ``group`` open (sent, neither
+    committed nor aborted; 120 s transaction timeout): what a producer abandoned mid-call
+    leaves, which keeps the group's committed offsets unreadable (UNSTABLE_OFFSET_COMMIT)
+    until ``abort_transaction`` is called on the returned producer."""
+    member = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    zombie = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                       "transaction.timeout.ms": 120_000})  # fmt: skip
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    zombie.send_offsets_to_transaction(
+        [TopicPartition(topic, partition, offset)], member.consumer_group_metadata(), 30
+    )
+    member.close()
+    return zombie
+
+
 @dataclass
 class Member:
     """One named process of the fleet (its current incarnation): the CLI arguments, the

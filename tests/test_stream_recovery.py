@@ -9,9 +9,9 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from scaleout_harness import committed_offsets
+from scaleout_harness import committed_offsets, open_offset_commit
 
 from streams import txn_producer
 from streams.transactional import OutputMessage, StreamConfig, TransactionalStream
@@ -162,16 +162,7 @@ def test_a_pending_transactional_offset_commit_makes_the_lag_unknown_not_zero(
     _topics(kafka_bootstrap, source, partitions=1)
     _produce(kafka_bootstrap, source, 10)
     group = f"{unique_topic_prefix}g"
-    member = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
-    zombie = Producer({"bootstrap.servers": kafka_bootstrap,
-                       "transactional.id": f"{unique_topic_prefix}zombie",
-                       "transaction.timeout.ms": 120_000})  # fmt: skip
-    zombie.init_transactions(30)
-    zombie.begin_transaction()
-    zombie.send_offsets_to_transaction(
-        [TopicPartition(source, 0, 5)], member.consumer_group_metadata(), 30
-    )
-    member.close()
+    zombie = open_offset_commit(kafka_bootstrap, group, source, 0, 5, f"{group}.zombie")
     cfg = StreamConfig(kafka_bootstrap, group, [source], f"{group}.a", take_max=5,
                        take_within=2.0)  # fmt: skip
     stream = TransactionalStream(cfg)

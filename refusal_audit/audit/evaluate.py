@@ -105,7 +105,8 @@ def run_eval(
     ``failed_events``), ``failures`` (source, location, reason_code and reason of every
     record or batch that failed, as ``audit`` lists them), ``engine_calls`` (model calls)
     and ``engine_steps`` (events per step that resolved them, ``RunReport.engine_steps``;
-    both 0/empty with the local engine). Categories are compared at the
+    both 0/empty with the local engine) and, with the refusal cascade on, ``encoder_decided``
+    (events its encoder head decided, ``RunReport.encoder_decided``). Categories are compared at the
     taxonomy's top level. ``limit``: read only the first ``limit`` records of each file (a
     quick look with a slow engine; None: all). Raises ``ConfigError`` for bad configuration
     or input options, ``ValueError`` for a ``limit`` below 1.
@@ -151,4 +152,6 @@ def run_eval(
     figures["failures"] = [asdict(f) for f in report.failures]
     figures["engine_calls"] = report.engine_calls
     figures["engine_steps"] = dict(sorted(report.engine_steps.items()))
+    if report.cascade:
+        figures["encoder_decided"] = report.encoder_decided
     return figures

@@ -123,7 +123,8 @@ class RunReport:
 
     ``encoder_decided`` counts the run's events whose refusal decision the refusal cascade's
     encoder head made (cue ``encoder_head``: the pre-filter's score fell in
-    ``prefilter_cascade_band``); 0 with the cascade off.
+    ``prefilter_cascade_band``); 0 with the cascade off. ``cascade`` says whether it was on
+    (so a summary can say "0 of N" rather than nothing).
     """
 
     records: int = 0
@@ -150,6 +151,7 @@ class RunReport:
     engine_calls: int = 0
     disagreements: Counter[str] = field(default_factory=Counter, repr=False)
     encoder_decided: int = 0
+    cascade: bool = False
 
     def all_assessments(self) -> list[StoredAssessment]:
         """The assessments of the run's refusals: audited now, then those already stored."""
@@ -294,6 +296,7 @@ class AuditPipeline:
         acknowledged past them; the audits still in flight are cancelled).
         """
         run = _Run(sink or self.sink, Batcher(self._batcher.max_events, self._batcher.token_budget))
+        run.report.cascade = self.intake.cascade is not None
         taken: dict[str, str] = {}  # log id -> fingerprint of the copy this run took
         try:
             for source in sources:

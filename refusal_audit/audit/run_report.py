@@ -45,8 +45,8 @@ def print_report(report: RunReport, console: Console) -> None:
         counts.add_row(label, str(value))
     console.print(counts)
     console.print(disagreement_line(report))
-    if report.encoder_decided:
-        console.print(cascade_line(report))
+    if report.cascade:
+        console.print(cascade_line(report.encoder_decided, report.events))
     if report.retired:
         shown = ", ".join(report.retired[:10]) + (" ..." if len(report.retired) > 10 else "")
         console.print(
@@ -112,13 +112,13 @@ def disagreement_line(report: RunReport) -> str:
     )
 
 
-def cascade_line(report: RunReport) -> str:
-    """One line: how many of the run's events the refusal cascade's encoder head decided
-    (``RunReport.encoder_decided``) and their share of the run's events."""
-    share = report.encoder_decided / report.events if report.events else 0.0
+def cascade_line(decided: int, events: int) -> str:
+    """One line: how many of a run's ``events`` the refusal cascade's encoder head decided
+    (``RunReport.encoder_decided``) and their share."""
+    share = decided / events if events else 0.0
     return (
-        f"refusal cascade: the encoder head decided {report.encoder_decided} of "
-        f"{report.events} event(s) ({share:.1%}; cue `encoder_head`)"
+        f"refusal cascade: the encoder head decided {decided} of {events} event(s) "
+        f"({share:.1%}; cue `encoder_head`)"
     )
 
 
@@ -321,6 +321,8 @@ def print_eval(figures: dict[str, Any], console: Console) -> None:
             f"response_format {engine.get('response_format', '')}"
         )
     console.print(eval_counts(figures))
+    if "encoder_decided" in figures:
+        console.print(cascade_line(figures["encoder_decided"], figures["events"]))
     steps = engine_steps_line(figures)
     if steps:
         console.print(steps)

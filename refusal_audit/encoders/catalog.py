@@ -169,7 +169,12 @@ class EncoderError(Exception):
 
 def fetch_command(name: str) -> str:
     """The command that installs encoder ``name`` (named in every not-installed error)."""
-    hint = " (or `make install`)" if name in DEFAULT_ENCODERS else ""
+    hint = (
+        " (`make install` fetches it into the repository's .refusal-audit/encoders: with "
+        "another data_dir, point REFUSAL_AUDIT_ENCODER_DIR at that folder)"
+        if name in DEFAULT_ENCODERS
+        else ""
+    )
     return f"`refusal-audit encoders fetch {name}`{hint}"
 
 

@@ -112,6 +112,7 @@ class TransactionalWorker:
         self.last_commit = time.monotonic()
         self._lag_read = 0.0
         self._lag_labels: set[str] = set()  # partitions the lag gauge shows
+        self._unreadable_logged = 0.0  # when the unreadable-offsets warning was last logged
         self.lag_total = 0  # over the assigned partitions when last read; -1 unknown
         self.baselines: BaselineReader | None = None
         self._baselines_read = 0.0
@@ -240,6 +241,8 @@ class TransactionalWorker:
             "window committed",
             extra={"records": len(item.window), "messages": len(messages),
                    "refusals": report.refusals, "dead_letters": len(report.failures),
+                   "refusal_disagreements": sum(report.disagreements.values()),
+                   "encoder_decided": report.encoder_decided,
                    "in_hand": len(in_hand), "commit_seconds": round(self.last_commit - started, 3),
                    "seconds": round(self.last_commit - item.window.read_at, 3)},
         )  # fmt: skip
@@ -281,18 +284,35 @@ class TransactionalWorker:
         self._lag_labels = shown
         for (_topic, partition), lag in lags.items():
             self.metrics.consumer_lag.labels(str(partition)).set(lag)
+        unreadable = self.stream.offsets_unreadable
+        self.metrics.committed_offsets_unreadable.set(len(unreadable))
+        if unreadable and self.stream.offsets_unreadable_since is not None:
+            seconds = time.monotonic() - self.stream.offsets_unreadable_since
+            if seconds >= 60 and now - self._unreadable_logged >= 60:
+                self._unreadable_logged = now
+                log.warning(
+                    "committed offsets of %d partition(s) unreadable for %.0f s (a pending "
+                    "transactional offset commit?): their lag is unknown; docs/streaming.md, "
+                    "'Known defect', says how to inspect the group",
+                    len(unreadable), seconds,
+                    extra={"partitions": [f"{t}[{p}]" for t, p in unreadable]},
+                )  # fmt: skip
         # -1: not readable (the broker is away), which /health counts as possible lag; with
         # nothing assigned (a session lost in an outage, or more workers than partitions)
         # the lag is 0 only while the broker answers
         if self.stream.assigned:
-            self.lag_total = sum(lags.values()) if lags else -1
+            # a partition whose committed offset is unknown makes the total unknown: its lag
+            # is not 0 (a consumer waiting on a pending offset commit reads nothing)
+            self.lag_total = sum(lags.values()) if lags and not unreadable else -1
         else:
             self.lag_total = 0 if self.stream.reachable() else -1
 
     def health(self) -> dict[str, Any]:
         """Whether the worker committed recently (within ``10 x worker_take_within_seconds``
         + 60 s) or has nothing to do (no consumer lag when last read), with its assigned
-        partitions, seconds since its last commit and the lag. Reads only what the polling
+        partitions, seconds since its last commit, the lag (-1: unknown, also while a
+        partition's committed offset cannot be read) and how many partitions' committed
+        offsets are unreadable and for how long. Reads only what the polling
         thread recorded: the consumer is not touched from the web thread (confluent-kafka
         makes a second thread wait for the one in ``consume``)."""
         since = time.monotonic() - self.last_commit
@@ -300,8 +320,13 @@ class TransactionalWorker:
         # the polling thread waits in the recovery meanwhile), maybe behind
         lag = -1 if self.stream.recovering else self.lag_total
         stalled = lag != 0 and since > 10 * self.cfg.worker_take_within_seconds + 60
+        since_unreadable = self.stream.offsets_unreadable_since
         return {"ok": not stalled, "assigned_partitions": len(self.stream.assigned),
                 "seconds_since_commit": round(since, 1), "consumer_lag": lag,
+                "committed_offsets_unreadable": len(self.stream.offsets_unreadable),
+                "committed_offsets_unreadable_seconds": (
+                    round(time.monotonic() - since_unreadable, 1)
+                    if since_unreadable is not None else 0.0),
                 "windows": self.stats.windows}  # fmt: skip
 
     def close(self) -> None:

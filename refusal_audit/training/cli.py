@@ -306,7 +306,7 @@ def _build_cascade(shared_data: Path, output_dir: Path, every: int) -> None:
         console.print(f"wrote {path} ({path.stat().st_size:,} bytes)")
     if stem.resolve() != HEAD_STEM.resolve():
         console.print(
-            "use it with REFUSAL_AUDIT_PREFILTER_CASCADE_BAND='[0.4, 0.6]' "
+            "use it with REFUSAL_AUDIT_PREFILTER_CASCADE_BAND='[0.3, 0.7]' "
             f"REFUSAL_AUDIT_PREFILTER_CASCADE_HEAD_PATH={stem}"
         )
 
