@@ -8,12 +8,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from processors.policy import PolicyParseError, parse_bundle
-from refusal_audit.config import (
+from refusal_audit.audit.settings import (
     EXAMPLE_POLICIES_DIR,
-    ConfigError,
     PolicyBundlePaths,
     example_bundle_paths,
 )
+from refusal_audit.config import ConfigError
 from schemas.policy import PolicyBundle
 
 log = logging.getLogger("refusal_audit.bundles")

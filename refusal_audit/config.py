@@ -13,12 +13,11 @@ import os
 import re
 import tomllib
 from contextvars import ContextVar
-from datetime import datetime
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -27,50 +26,17 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from processors.redaction import ALL_REDACTION_KINDS, RedactionKind
+from refusal_audit.alerts.settings import AlertSettings
+from refusal_audit.audit.settings import AuditSettings
+from refusal_audit.calibration.settings import CalibrationSettings
+from refusal_audit.clarification.settings import ClarificationSettings
+from refusal_audit.encoders.settings import EncoderSettings
+from refusal_audit.report.settings import ReportSettings
+from refusal_audit.review.settings import ReviewSettings
+from refusal_audit.streaming.settings import StreamingSettings
 
 DEFAULT_CONFIG_FILE = Path("refusal-audit.toml")
 _config_file: ContextVar[Path | None] = ContextVar("refusal_audit_config_file", default=None)
-
-
-class PolicyBundlePaths(BaseModel):
-    """Where one policy bundle's three Markdown documents live (paths relative to the CWD)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    allowed_use: Path
-    product_safety: Path
-    taxonomy: Path
-
-
-EXAMPLE_POLICIES_DIR = Path(str(resources.files("refusal_audit") / "example_policies"))
-
-
-def example_bundle_paths() -> PolicyBundlePaths:
-    """The example policy bundle shipped inside the package (absolute paths).
-
-    It resolves wherever the package is installed, from any working directory; it is the
-    default ``policy_bundles`` entry ``default`` until a team configures its own.
-    """
-    return PolicyBundlePaths(
-        allowed_use=EXAMPLE_POLICIES_DIR / "allowed_use_policy.md",
-        product_safety=EXAMPLE_POLICIES_DIR / "product_safety_policy.md",
-        taxonomy=EXAMPLE_POLICIES_DIR / "refusal_taxonomy.md",
-    )
-
-
-def _example_bundle() -> dict[str, PolicyBundlePaths]:
-    return {"default": example_bundle_paths()}
-
-
-class ModelPrice(BaseModel):
-    """Prices of one model in USD per million tokens."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    input: float = Field(ge=0)
-    cached_input: float = Field(default=0.0, ge=0)
-    output: float = Field(ge=0)
 
 
 def _header_safe(key: str, where: str) -> str:
@@ -85,8 +51,23 @@ def _header_safe(key: str, where: str) -> str:
     return key
 
 
-class Settings(BaseSettings):
-    """All settings of refusal-audit. See docs/configuration.md (generated from this class)."""
+class Settings(
+    StreamingSettings,
+    AuditSettings,
+    EncoderSettings,
+    ReviewSettings,
+    ClarificationSettings,
+    AlertSettings,
+    ReportSettings,
+    CalibrationSettings,
+    BaseSettings,
+):
+    """All settings of refusal-audit, composed of one group per capability (each room's
+    ``settings.py``: :class:`~refusal_audit.streaming.settings.StreamingSettings`,
+    :class:`~refusal_audit.audit.settings.AuditSettings`, ...) plus the shared ones below
+    (state directory, warehouse, the HTTP servers' limits). Field names, config keys and
+    environment variables are the same as when this was one flat class. See
+    docs/configuration.md (generated from this class)."""
 
     model_config = SettingsConfigDict(
         env_prefix="REFUSAL_AUDIT_", frozen=True, extra="forbid", env_nested_delimiter=None
@@ -109,321 +90,6 @@ class Settings(BaseSettings):
     )
     warehouse_insert_retries: int = Field(
         default=5, ge=0, description="Attempts per insert on transient errors (backoff)."
-    )
-
-    # kafka (the streaming worker and its tools)
-    kafka_bootstrap_servers: str = Field(
-        default="127.0.0.1:9092", description="Kafka bootstrap servers for the streaming side."
-    )
-    kafka_topic_prefix: str = Field(
-        default="refusal-audit.", description="Prefix of every topic name."
-    )
-    kafka_consumer_group: str = Field(
-        default="refusal-audit-worker", description="Consumer group (faust app id) of the worker."
-    )
-    kafka_topic_partitions: int = Field(
-        default=3, ge=1, description="Partitions of the topics `topics create` makes."
-    )
-    kafka_replication_factor: int = Field(
-        default=1, ge=1, description="Replication factor of the topics `topics create` makes."
-    )
-    kafka_static_membership: bool = Field(
-        default=True,
-        description="Join the consumer group as a static member (KIP-345): a restarted "
-        "worker takes its partitions back at once.",
-    )
-    kafka_group_instance_id: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=249,
-        description="The worker's group.instance.id; unset: <host name>-<hash of data_dir>. "
-        "Unique per live worker.",
-    )
-    kafka_session_timeout_seconds: float = Field(
-        default=45.0,
-        ge=6.0,
-        le=300.0,
-        description="Consumer session timeout: how long a worker that died without leaving "
-        "keeps its partitions when no process with its instance id comes back.",
-    )
-
-    # worker
-    worker_take_max: int = Field(
-        default=1000, ge=1, description="Max events the worker takes from the stream per window."
-    )
-    worker_take_within_seconds: float = Field(
-        default=2.0,
-        gt=0.0,
-        description="Tumbling time bound of a window: a partly filled "
-        "window is audited after this many seconds.",
-    )
-    worker_windows_in_flight: int = Field(
-        default=2,
-        ge=1,
-        le=16,
-        description="Windows a transactional worker (--outputs topics) has in hand at once: "
-        "it reads and audits the next ones while the oldest is committed (in order).",
-    )
-    worker_recovery_seconds: float = Field(
-        default=600.0,
-        ge=10.0,
-        description="How long a transactional worker keeps retrying to recover its producer "
-        "and rewind its consumer (after a broker restart) before it exits 70.",
-    )
-    worker_web_host: str = Field(
-        default="127.0.0.1", description="Bind address of the worker's /metrics and /health."
-    )
-    worker_web_port: int = Field(
-        default=6066, ge=0, le=65535, description="Port of the worker's /metrics and /health."
-    )
-
-    # policies
-    policy_bundles: dict[str, PolicyBundlePaths] = Field(
-        default_factory=_example_bundle,
-        description="Bundle name -> {allowed_use, product_safety, taxonomy} Markdown paths; "
-        "default: the example bundle shipped in the package (refusal_audit/example_policies/).",
-    )
-
-    # engine
-    engine: Literal["local", "openai"] | None = Field(
-        default=None,
-        description="Audit engine: `local` (offline, deterministic) or `openai` (any "
-        "OpenAI-compatible server); unset: openai when an endpoint or key is set, else local.",
-    )
-    openai_base_url: str | None = Field(
-        default=None, description="OpenAI-compatible API base URL (OpenAI, Azure, vLLM, Ollama)."
-    )
-    openai_api_key: SecretStr | None = Field(
-        default=None, description="API key (else `openai_api_key_file`, else $OPENAI_API_KEY)."
-    )
-    openai_api_key_file: Path | None = Field(
-        default=None, description="File holding the API key (e.g. a mounted secret)."
-    )
-    openai_model: str = Field(default="gpt-4o-mini", description="Model id of the LLM engine.")
-    openai_timeout_seconds: float = Field(default=120.0, gt=0, description="Per-call timeout.")
-    openai_max_retries: int = Field(
-        default=5, ge=0, description="SDK retries for 429/5xx/timeouts (backoff, Retry-After)."
-    )
-    openai_response_format: Literal["auto", "json_schema", "json_object"] = Field(
-        default="auto",
-        description="Structured output mode: `auto` (json_schema; on llama.cpp the format "
-        "measured best there), `json_schema`, or `json_object` for servers without json_schema.",
-    )
-    openai_max_concurrency: int = Field(default=4, ge=1, description="Max in-flight LLM calls.")
-    openai_context_window: int | None = Field(
-        default=None,
-        ge=1024,
-        description="Model context window (tokens); unset: asked from the server when the "
-        "engine starts (llama.cpp /props, vLLM /v1/models), else 128000.",
-    )
-    openai_max_output_tokens: int = Field(
-        default=8192,
-        ge=256,
-        description="Max completion tokens per call (each call asks for 512 + 256 per event, "
-        "at most this).",
-    )
-    openai_batch_max_calls: int | None = Field(
-        default=None,
-        ge=1,
-        description="LLM calls one audit batch may take (first call, retry, re-audit, splits); "
-        "unset: 2 x events + 2. Then its remaining events are dead-lettered budget_exhausted.",
-    )
-    openai_batch_deadline_seconds: float = Field(
-        default=300.0,
-        gt=0,
-        description="Time one audit batch may take over all its LLM calls; then its "
-        "remaining events are dead-lettered budget_exhausted.",
-    )
-    openai_request_deadline_seconds: float = Field(
-        default=300.0,
-        gt=0,
-        description="Time one clarification question set, judge verdict or calibration run "
-        "may take over its LLM calls (first call and retry); then it escalates with the error.",
-    )
-    price_table: dict[str, ModelPrice] = Field(
-        default_factory=dict,
-        description="Model -> {input, cached_input, output} USD per 1M tokens, for `query cost`.",
-    )
-    local_false_positive_threshold: float = Field(
-        default=0.5,
-        ge=0.0,
-        le=1.0,
-        description="Over-refusal score at or above which the local engine estimates a "
-        "false positive.",
-    )
-    local_category_model: Literal["cues", "trained"] = Field(
-        default="cues",
-        description="Local engine's category: `cues` (hand-written rules) or `trained` (the "
-        "shipped category model, `refusal-audit train`; its hash joins the engine version).",
-    )
-    local_category_model_path: Path | None = Field(
-        default=None,
-        description="With local_category_model = trained: the artifact to load, a path without "
-        "suffix as `refusal-audit train` writes it (e.g. .refusal-audit/models/"
-        "category_model); unset: the model shipped in the package.",
-    )
-
-    # sentence encoders (refusal-audit encoders; docs/encoders.md)
-    encoder_dir: Path | None = Field(
-        default=None,
-        description="Private cache of the fetched sentence encoders (ONNX model, tokenizer, "
-        "manifest; dirs 0700, files 0600); unset: <data_dir>/encoders.",
-    )
-    encoder_repository_url: str = Field(
-        default="https://repo1.maven.org/maven2/",
-        pattern=r"^https?://",
-        description="Maven repository (Central or a mirror) `encoders fetch` downloads the "
-        "pinned jars from; only fetching uses it, never loading.",
-    )
-    encoder_fetch_timeout_seconds: float = Field(
-        default=60.0,
-        gt=0,
-        description="Connect/read timeout of one encoder jar download attempt (4 attempts "
-        "on transient errors).",
-    )
-    encoder_threads: int = Field(
-        default=1,
-        ge=1,
-        le=64,
-        description="onnxruntime intra-op threads of one loaded encoder.",
-    )
-
-    # batching
-    batch_max_events: int = Field(default=25, ge=1, description="Max events per audit batch.")
-    batch_token_budget: int = Field(
-        default=6000, ge=64, description="Max o200k_base tokens of events per audit batch."
-    )
-
-    # input limits
-    max_record_bytes: int = Field(
-        default=262_144, ge=1024, description="Larger records are dead-lettered (oversized)."
-    )
-    max_text_chars: int = Field(
-        default=32_000, ge=100, description="Longer request/response texts are dead-lettered."
-    )
-    dead_letter_max_raw_bytes: int = Field(
-        default=1_048_576,
-        ge=1024,
-        le=8 * 1_048_576,
-        description="A dead letter keeps a record's bytes whole up to this (at most 8 MiB: "
-        "redacting them takes ~40x their size in memory); beyond, the first bytes plus the "
-        "full length and SHA-256 (raw_truncated).",
-    )
-
-    # redaction and pre-filter
-    redaction_enabled: bool = Field(
-        default=True,
-        description="Redact PII before anything is stored or sent to a model (the audit and "
-        "the clarification service).",
-    )
-    redaction_kinds: tuple[RedactionKind, ...] = Field(
-        default=ALL_REDACTION_KINDS,
-        description="PII kinds to redact: email, phone, card, gov_id, ip, address.",
-    )
-    prefilter_enabled: bool = Field(
-        default=True, description="Skip the audit of responses that are not refusals."
-    )
-    prefilter_model: Literal["cues", "trained"] = Field(
-        default="cues",
-        description="Refusal pre-filter: `cues` (hand-weighted cue scorer) or `trained` (the "
-        "shipped logistic model, `refusal-audit train`; its hash joins the engine version).",
-    )
-    prefilter_request_aware: bool = Field(
-        default=True,
-        description="Read each response against its request in the pre-filter: an implicit "
-        "refusal (clarification, lecture, negated restatement instead of an answer) counts as "
-        "a refusal, a refusal followed by a delivered answer does not (docs/evaluation.md). "
-        "Events without a request are unaffected. Off, the engine version gains "
-        "`/prefilter=response-only` (another audit configuration).",
-    )
-    prefilter_model_path: Path | None = Field(
-        default=None,
-        description="With prefilter_model = trained: the artifact to load, a path without "
-        "suffix as `refusal-audit train` writes it (e.g. .refusal-audit/models/"
-        "refusal_prefilter); unset: the model shipped in the package.",
-    )
-    prefilter_cascade_band: tuple[float, float] = Field(
-        default=(0.5, 0.5),
-        description="The refusal cascade's uncertain band [low, high) of pre-filter scores "
-        "that the encoder head re-decides, reading the response against the request; "
-        "low = high (the default) turns the cascade off. Trade-off curve: docs/evaluation.md.",
-    )
-    prefilter_cascade_head_path: Path | None = Field(
-        default=None,
-        description="The cascade's encoder head artifact, a path without suffix; unset: "
-        "the head shipped in the package (its encoder must be fetched: `refusal-audit "
-        "encoders fetch`).",
-    )
-
-    # human review sampling
-    review_sample_rate: float = Field(
-        default=0.2,
-        ge=0.0,
-        le=1.0,
-        description="Share of unflagged assessments sampled for review.",
-    )
-    review_uncertainty_band: float = Field(
-        default=0.0,
-        ge=0.0,
-        le=0.5,
-        description="Also send to review (reason `uncertainty`) the unflagged assessments the "
-        "random sample did not draw whose engine over-refusal score lies within this distance "
-        "of the engine's threshold; 0 is off. Never part of the random sample that estimates "
-        "the verified false-positive rate (see docs/review.md).",
-    )
-    review_seed: int = Field(default=0, description="Seed of the review sampling.")
-    review_reviews_per_item: int = Field(
-        default=1, ge=1, le=10, description="Reviewers' verdicts each review item needs."
-    )
-
-    # the review web app (refusal-audit review serve)
-    review_web_host: str = Field(
-        default="127.0.0.1",
-        description="Bind address of the review web app (loopback unless you put it behind "
-        "a TLS-terminating proxy).",
-    )
-    review_web_port: int = Field(
-        default=8090, ge=0, le=65535, description="Port of the review web app."
-    )
-    review_lease_seconds: int = Field(
-        default=300,
-        ge=30,
-        le=86400,
-        description="How long a reviewer holds a claimed item before it returns to the queue.",
-    )
-    review_session_secret: SecretStr | None = Field(
-        default=None,
-        description="Key signing the review app's session cookie and CSRF tokens; unset: a random "
-        "key kept in <data_dir>/review-session.key (mode 0600).",
-    )
-    review_session_max_age_seconds: int = Field(
-        default=12 * 3600, ge=300, le=30 * 86400, description="Lifetime of a review login."
-    )
-    review_cookie_secure: bool = Field(
-        default=False,
-        description="Mark the review app's cookies Secure (set it when served over HTTPS).",
-    )
-    review_login_attempts_per_minute: int = Field(
-        default=5,
-        ge=1,
-        le=1000,
-        description="Wrong passwords in a row allowed per account name and client address "
-        "together before each further attempt from that address waits 60 s, doubling per "
-        "further failure (at most 1 h); four times this many attempts per client address in "
-        "a moving minute. More are refused with 429.",
-    )
-    review_proxy_user_header: str | None = Field(
-        default=None,
-        description="Header naming the reviewer, set by an authenticating reverse proxy "
-        "(e.g. X-Forwarded-User); trusted only from review_trusted_proxies. Unset: log in "
-        "with a password.",
-    )
-    review_trusted_proxies: list[str] = Field(
-        default_factory=list,
-        description="Addresses of the reverse proxies whose forwarding headers are believed: "
-        "X-Forwarded-For (the client address for the login limit), X-Forwarded-Host (the "
-        "origin check) and review_proxy_user_header. Empty (default): none, the connection's "
-        "peer is the client.",
     )
 
     # the HTTP servers (refusal-audit review serve, clarify serve)
@@ -460,243 +126,12 @@ class Settings(BaseSettings):
         "more are answered 503 and closed.",
     )
 
-    # the clarification service (refusal-audit clarify serve)
-    clarify_web_host: str = Field(
-        default="127.0.0.1",
-        description="Bind address of the clarification service (loopback unless behind a "
-        "TLS-terminating proxy).",
-    )
-    clarify_web_port: int = Field(
-        default=8091, ge=0, le=65535, description="Port of the clarification service."
-    )
-    clarify_api_token: SecretStr | None = Field(
-        default=None,
-        min_length=16,
-        description="Shared API token callers send as `Authorization: Bearer <token>`; unset: "
-        "a random token kept in <data_dir>/clarify-api.token (mode 0600).",
-    )
-    clarify_classifier_engine: Literal["local", "openai"] | None = Field(
-        default=None,
-        description="Engine that classifies refusals for clarification; unset: as `engine`.",
-    )
-    clarify_classifier_model: str | None = Field(
-        default=None,
-        description="Model of an openai classifier (may be cheaper); unset: `openai_model`.",
-    )
-    clarify_question_engine: Literal["local", "openai"] | None = Field(
-        default=None,
-        description="Engine that writes clarification questions; unset: as `engine`.",
-    )
-    clarify_question_model: str | None = Field(
-        default=None, description="Model of an openai question engine; unset: `openai_model`."
-    )
-    clarify_circumvention_check: Literal["trained", "rules"] = Field(
-        default="trained",
-        description="Circumvention check of clarifying question sets: `trained` (the monotone "
-        "model over rubric detectors: sign-constrained per-question scores pooled by "
-        "noisy-OR, so a bad question cannot be diluted by good ones) or `rules` (the strict "
-        "deterministic rules); figures in docs/clarification.md.",
-    )
-    clarify_circumvention_model_path: Path | None = Field(
-        default=None,
-        description="With clarify_circumvention_check = trained: the artifact to load, a path "
-        "without suffix (e.g. .refusal-audit/models/circumvention_check); unset: the model "
-        "shipped in the package.",
-    )
-    clarify_judge_engine: Literal["off", "openai"] = Field(
-        default="off",
-        description="Optional LLM judge after the deterministic circumvention check: `off` or "
-        "`openai` (asked only about a set the rules passed; a rejected set, or a failed "
-        "judge, is escalated, never surfaced).",
-    )
-    clarify_judge_model: str | None = Field(
-        default=None,
-        description="Model of the openai circumvention judge; unset: `clarify_question_model`, "
-        "else `openai_model`.",
-    )
-    clarify_store: Literal["sqlite", "memory", "kafka"] | None = Field(
-        default=None,
-        description="Conversation state store: `sqlite` (a local file), `kafka` (the compacted "
-        "topic `<prefix>clarify.state`; survives the loss of the machine) or `memory`; unset: "
-        "`kafka` for `clarify serve --kafka`, else `sqlite`.",
-    )
-    clarify_consumer_group: str = Field(
-        default="refusal-audit-clarify",
-        min_length=1,
-        description="Kafka consumer group of `clarify serve --kafka` (requests, answers, "
-        "outcomes).",
-    )
-    clarify_audit_trail: bool = Field(
-        default=True,
-        description="Log every clarification step to the warehouse (`clarification_steps`).",
-    )
-    clarify_review_sample_rate: float = Field(
-        default=0.05,
-        ge=0.0,
-        le=1.0,
-        description="Share of finished clarification conversations sampled into the review "
-        "app (escalations are always there).",
-    )
-    clarify_review_accepted_weight: float = Field(
-        default=4.0,
-        ge=1.0,
-        le=100.0,
-        description="How many times more likely a conversation whose clarified request was "
-        "accepted is sampled than another (capped at 1).",
-    )
-    clarify_store_path: Path | None = Field(
-        default=None,
-        description="SQLite file of the conversation states; unset: <data_dir>/clarify.sqlite3.",
-    )
-    clarify_max_body_bytes: int = Field(
-        default=256 * 1024,
-        ge=1024,
-        le=16 * 1024 * 1024,
-        description="Largest HTTP request body the clarification service reads (413 beyond).",
-    )
-    clarify_max_clock_skew_seconds: int = Field(
-        default=300,
-        ge=0,
-        le=86400,
-        description="How far ahead of the clarification service's clock an answer's "
-        "`answered_at` or an outcome's `decided_at` may be (clock skew); further is refused "
-        "(422 `time_in_future`, a dead letter on Kafka).",
-    )
-
-    # drift detectors and policy-gap alerts
-    alerts_window_seconds: int = Field(
-        default=3600,
-        ge=60,
-        le=31 * 86400,
-        description="Tumbling event-time window of the drift detectors (60 s to 31 days).",
-    )
-    alerts_grace_seconds: int = Field(
-        default=300,
-        ge=0,
-        le=366 * 86400,
-        description="Late events arriving within this after a window ends still count in it.",
-    )
-    alerts_baseline_windows: int = Field(
-        default=24, ge=1, le=10_000, description="Trailing windows pooled as the baseline."
-    )
-    alerts_baseline_start: datetime | None = Field(
-        default=None, description="Pinned reference period start (UTC); needs the end too."
-    )
-    alerts_baseline_end: datetime | None = Field(
-        default=None, description="Pinned reference period end (UTC, exclusive)."
-    )
-    report_max_interval_width: float = Field(
-        default=0.2,
-        gt=0,
-        le=1,
-        description="`refusal-audit report` notes a rate whose Wilson 95% interval is wider "
-        "than this (0.2 = 20 percentage points) as resting on too few events.",
-    )
-    alerts_min_events: int = Field(
-        default=300, ge=1, description="Refusals a window and its baseline need before testing."
-    )
-    alerts_fdr: float = Field(
-        default=0.05, gt=0, lt=1, description="Benjamini-Hochberg false-discovery rate."
-    )
-    alerts_js_threshold: float = Field(
-        default=0.1, ge=0, le=1, description="Min Jensen-Shannon distance of a category-mix alert."
-    )
-    alerts_rate_shift_pp: float = Field(
-        default=5.0, ge=0, le=100, description="Min rate change (percentage points) to alert."
-    )
-    alerts_volume_ratio: float = Field(
-        default=1.5, ge=1, description="Min refusal-volume ratio (or its inverse) to alert."
-    )
-    alerts_new_category_min: int = Field(
-        default=20, ge=1, description="Refusals a category absent from the baseline needs."
-    )
-    alerts_lookback_windows: int = Field(
-        default=3, ge=1, le=1000, description="Closed windows re-evaluated at each detector run."
-    )
-    alerts_interval_seconds: float = Field(
-        default=60.0, gt=0, description="How often the worker runs the detectors."
-    )
-    gaps_similarity: float = Field(
-        default=0.3, gt=0, le=1, description="Cosine similarity for two gap flags to be one gap."
-    )
-    gaps_cooldown_seconds: int = Field(
-        default=86400, ge=1, description="A growing policy gap re-alerts at most once per this."
-    )
-    gaps_reread_margin_seconds: int = Field(
-        default=3600, ge=0, description="Batches re-read before the newest gap sighting."
-    )
-
-    # refusal-style calibration (refusal-audit calibrate, docs/calibration.md)
-    calibration_token: SecretStr | None = Field(
-        default=None,
-        description="API token of a review-app account (`review token create`) with which "
-        "`calibrate run` verifies its starter without a password (CI, scripts); unset: "
-        "`--token-file`, else the account's password.",
-    )
-    calibrate_engine: Literal["local", "openai"] | None = Field(
-        default=None,
-        description="Engine that writes refusal variants; unset: as `engine`.",
-    )
-    calibrate_model: str | None = Field(
-        default=None, description="Model of an openai variant engine; unset: `openai_model`."
-    )
-    calibrate_suite_command: list[str] | None = Field(
-        default=None,
-        description="A team's own regression suite: a command (argv list, no shell) that reads "
-        'one variant as JSON on stdin and prints its verdict, `{"verdict": "pass"}` or '
-        '`{"verdict": "fail", "reasons": [...]}`; '
-        "unset: none.",
-    )
-    calibrate_suite_timeout_seconds: float = Field(
-        default=10.0,
-        gt=0,
-        le=600,
-        description="Time a suite command gets per variant; a timeout fails the variant.",
-    )
-    calibrate_suite_url: str | None = Field(
-        default=None,
-        pattern=r"^https?://\S+$",
-        description="A team's own regression suite as an HTTP endpoint: each variant is POSTed "
-        "as the same JSON a suite command reads and the answer is the same verdict JSON; "
-        "unset: none. Not together with `calibrate_suite_command`.",
-    )
-    calibrate_suite_token: SecretStr | None = Field(
-        default=None,
-        description="Bearer token sent to `calibrate_suite_url` (Authorization header).",
-    )
-
-    @field_validator("prefilter_cascade_band")
-    @classmethod
-    def _band_in_unit_interval(cls, value: tuple[float, float]) -> tuple[float, float]:
-        low, high = value
-        if not 0.0 <= low <= high <= 1.0:
-            raise ValueError(f"[{low}, {high}) must have 0 <= low <= high <= 1")
-        return value
-
     @field_validator("data_dir", mode="before")
     @classmethod
     def _data_dir_named(cls, value: object) -> object:
         if isinstance(value, str) and not value.strip():
             raise ValueError("data_dir must not be empty (use . for the current directory)")
         return value
-
-    @model_validator(mode="after")
-    def _one_suite(self) -> Settings:
-        if self.calibrate_suite_command and self.calibrate_suite_url:
-            raise ValueError("set calibrate_suite_command or calibrate_suite_url, not both")
-        return self
-
-    @model_validator(mode="after")
-    def _pinned_baseline(self) -> Settings:
-        start, end = self.alerts_baseline_start, self.alerts_baseline_end
-        if (start is None) != (end is None):
-            raise ValueError("alerts_baseline_start and alerts_baseline_end go together")
-        if start is not None and end is not None:
-            if start.tzinfo is None or end.tzinfo is None:
-                raise ValueError("alerts_baseline_start/end need a UTC offset, e.g. ...Z")
-            if end <= start:
-                raise ValueError("alerts_baseline_end must be after alerts_baseline_start")
-        return self
 
     @property
     def resolved_warehouse_dsn(self) -> str:
@@ -845,12 +280,14 @@ def describe_unparsable(exc: Exception) -> str:
 
 
 def settings_reference() -> str:
-    """The table of docs/configuration.md (Markdown rows), generated from ``Settings``."""
+    """The table of docs/configuration.md (Markdown rows), generated from ``Settings``: the
+    shared settings first, then each capability's group in the order of ``Settings``'s bases,
+    with the group named in the first column."""
     rows = [
-        "| setting | environment variable | default | meaning |",
-        "| --- | --- | --- | --- |",
+        "| group | setting | environment variable | default | meaning |",
+        "| --- | --- | --- | --- | --- |",
     ]
-    for name, field in Settings.model_fields.items():
+    for group, name, field in _fields_by_group():
         if name == "policy_bundles":
             default = "example bundle"
         elif field.default_factory is not None:
@@ -864,6 +301,22 @@ def settings_reference() -> str:
         else:
             default = str(field.default)
         rows.append(
-            f"| `{name}` | `REFUSAL_AUDIT_{name.upper()}` | `{default}` | {field.description} |"
+            f"| {group} | `{name}` | `REFUSAL_AUDIT_{name.upper()}` | `{default}` | "
+            f"{field.description} |"
         )
     return "\n".join(rows)
+
+
+def _fields_by_group() -> list[tuple[str, str, FieldInfo]]:
+    """``(group, name, field)`` of every setting: the shared ones (group ``shared``), then
+    each group class among ``Settings``'s bases in order (its room's name), fields in the
+    order they are written."""
+    groups: list[type[BaseModel]] = [
+        b for b in Settings.__bases__ if issubclass(b, BaseModel) and b is not BaseSettings
+    ]
+    owned = {name for b in groups for name in b.model_fields}
+    out = [("shared", n, f) for n, f in Settings.model_fields.items() if n not in owned]
+    for base in groups:
+        room = base.__module__.split(".")[1]
+        out += [(room, n, Settings.model_fields[n]) for n in base.model_fields]
+    return out

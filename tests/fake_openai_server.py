@@ -54,7 +54,8 @@ import pytest
 
 from processors.tokens import count_tokens
 from prompts.loader import BATCH_OPEN, count_message_tokens, parse_batch
-from refusal_audit.config import PolicyBundlePaths, Settings
+from refusal_audit.audit.settings import PolicyBundlePaths
+from refusal_audit.config import Settings
 
 _T = TypeVar("_T")
 _POLICIES = Path(__file__).resolve().parents[1] / "refusal_audit" / "example_policies"

@@ -22,8 +22,9 @@ from typer.testing import CliRunner
 
 from refusal_audit import bundles
 from refusal_audit.audit.batch import BatchOptions, file_source
+from refusal_audit.audit.settings import example_bundle_paths
 from refusal_audit.cli import app
-from refusal_audit.config import Settings, example_bundle_paths
+from refusal_audit.config import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_LOG = REPO / "examples" / "refusal_log.jsonl"

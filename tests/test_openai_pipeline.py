@@ -73,7 +73,7 @@ def test_events_the_model_keeps_getting_wrong_are_dead_lettered(
 def test_query_cost_reports_tokens_and_estimated_cost(
     fake_openai: FakeOpenAIServer, warehouse: Warehouse
 ) -> None:
-    from refusal_audit.config import ModelPrice
+    from refusal_audit.audit.settings import ModelPrice
     from warehouse.queries import run_named, with_costs
 
     cfg = settings(fake_openai)

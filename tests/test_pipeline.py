@@ -12,7 +12,8 @@ from processors.engines.base import EngineError, EngineOutput
 from processors.engines.local import LocalEngine
 from refusal_audit.audit.batch import BatchOptions, build_pipeline, file_source, run_batch
 from refusal_audit.audit.pipeline import AuditPipeline
-from refusal_audit.config import PolicyBundlePaths, Settings
+from refusal_audit.audit.settings import PolicyBundlePaths
+from refusal_audit.config import Settings
 from schemas.audit import AuditResult
 from schemas.events import RefusalEvent
 from schemas.policy import PolicyBundle

@@ -16,7 +16,8 @@ import pytest
 from processors.adapters import DecodeOptions, SourceRecord
 from refusal_audit.audit.batch import build_pipeline
 from refusal_audit.audit.pipeline import InputSource
-from refusal_audit.config import PolicyBundlePaths, Settings
+from refusal_audit.audit.settings import PolicyBundlePaths
+from refusal_audit.config import Settings
 from refusal_audit.streaming.worker import (
     describe_window,
     window_partitions,

@@ -39,8 +39,8 @@ from processors.category_model import CATEGORY_FAMILIES, CategoryModel
 from processors.engines.local import LocalEngine
 from processors.prefilter import decide_from_cues, read_cues
 from processors.stats import wilson_interval
+from refusal_audit.audit.settings import example_bundle_paths
 from refusal_audit.bundles import load_bundle
-from refusal_audit.config import example_bundle_paths
 from refusal_audit.training.labels import (
     XSTEST_FILES,
     load_triage_examples,
