@@ -158,3 +158,23 @@ def test_an_api_key_no_http_header_can_carry_is_a_config_error(
         Settings().openai_key()
     monkeypatch.setenv("OPENAI_API_KEY", "sk-fine-key-123")
     assert Settings().openai_key() == "sk-fine-key-123"
+
+
+def test_each_groups_own_checks_still_run_in_the_composed_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cross-field checks written in a capability's settings group (alerts: a pinned
+    baseline needs both ends, in order, with an offset; calibration: one safety suite) run
+    when the composed Settings load, as they did in the flat class."""
+    monkeypatch.setenv("REFUSAL_AUDIT_ALERTS_BASELINE_START", "2026-01-02T00:00:00Z")
+    with pytest.raises(ConfigError, match="go together"):
+        load_settings()
+    monkeypatch.setenv("REFUSAL_AUDIT_ALERTS_BASELINE_END", "2026-01-01T00:00:00Z")
+    with pytest.raises(ConfigError, match="must be after"):
+        load_settings()
+    monkeypatch.setenv("REFUSAL_AUDIT_ALERTS_BASELINE_END", "2026-01-03T00:00:00Z")
+    assert load_settings().alerts_baseline_end is not None
+    monkeypatch.setenv("REFUSAL_AUDIT_CALIBRATE_SUITE_COMMAND", "suite --json")
+    monkeypatch.setenv("REFUSAL_AUDIT_CALIBRATE_SUITE_URL", "https://suite.example/run")
+    with pytest.raises(ConfigError, match="not both"):
+        load_settings()
