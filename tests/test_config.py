@@ -174,7 +174,7 @@ def test_each_groups_own_checks_still_run_in_the_composed_settings(
         load_settings()
     monkeypatch.setenv("REFUSAL_AUDIT_ALERTS_BASELINE_END", "2026-01-03T00:00:00Z")
     assert load_settings().alerts_baseline_end is not None
-    monkeypatch.setenv("REFUSAL_AUDIT_CALIBRATE_SUITE_COMMAND", "suite --json")
+    monkeypatch.setenv("REFUSAL_AUDIT_CALIBRATE_SUITE_COMMAND", '["suite", "--json"]')
     monkeypatch.setenv("REFUSAL_AUDIT_CALIBRATE_SUITE_URL", "https://suite.example/run")
     with pytest.raises(ConfigError, match="not both"):
         load_settings()
