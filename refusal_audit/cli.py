@@ -44,8 +44,16 @@ from refusal_audit.review import cli_tokens as cli_review_tokens
 from refusal_audit.training import cli as cli_train
 from warehouse.client import WarehouseError, redact_dsn
 
+AUDIT_PANEL = "Audit log files (start here)"
+STREAMING_PANEL = "Streaming: Kafka workers and the warehouse sink"
+REVIEW_PANEL = "Human review and alerts"
+COMPANIONS_PANEL = "Clarification and refusal-style calibration"
+SETUP_PANEL = "Models, encoders, local LLM and configuration"
+
 app = typer.Typer(
-    help="Audit the refusals of production LLMs against your own policies.",
+    help="Audit the refusals of production LLMs against your own policies. Start here: "
+    "`refusal-audit audit FILE` audits a log into the embedded warehouse (`make demo` does it "
+    "with the example log), then `query`, `report` and `review serve` read the results.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
@@ -83,7 +91,7 @@ def main(
     State.config_file = config
 
 
-@app.command()
+@app.command(rich_help_panel=AUDIT_PANEL)
 def audit(
     files: list[Path] = typer.Argument(
         ..., metavar="FILE", help="Refusal log files (JSONL, OpenAI logs, CSV)."
@@ -145,7 +153,7 @@ def audit(
         raise typer.Exit(EXIT_FAILURES)
 
 
-@app.command("eval")
+@app.command("eval", rich_help_panel=AUDIT_PANEL)
 def eval_command(
     files: list[Path] = typer.Argument(
         ..., metavar="FILE", help="Labelled log files (XSTest CSV, CoCoNot, ...)."
@@ -189,7 +197,7 @@ def eval_command(
     print_eval(figures, console)
 
 
-@app.command()
+@app.command(rich_help_panel=AUDIT_PANEL)
 def reaudit(
     since: datetime | None = typer.Option(None, formats=["%Y-%m-%d"], help="First day recorded."),
     until: datetime | None = typer.Option(None, formats=["%Y-%m-%d"], help="Last day recorded."),
@@ -236,7 +244,7 @@ def _progress() -> Progress:
     )
 
 
-@app.command()
+@app.command(rich_help_panel=AUDIT_PANEL)
 def query(
     name: str | None = typer.Argument(None, help="Named query; omit to list them."),
     since: datetime | None = typer.Option(None, formats=["%Y-%m-%d"], help="First day."),
@@ -279,7 +287,7 @@ def _day(value: datetime | None) -> date | None:
     return value.date() if value is not None else None
 
 
-@app.command()
+@app.command(rich_help_panel=AUDIT_PANEL)
 def sql(
     statement: str = typer.Argument(..., help="A single read-only statement (SELECT, ...)."),
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o"),
@@ -296,7 +304,7 @@ def sql(
     render(result.columns, result.rows, output, console)
 
 
-@app.command()
+@app.command(rich_help_panel=STREAMING_PANEL)
 def migrate() -> None:
     """Create the warehouse database and apply pending DDL migrations."""
     from warehouse.client import connect
@@ -318,7 +326,7 @@ GAPS_NOTE = (
 )
 
 
-@app.command()
+@app.command(rich_help_panel=AUDIT_PANEL)
 def gaps(
     bundle: str | None = typer.Option(None, "--bundle", "-b", help="Only this policy bundle."),
     since: datetime | None = typer.Option(
@@ -369,7 +377,7 @@ def gaps(
 
 
 topics_app = typer.Typer(help="Provision and list the Kafka topics.", no_args_is_help=True)
-app.add_typer(topics_app, name="topics")
+app.add_typer(topics_app, name="topics", rich_help_panel=STREAMING_PANEL)
 
 
 @topics_app.command("create")
@@ -393,7 +401,7 @@ def topics_create() -> None:
     )
 
 
-@app.command()
+@app.command(rich_help_panel=STREAMING_PANEL)
 def worker(
     loglevel: str = typer.Option("info", help="Log level (logs are JSON lines on stderr)."),
     outputs: str = typer.Option(
@@ -424,7 +432,7 @@ def worker(
         raise fail_usage(f"worker not started: {exc}") from exc
 
 
-@app.command()
+@app.command(rich_help_panel=STREAMING_PANEL)
 def produce(
     files: list[Path] = typer.Argument(..., metavar="FILE", help="Refusal log files to replay."),
     input_format: str | None = typer.Option(None, "--format", "-f", help="As for `audit`."),
@@ -475,7 +483,7 @@ def produce(
 review_app = typer.Typer(
     help="Human review: the review app, verdicts and agreement.", no_args_is_help=True
 )
-app.add_typer(review_app, name="review")
+app.add_typer(review_app, name="review", rich_help_panel=REVIEW_PANEL)
 review_app.command("export")(cli_review.review_export)
 review_app.command("import")(cli_review.review_import)
 review_app.command("labels")(cli_review.review_labels)
@@ -488,20 +496,20 @@ review_app.command("reviewers")(cli_review.review_reviewers)
 review_app.add_typer(cli_review_tokens.token_app, name="token")
 
 alerts_app = typer.Typer(help="Tail, list and evaluate alerts.", no_args_is_help=True)
-app.add_typer(alerts_app, name="alerts")
-app.add_typer(cli_clarify.clarify_app, name="clarify")
-app.add_typer(cli_calibrate.calibrate_app, name="calibrate")
-app.add_typer(cli_calibrate.ab_app, name="ab")
-app.add_typer(cli_llm.llm_app, name="llm")
-app.add_typer(cli_encoders.encoders_app, name="encoders")
+app.add_typer(alerts_app, name="alerts", rich_help_panel=REVIEW_PANEL)
+app.add_typer(cli_clarify.clarify_app, name="clarify", rich_help_panel=COMPANIONS_PANEL)
+app.add_typer(cli_calibrate.calibrate_app, name="calibrate", rich_help_panel=COMPANIONS_PANEL)
+app.add_typer(cli_calibrate.ab_app, name="ab", rich_help_panel=COMPANIONS_PANEL)
+app.add_typer(cli_llm.llm_app, name="llm", rich_help_panel=SETUP_PANEL)
+app.add_typer(cli_encoders.encoders_app, name="encoders", rich_help_panel=SETUP_PANEL)
 # imported for their side effect: they register more commands on calibrate_app and ab_app
 import refusal_audit.calibration.cli_kafka  # noqa: E402
 import refusal_audit.calibration.cli_store  # noqa: E402, F401
 from refusal_audit.report import cli as cli_report  # noqa: E402
 from refusal_audit.streaming import cli as cli_scale  # noqa: E402
 
-app.command("sink")(cli_scale.sink)
-app.command("report")(cli_report.report)
+app.command("sink", rich_help_panel=STREAMING_PANEL)(cli_scale.sink)
+app.command("report", rich_help_panel=AUDIT_PANEL)(cli_report.report)
 
 alerts_app.command("list")(cli_alerts.alerts_list)
 alerts_app.command("evaluate")(cli_alerts.alerts_evaluate)
@@ -547,10 +555,10 @@ def alerts_tail(
         raise typer.Exit(EXIT_FAILURES) from exc
 
 
-app.command("train")(cli_train.train)
+app.command("train", rich_help_panel=SETUP_PANEL)(cli_train.train)
 
 config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
-app.add_typer(config_app, name="config")
+app.add_typer(config_app, name="config", rich_help_panel=SETUP_PANEL)
 
 
 @config_app.command("show")

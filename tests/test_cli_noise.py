@@ -175,3 +175,18 @@ def test_librdkafka_s_start_up_retries_are_not_warnings(
     KAFKA_LOGGER.warning(other.replace("127.0.0.1:9", "127.0.0.1:10"))  # not a repeat
     levels = [(r.levelname, r.getMessage()[:4]) for r in caplog.records]
     assert levels == [("DEBUG", "GETP"), ("WARNING", "FAIL")]
+
+
+def test_the_help_groups_the_commands_by_task_and_says_where_to_start() -> None:
+    """`refusal-audit --help` names a starting point and groups every command under a task
+    panel (issue 26): no command is left in typer's default "Commands" panel."""
+    from typer.testing import CliRunner
+
+    from refusal_audit.cli import app
+
+    text = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"}).output
+    assert "Start here" in text and "Audit log files (start here)" in text
+    for panel in ("Streaming: Kafka workers", "Human review and alerts",
+                  "Clarification and refusal-style calibration", "Models, encoders"):  # fmt: skip
+        assert panel in text, panel
+    assert "─ Commands ─" not in text
