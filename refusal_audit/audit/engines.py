@@ -77,6 +77,21 @@ def llm_server(settings: Settings, model: str | None = None) -> ServerInfo:
     return discover(settings.openai_base_url, settings.openai_key(), model or settings.openai_model)
 
 
+def llm_call_options(settings: Settings, model: str) -> dict[str, Any]:
+    """The keyword arguments every one-call LLM component (clarification questions, the
+    circumvention judge, calibration variants) is built with on the configured server:
+    ``response_format``, ``max_concurrency`` (capped at the server's slots, discovered
+    here), ``server`` (its kind) and ``deadline_seconds``. Raises ``ConfigError`` when the
+    key file cannot be read."""
+    info = llm_server(settings, model)
+    return {
+        "response_format": settings.openai_response_format,
+        "max_concurrency": concurrency(settings.openai_max_concurrency, info),
+        "server": info.kind,
+        "deadline_seconds": settings.openai_request_deadline_seconds,
+    }
+
+
 def _openai_engine(settings: Settings) -> AuditEngine:
     """The audit engine on the configured server: its kind, context and slots discovered
     once here, the context window chosen (setting, server, default) and logged with its

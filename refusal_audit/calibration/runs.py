@@ -135,19 +135,10 @@ def build_variant_engine(cfg: Settings, name: str | None = None) -> VariantEngin
         return LocalVariantEngine()
     if chosen == "openai":
         from processors.calibration.openai_variants import OpenAIVariantEngine
-        from refusal_audit.audit.engines import llm_server, openai_client
-        from refusal_audit.llm.discovery import concurrency
+        from refusal_audit.audit.engines import llm_call_options, openai_client
 
         model = cfg.calibrate_model or cfg.openai_model
-        info = llm_server(cfg, model)
-        return OpenAIVariantEngine(
-            openai_client(cfg),
-            model,
-            response_format=cfg.openai_response_format,
-            max_concurrency=concurrency(cfg.openai_max_concurrency, info),
-            server=info.kind,
-            deadline_seconds=cfg.openai_request_deadline_seconds,
-        )
+        return OpenAIVariantEngine(openai_client(cfg), model, **llm_call_options(cfg, model))
     raise ConfigError(f"unknown variant engine {chosen!r} (available: local, openai)")
 
 

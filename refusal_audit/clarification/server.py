@@ -24,13 +24,12 @@ from processors.clarification.judge import CircumventionJudge
 from processors.clarification.local_questions import LocalQuestionEngine
 from processors.engines.base import AuditEngine
 from processors.redaction import Redactor
-from refusal_audit.audit.engines import llm_server, make_engine, openai_client
+from refusal_audit.audit.engines import llm_call_options, make_engine, openai_client
 from refusal_audit.bundles import load_bundles
 from refusal_audit.clarification.circumvention_check import build_circumvention_check
 from refusal_audit.clarification.service import ClarifyService
 from refusal_audit.clarification.store import MemoryStore, SqliteStore, StateStore
 from refusal_audit.config import ConfigError, Settings
-from refusal_audit.llm.discovery import concurrency
 from refusal_audit.secret_files import random_secret_file
 
 if TYPE_CHECKING:
@@ -109,15 +108,7 @@ def _question_engine(cfg: Settings, name: str | None) -> LocalQuestionEngine | O
         from processors.clarification.openai_questions import OpenAIQuestionEngine
 
         model = cfg.clarify_question_model or cfg.openai_model
-        info = llm_server(cfg, model)
-        return OpenAIQuestionEngine(
-            openai_client(cfg),
-            model,
-            response_format=cfg.openai_response_format,
-            max_concurrency=concurrency(cfg.openai_max_concurrency, info),
-            server=info.kind,
-            deadline_seconds=cfg.openai_request_deadline_seconds,
-        )
+        return OpenAIQuestionEngine(openai_client(cfg), model, **llm_call_options(cfg, model))
     raise ConfigError(f"unknown question engine {chosen!r} (available: local, openai)")
 
 
@@ -130,15 +121,7 @@ def build_judge(cfg: Settings) -> CircumventionJudge | None:
     from processors.clarification.judge import OpenAIJudge
 
     model = cfg.clarify_judge_model or cfg.clarify_question_model or cfg.openai_model
-    info = llm_server(cfg, model)
-    return OpenAIJudge(
-        openai_client(cfg),
-        model,
-        response_format=cfg.openai_response_format,
-        max_concurrency=concurrency(cfg.openai_max_concurrency, info),
-        server=info.kind,
-        deadline_seconds=cfg.openai_request_deadline_seconds,
-    )
+    return OpenAIJudge(openai_client(cfg), model, **llm_call_options(cfg, model))
 
 
 def build_clarifier(
