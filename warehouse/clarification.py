@@ -136,17 +136,19 @@ def reviewed_conversations(store: Warehouse) -> list[dict[str, Any]]:
     """Every conversation with a clarification verdict, for the labels export (``refusal-audit
     review clarification-labels``), ordered by conversation id.
 
-    Each item: ``conversation_id``; ``verdicts``, the newest verdict of each reviewer
+    Each item: ``conversation_id``; ``revision``, the newest revision of the conversation
+    that has verdicts; ``verdicts``, each reviewer's newest verdict ON that revision
     (``reviewer``, ``revision``, ``questions_ok``, ``note``, ``submitted_at``; ordered by
-    reviewer; same-time ties broken by ``verdict_id``); ``revision``, the newest revision
-    those verdicts judged; ``state``, the ``ConversationState`` JSON of that revision's
-    step, or None when the trail lacks it. Raises ``WarehouseError``.
+    reviewer; same-time ties broken by ``verdict_id``): a verdict on an earlier revision
+    never saw the later questions and does not count, even when its reviewer gave none on
+    the newest; ``state``, the ``ConversationState`` JSON of that revision's step, or None
+    when the trail lacks it. Raises ``WarehouseError``.
     """
     verdicts = store.select(
         "SELECT conversation_id, reviewer, revision, questions_ok, note, submitted_at "
         "FROM {db:Identifier}.clarification_verdicts FINAL "
-        "ORDER BY conversation_id, reviewer, submitted_at DESC, verdict_id DESC "
-        "LIMIT 1 BY conversation_id, reviewer"
+        "ORDER BY conversation_id, reviewer, revision DESC, submitted_at DESC, verdict_id DESC "
+        "LIMIT 1 BY conversation_id, reviewer, revision"
     )
     if not verdicts:
         return []
@@ -164,12 +166,12 @@ def reviewed_conversations(store: Warehouse) -> list[dict[str, Any]]:
     }
     out = []
     for conversation_id in sorted(by_conversation):
-        judged = by_conversation[conversation_id]
-        revision = max(int(v["revision"]) for v in judged)
+        all_verdicts = by_conversation[conversation_id]
+        revision = max(int(v["revision"]) for v in all_verdicts)
         out.append({
             "conversation_id": conversation_id,
             "revision": revision,
             "state": states.get((conversation_id, revision)),
-            "verdicts": judged,
+            "verdicts": [v for v in all_verdicts if int(v["revision"]) == revision],
         })  # fmt: skip
     return out

@@ -82,3 +82,16 @@ def make_private_dir(path: Path, what: str | None) -> None:
             warn_if_open(path, what)
         return
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+def private_opener(path: str, flags: int) -> int:
+    """An ``opener`` for :func:`open` that writes a file private to its owner: a new file is
+    created mode ``0600`` and an existing one is set to ``0600`` before anything is written
+    (``os.open``'s mode applies to new files only). Raises ``OSError``."""
+    fd = os.open(path, flags, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd

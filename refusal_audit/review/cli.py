@@ -165,17 +165,21 @@ def review_clarification_labels(
     """Write the reviewed clarification conversations as labelled question sets (the
     datasets/circumvention format, one JSON line each), so `refusal-audit train
     --with-verdicts FILE` trains the circumvention model on them and `refusal-audit clarify
-    eval FILE` measures the check against the reviewers. The questions are every question the
-    conversation asked up to the judged step; the label is `reject` when at least half of the
-    reviewers (each one's newest verdict) said the questions were not neutral (a tie rejects:
-    the safe side for a safety check), else `acceptable`. A conversation without a verdict is
-    not written; a reviewed one with no question asked (its set was rejected before it
-    reached the user) is counted and left out."""
+    eval FILE` measures the check against the reviewers. Each conversation is exported at its
+    newest revision that has verdicts, with the distinct questions it asked up to it (in
+    first-asked order); the label is `reject` when at least half of the reviewers (each
+    one's newest verdict ON that revision; verdicts on earlier revisions do not count) said
+    the questions were not neutral (a tie rejects: the safe side for a safety check), else
+    `acceptable`. The reviewers' notes are redacted as the audit redacts events
+    (redaction_enabled, redaction_kinds). The file is made mode 0600, an existing one too. A
+    conversation without a verdict is not written; a reviewed one with no question asked
+    (its set was rejected before it reached the user) is counted and left out."""
+    from refusal_audit.clarification.server import build_redactor
     from refusal_audit.clarification.verdict_labels import clarification_labels, write_private_lines
 
     cfg = settings()
     try:
-        labels = clarification_labels(open_store(cfg))
+        labels = clarification_labels(open_store(cfg), build_redactor(cfg))
         out.parent.mkdir(parents=True, exist_ok=True)
         write_private_lines(labels.lines, out)
     except (ConfigError, OSError, WarehouseError) as exc:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from processors.review_queue import reasons_of
 from processors.stats import wilson_interval
 from schemas.policy import PolicyBundle
 from schemas.review import Verdict, VerdictInput
+from warehouse.private import private_opener
 from warehouse.review import (
     current_verdicts,
     event_times,
@@ -306,24 +306,20 @@ def _top(bundles: Mapping[str, PolicyBundle] | None, row: Mapping[str, Any]) -> 
 EXPORT_COLUMNS = (*IMPORT_COLUMNS, *OPTIONAL_COLUMNS, *CONTEXT_COLUMNS)
 
 
-def _private_file(path: str, flags: int) -> int:
-    return os.open(path, flags, 0o600)
-
-
 def write_items(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
-    """Write export rows as CSV (``.csv``) or JSON Lines (any other suffix); a new file is
-    made mode 0600 (it holds the logged texts). CSV cells that a spreadsheet would run as a
-    formula get a leading single quote (``processors.csv_cells``; ``read_rows`` removes it
-    again); JSON Lines are written as they are. Raises ``OSError``."""
+    """Write export rows as CSV (``.csv``) or JSON Lines (any other suffix), mode 0600
+    whether the file is new or not (it holds the logged texts). CSV cells that a spreadsheet
+    would run as a formula get a leading single quote (``processors.csv_cells``;
+    ``read_rows`` removes it again); JSON Lines are written as they are. Raises ``OSError``."""
     if path.suffix.lower() == ".csv":
-        with open(path, "w", encoding="utf-8", newline="", opener=_private_file) as f:
+        with open(path, "w", encoding="utf-8", newline="", opener=private_opener) as f:
             writer = csv.DictWriter(f, fieldnames=EXPORT_COLUMNS)
             writer.writeheader()
             for row in rows:
                 cells = {k: "" if row[k] is None else str(row[k]) for k in EXPORT_COLUMNS}
                 writer.writerow({k: neutralise_cell(v) for k, v in cells.items()})
         return
-    with open(path, "wb", opener=_private_file) as f:
+    with open(path, "wb", opener=private_opener) as f:
         for row in rows:
             f.write(orjson.dumps({k: row[k] for k in EXPORT_COLUMNS}) + b"\n")
 

@@ -13,7 +13,8 @@ Procedure (docs/clarification.md, "The circumvention check"):
    per-question logistic score, pooled over the set by noisy-OR, fitted by minimising the
    class-balanced log loss of the SET labels plus ``||w||^2 / (2 C)`` with L-BFGS-B, each
    weight bounded by its sign (``feature_signs``: reject signals >= 0, acceptable
-   practices <= 0), columns standardised on the training questions;
+   practices <= 0), columns standardised on the training questions (the dev questions
+   only, whatever else is trained on: :func:`standardisation`);
 3. leave-one-domain-out: for each dev domain, fit on the other domains and score the
    held-back one, so every dev set gets an out-of-fold probability (vetoes count as 1);
 4. the threshold is the highest whose out-of-fold recall is at least :data:`TARGET_RECALL`
@@ -24,9 +25,12 @@ Procedure (docs/clarification.md, "The circumvention check"):
 Reviewers' verdicts (``build(verdicts=FILE)``, a ``refusal-audit review clarification-labels``
 file; ``refusal-audit train --with-verdicts``) add their sets, domain
 ``reviewer-verdicts``, each weighted ``verdict_weight`` against a dev set's 1 (the classes
-stay balanced: :func:`balanced_weights`). They are in every training fold of step 3 and in
-the refit of step 5, but never scored with dev: the CV figures, the threshold and ``C`` are
-dev's alone. Their own fold (a model fitted on dev only, scored on them) is reported apart.
+stay balanced: :func:`balanced_weights`), to the refit of step 5 only: steps 3 and 4 (the
+CV figures, the threshold and ``C``) and the standardisation (mean and scale) are dev's
+alone, so verdicts cannot move them. The sets are sorted (:func:`set_order`) before the
+refit, so the same sets in any line order give the same model; with weight 0 the refit is
+the dev-only one (the same content hash as without verdicts). Their own fold (the dev-only
+model, scored on them) is reported apart.
 
 Run: ``python -m refusal_audit.training.circumvention [--encoder NAME] [-o STEM]`` or
 ``refusal-audit train --model circumvention``.
@@ -130,6 +134,21 @@ Params = tuple[np.ndarray, np.ndarray, np.ndarray, float]
 """``(weights, mean, scale, bias)`` of a fitted model."""
 
 
+def standardisation(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(mean, scale)`` of the columns of ``x`` ``(m, n_features)``, each ``(n_features,)``:
+    the population standard deviation, 1 for a constant column."""
+    mean = x.mean(axis=0)
+    scale = x.std(axis=0)
+    scale[scale == 0] = 1.0
+    return mean, scale
+
+
+def set_order(s: DevSet) -> tuple[str, str, str, tuple[str, ...], bool]:
+    """A total order of sets (set id first), so a list of sets sorts the same whatever
+    order it was read in."""
+    return s.set_id, s.request, s.refusal, tuple(s.questions), s.reject
+
+
 def balanced_weights(y: np.ndarray, sample_weight: np.ndarray | None = None) -> np.ndarray:
     """Per-set loss weights ``(n_sets,)``: ``sample_weight`` (default 1 each) rescaled so
     that each class holds half of the total weight, ``s_i * total / (2 * class total)``.
@@ -149,13 +168,14 @@ def fit(
     signs: Sequence[int],
     c: float,
     sample_weight: np.ndarray | None = None,
+    moments: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Params:
     """Fit the sign-constrained noisy-OR model on set labels ``y`` ``(n_sets,)`` (module
     docstring, step 2), each set's loss weighted by :func:`balanced_weights` of
-    ``sample_weight`` ``(n_sets,)`` (None: 1 each). Deterministic (zero start, L-BFGS-B)."""
-    mean = q.x.mean(axis=0)
-    scale = q.x.std(axis=0)
-    scale[scale == 0] = 1.0
+    ``sample_weight`` ``(n_sets,)`` (None: 1 each), the columns standardised with
+    ``moments`` (``(mean, scale)``; None: :func:`standardisation` of ``q``'s rows).
+    Deterministic (zero start, L-BFGS-B)."""
+    mean, scale = moments if moments is not None else standardisation(q.x)
     xs = (q.x - mean) / scale
     y = y.astype(bool)
     weight = balanced_weights(y, sample_weight)
@@ -192,23 +212,19 @@ def set_scores(params: Params, q: Questions) -> np.ndarray:
     return np.asarray(-np.expm1(np.bincount(q.group, -np.logaddexp(0.0, z), q.n_sets)))
 
 
-def out_of_fold(
-    sets: Sequence[DevSet],
-    q: Questions,
-    signs: Sequence[int],
-    c: float,
-    sample_weight: np.ndarray | None = None,
-) -> np.ndarray:
-    """Leave-one-domain-out set probabilities: shape ``(len(sets),)``. Only the dev domains
-    are held back and scored; the reviewers' sets (domain ``reviewer-verdicts``) stay in
-    every training fold and get NaN."""
+def out_of_fold(sets: Sequence[DevSet], q: Questions, signs: Sequence[int], c: float) -> np.ndarray:
+    """Leave-one-domain-out set probabilities of dev ``sets``: shape ``(len(sets),)``; each
+    fold is fitted (and standardised) on the other domains' sets alone. Raises
+    ``ValueError`` for a reviewers' set (domain ``reviewer-verdicts``): verdicts are in no
+    fold (module docstring)."""
     y = np.array([s.reject for s in sets])
     domains = np.array([s.domain for s in sets])
+    if VERDICT_DOMAIN in domains:
+        raise ValueError("reviewers' verdict sets are in no cross-validation fold")
     oof = np.full(len(sets), np.nan)
-    for d in sorted(set(domains) - {VERDICT_DOMAIN}):
+    for d in sorted(set(domains)):
         test = domains == d
-        w = None if sample_weight is None else sample_weight[~test]
-        oof[test] = set_scores(fit(q.subset(~test), y[~test], signs, c, w), q.subset(test))
+        oof[test] = set_scores(fit(q.subset(~test), y[~test], signs, c), q.subset(test))
     return oof
 
 
@@ -250,21 +266,15 @@ def cv_figures(sets: Sequence[DevSet], oof: np.ndarray) -> dict[str, Any]:
     return {"threshold": threshold, "overall": rates(scores, y, threshold), "domains": per_domain}
 
 
-def cross_validate(
-    sets: Sequence[DevSet],
-    q: Questions,
-    signs: Sequence[int],
-    sample_weight: np.ndarray | None = None,
-) -> dict[str, Any]:
-    """Leave-one-domain-out over :data:`C_GRID`: the figures (:func:`cv_figures`, on the dev
-    sets only) of the chosen ``C`` (best out-of-fold precision at the recall threshold),
-    with ``C`` and the precision of every ``C`` tried."""
+def cross_validate(sets: Sequence[DevSet], q: Questions, signs: Sequence[int]) -> dict[str, Any]:
+    """Leave-one-domain-out over :data:`C_GRID` on the dev ``sets`` (:func:`out_of_fold`:
+    no reviewers' set): the figures (:func:`cv_figures`) of the chosen ``C`` (best
+    out-of-fold precision at the recall threshold), with ``C`` and the precision of every
+    ``C`` tried. Raises ``ValueError`` for a reviewers' set."""
     best: dict[str, Any] | None = None
     tried = {}
-    dev = np.array([s.domain != VERDICT_DOMAIN for s in sets])
-    dev_sets = [s for s in sets if s.domain != VERDICT_DOMAIN]
     for c in C_GRID:
-        figures = cv_figures(dev_sets, out_of_fold(sets, q, signs, c, sample_weight)[dev])
+        figures = cv_figures(sets, out_of_fold(sets, q, signs, c))
         precision = figures["overall"]["precision"]["rate"] or 0.0
         tried[str(c)] = precision
         if best is None or precision > best["overall"]["precision"]["rate"] + 1e-12:
@@ -285,16 +295,20 @@ class CircumventionBuild:
 
 
 def _verdict_fold(
-    sets: Sequence[DevSet], q: Questions, signs: Sequence[int], c: float, threshold: float
+    dev_params: Params, extra: Sequence[DevSet], q_extra: Questions, threshold: float
 ) -> dict[str, Any]:
-    """The reviewers' sets as a fold of their own: a model fitted on the dev sets only
-    (``C`` = ``c``) scores them at ``threshold`` (vetoes included); :func:`rates`."""
-    extra = np.array([s.domain == VERDICT_DOMAIN for s in sets])
-    y = np.array([s.reject for s in sets])
-    params = fit(q.subset(~extra), y[~extra], signs, c)
-    verdict_sets = [s for s in sets if s.domain == VERDICT_DOMAIN]
-    scores = np.maximum(set_scores(params, q.subset(extra)), vetoed(verdict_sets))
-    return rates(scores, y[extra], threshold)
+    """The reviewers' sets ``extra`` (question rows ``q_extra``) as a fold of their own: the
+    model fitted on the dev sets only (``dev_params``) scores them at ``threshold`` (vetoes
+    included); :func:`rates`."""
+    scores = np.maximum(set_scores(dev_params, q_extra), vetoed(extra))
+    return rates(scores, np.array([s.reject for s in extra]), threshold)
+
+
+def _joined(a: Questions, b: Questions) -> Questions:
+    """The question rows of ``a``'s sets followed by ``b``'s (``b``'s renumbered after)."""
+    return Questions(
+        np.vstack([a.x, b.x]), np.concatenate([a.group, b.group + a.n_sets]), a.n_sets + b.n_sets
+    )
 
 
 def build(
@@ -308,8 +322,10 @@ def build(
     """Cross-validate on ``dev``, refit on all of it, write ``<stem>.npz``/``.json``/``.md``.
 
     ``verdicts``: a ``refusal-audit review clarification-labels`` file whose sets join the
-    training, each weighted ``verdict_weight`` (a dev set: 1), never the CV figures (module
-    docstring); the metadata's ``verdicts`` and the card report them apart.
+    final refit only, each weighted ``verdict_weight`` (a dev set: 1; finite, 0 to
+    :data:`~refusal_audit.training.verdict_files.MAX_VERDICT_WEIGHT`), never the CV
+    figures, ``C``, the threshold or the standardisation (module docstring); the metadata's
+    ``verdicts`` and the card report them apart.
 
     Deterministic: the same dev file, verdicts, encoder and date give the same metadata,
     content hash and card (the .npz differs only in its zip timestamps). Raises
@@ -317,8 +333,9 @@ def build(
     for a malformed one (or a dev file with a single label; a verdict file's errors name
     the line, and a held-out set in it is refused).
     """
-    from refusal_audit.training.verdict_files import load_verdict_sets
+    from refusal_audit.training.verdict_files import check_verdict_weight, load_verdict_sets
 
+    verdict_weight = check_verdict_weight(verdict_weight)
     dev_sets = load_dev(dev)
     y_dev = np.array([s.reject for s in dev_sets])
     if y_dev.all() or not y_dev.any():
@@ -326,16 +343,20 @@ def build(
     extra = load_verdict_sets(verdicts, dev=dev) if verdicts is not None else []
     if verdicts is not None and not extra:
         raise ValueError(f"no verdicts in {verdicts}")
-    sets = [*dev_sets, *extra]
-    y = np.array([s.reject for s in sets])
-    weight = None
-    if extra:
-        weight = np.array([1.0] * len(dev_sets) + [float(verdict_weight)] * len(extra))
+    extra = sorted(extra, key=set_order)
     names = feature_names(encoder is not None)
     signs = feature_signs(names)
-    q = features(sets, encoder)
-    cv = cross_validate(sets, q, signs, weight)
-    w, mean, scale, b = fit(q, y, signs, cv["C"], weight)
+    q_dev = features(dev_sets, encoder)
+    cv = cross_validate(dev_sets, q_dev, signs)
+    dev_params = fit(q_dev, y_dev, signs, cv["C"])
+    q_extra = features(extra, encoder) if extra else None
+    if q_extra is not None and verdict_weight > 0:
+        y = np.array([s.reject for s in (*dev_sets, *extra)])
+        weight = np.array([1.0] * len(dev_sets) + [verdict_weight] * len(extra))
+        moments = dev_params[1], dev_params[2]  # the dev questions' mean and scale
+        w, mean, scale, b = fit(_joined(q_dev, q_extra), y, signs, cv["C"], weight, moments)
+    else:  # no verdicts, or weight 0: they add nothing to the loss
+        w, mean, scale, b = dev_params
     w = np.where(np.abs(w) < 1e-12, 0.0, w)  # the bound's exact zero, not a -0.0 or 1e-17
     spec = {
         "features": list(names),
@@ -356,7 +377,7 @@ def build(
         "cv": cv["overall"],
         "precision_by_C": cv["precision_by_C"],
     }
-    if verdicts is not None:
+    if verdicts is not None and q_extra is not None:  # a verdict file holds >= 1 set
         n_reject = sum(s.reject for s in extra)
         meta["trained_on"] += (
             f" + {len(extra)} reviewer verdict sets ({verdicts.name}, weight {verdict_weight:g})"
@@ -366,7 +387,7 @@ def build(
             "sets": len(extra),
             "labels": {"acceptable": len(extra) - n_reject, "reject": n_reject},
             "weight": float(verdict_weight),
-            "own_fold": _verdict_fold(sets, q, signs, cv["C"], cv["threshold"]),
+            "own_fold": _verdict_fold(dev_params, extra, q_extra, cv["threshold"]),
         }
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = stem.with_suffix(".npz"), stem.with_suffix(".json"), stem.with_suffix(".md")
@@ -421,9 +442,10 @@ def _verdict_lines(verdicts: dict[str, Any] | None) -> list[str]:
         f"Reviewer verdicts: {verdicts['sets']} sets from `{verdicts['file']}` "
         f"({labels['acceptable']} acceptable, {labels['reject']} reject; "
         f"`refusal-audit review clarification-labels`), weight {verdicts['weight']:g} each "
-        "against a dev set's 1, classes balanced. They are in every training fold and in the",
-        "refit, never scored with dev: the figures above are on dev sets only. As a fold of "
-        "their own (a model fitted on dev only, same C and threshold): precision "
+        "against a dev set's 1, classes balanced. They join the final refit only: the",
+        "cross-validation, C, the threshold and the standardisation are dev's, and the "
+        "figures above are on dev sets only. As a fold of "
+        "their own (the model fitted on dev only, same C and threshold): precision "
         f"{_rate(fold['precision'])}, recall {_rate(fold['recall'])}.",
         "",
     ]

@@ -12,6 +12,7 @@ from refusal_audit.audit.prefilter_model import CATEGORY_STEM, SHIPPED_STEM
 from refusal_audit.clarification.circumvention_check import CIRCUMVENTION_STEM
 from refusal_audit.cli_common import console, fail_usage, settings
 from refusal_audit.training.circumvention import DEV_PATH as CIRCUMVENTION_DEV
+from refusal_audit.training.verdict_files import check_verdict_weight, heldout_sets_in
 
 DEFAULT_SHARED_DATA = Path("../shared/data")
 MODELS = ("all", "prefilter", "category", "circumvention", "cascade")
@@ -45,7 +46,9 @@ def train(
         CIRCUMVENTION_DEV,
         "--circumvention-dev",
         help="Labelled question sets the circumvention model is trained and "
-        "cross-validated on (datasets/circumvention format). Never the held-out file.",
+        "cross-validated on (datasets/circumvention format). Never the held-out file: a file "
+        "holding any held-out set (by id, or the same request with its questions in any "
+        "order, case, spacing or edge punctuation, or a subset of them) is refused.",
     ),
     with_verdicts: list[Path] | None = typer.Option(
         None,
@@ -60,9 +63,11 @@ def train(
     verdict_weight: float = typer.Option(
         2.0,
         "--verdict-weight",
-        min=0.0,
-        help="Weight of one verdict: a category-model row (a shared-data row: 1) or a "
-        "circumvention question set (a dev set: 1; the classes stay balanced).",
+        help="Weight of one verdict, a finite number from 0 to 1000: a category-model row (a "
+        "shared-data row: 1) or a circumvention question set (a dev set: 1; the classes stay "
+        "balanced; the verdict sets join only the final refit, never the cross-validation, "
+        "the choice of C and threshold, or the standardisation; weight 0 gives the model "
+        "without verdicts).",
     ),
     folds: bool = typer.Option(
         True, "--folds/--no-folds", help="Run the held-out validation for the model cards."
@@ -81,6 +86,10 @@ def train(
     reported separately on its card; the cross-validated figures stay the dev corpus's."""
     if model not in MODELS:
         raise fail_usage(f"--model must be one of {', '.join(MODELS)}, not {model!r}")
+    try:
+        verdict_weight = check_verdict_weight(verdict_weight)
+    except ValueError as exc:
+        raise fail_usage(f"--verdict-weight: {exc}") from exc
     if model != "circumvention" and not (shared_data / "xstest").is_dir():
         raise fail_usage(f"shared data not found at {shared_data} (expected xstest/ inside)")
     if model in ("all", "circumvention"):
@@ -106,9 +115,7 @@ def train(
         raise fail_usage(f"cannot write the model to {output_dir}: {_reason(exc)}") from exc
 
 
-def _verdict_files(
-    paths: list[Path], model: str, dev: Path
-) -> tuple[Path | None, Path | None]:
+def _verdict_files(paths: list[Path], model: str, dev: Path) -> tuple[Path | None, Path | None]:
     """The ``review labels`` file and the ``review clarification-labels`` file among
     ``paths``, each read through (a bad line is refused before any model is built). Raises
     the usage ``typer.Exit`` for a missing, empty, mixed or malformed file, two files of one
@@ -218,7 +225,9 @@ def _build(
 
 
 def _check_circumvention_dev(path: Path) -> None:
-    """Refuse a missing dev file or the frozen held-out file (usage ``typer.Exit``)."""
+    """Refuse a missing dev file, the frozen held-out file, or any file holding one of its
+    sets (a copy, dev and held-out joined, a set reformatted: ``heldout_sets_in``), or a
+    file that cannot be read (usage ``typer.Exit``)."""
     if not path.is_file():
         raise fail_usage(f"--circumvention-dev: no such file {path}")
     if path.name == "heldout.jsonl":
@@ -226,6 +235,10 @@ def _check_circumvention_dev(path: Path) -> None:
             "--circumvention-dev: the held-out file is never trained on "
             "(datasets/circumvention/README.md); use dev.jsonl"
         )
+    try:
+        heldout_sets_in(path)
+    except (ValueError, OSError) as exc:
+        raise fail_usage(f"--circumvention-dev: {exc}") from exc
 
 
 def _build_circumvention(
@@ -277,7 +290,8 @@ def _report_verdict_sets(metadata: Path) -> None:
     console.print(
         f"circumvention model: {v['sets']} reviewer verdict sets from {v['file']} "
         f"({v['labels']['acceptable']} acceptable, {v['labels']['reject']} reject), weight "
-        f"{v['weight']:g}; in training only (the figures above are dev's); the dev-only model "
+        f"{v['weight']:g}; in the final refit only (the figures, C, threshold and "
+        "standardisation above are dev's); the dev-only model "
         f"on them: precision {rate['precision']}, recall {rate['recall']}"
     )
 
