@@ -12,11 +12,12 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from streaming import read_topic
 
-from refusal_audit.alerts.publisher import AlertPublisher, list_alerts
+from refusal_audit.alerts.publisher import AlertPublisher
 from schemas.alerts import Alert, Scope, Statistic, TimeWindow, alert_id
 from streams.alert_log import read_alerts
 from streams.producer import DeliveryError, TopicWriter, make_producer
 from streams.topics import Topics, create_topics, topic_specs
+from warehouse.alerts import list_alerts
 from warehouse.store import Warehouse
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]

@@ -11,6 +11,7 @@ third-party packages) are not checked.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -260,3 +261,110 @@ def test_only_shared_modules_at_the_root() -> None:
     strays = sorted(packages - ROOMS - DATA_PACKAGES)
     assert not strays, f"subpackages of refusal_audit/ that are not a room: {strays}"
     assert packages >= ROOMS, f"rooms without a package: {sorted(ROOMS - packages)}"
+
+
+# ---- SQL only in warehouse/ (issue 26) ------------------------------------------------
+
+#: SQL statement text: a SELECT followed by what it selects (so the CLI's help "(SELECT,
+#: ...)" is prose), or the head of an INSERT, UPDATE, DELETE, ALTER TABLE or CREATE TABLE.
+#: Upper case only, as the project writes SQL (prose says "select").
+SQL_STATEMENT = re.compile(
+    r"\bSELECT\s+[^\s,.)]|\b(?:INSERT INTO|DELETE FROM|ALTER TABLE|CREATE TABLE)\s"
+    r"|\bUPDATE\s+\w+\s+SET\b"
+)
+#: The application modules allowed to hold SQL text: the dashboards render SQL for Grafana's
+#: panels (their product; a query that also exists in warehouse/ is imported from there).
+SQL_ALLOWED = ("refusal_audit/dashboards/",)
+
+
+def _string_texts(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """(line, text) of every string constant of ``tree`` that is not a docstring; an
+    f-string is one text with ``{}`` for each replacement field."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                skip.add(id(body[0].value))
+        elif isinstance(node, ast.JoinedStr):
+            skip.update(id(v) for v in node.values)
+            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+            yield node.lineno, str(text)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            yield node.lineno, node.value
+
+
+def sql_violations(path: Path, source: str | None = None) -> list[str]:
+    """``file:line: ...`` for each string of an application module (outside
+    ``SQL_ALLOWED``) that holds SQL statement text (``SQL_STATEMENT``); docstrings are
+    prose and not checked."""
+    where = path.relative_to(REPO).as_posix()
+    if not where.startswith("refusal_audit/") or where.startswith(SQL_ALLOWED):
+        return []
+    tree = ast.parse(source if source is not None else path.read_text(), str(path))
+    found = []
+    for line, text in sorted(_string_texts(tree)):
+        match = SQL_STATEMENT.search(text)
+        if match:
+            statement = " ".join(text[match.start() :].split())
+            found.append(f"{where}:{line}: SQL outside warehouse/: {statement[:40]!r}")
+    return found
+
+
+def test_sql_lives_in_the_warehouse() -> None:
+    """No application module but the dashboards holds SQL statements: queries are functions
+    of a ``warehouse/`` module (docs/architecture.md)."""
+    modules = sorted((REPO / "refusal_audit").rglob("*.py"))
+    assert len(modules) > 50
+    found = [v for path in modules for v in sql_violations(path)]
+    assert not found, "SQL outside warehouse/:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("module_path", "source", "expected"),
+    [
+        (
+            "refusal_audit/alerts/gaps.py",
+            'def f(c):\n    return c.query(\n        "SELECT max(seen_at) "\n'
+            '        "FROM {db:Identifier}.policy_gap_sightings"\n    )\n',
+            "refusal_audit/alerts/gaps.py:3: SQL outside warehouse/: "
+            "'SELECT max(seen_at) FROM {db:Identifier}'",
+        ),
+        (
+            "refusal_audit/review/service.py",
+            'def f(c, t):\n    c.query(f"SELECT {t} FROM x")\n',
+            "refusal_audit/review/service.py:2: SQL outside warehouse/: 'SELECT {} FROM x'",
+        ),
+        (
+            "refusal_audit/clarification/store.py",
+            'SCHEMA = """\nCREATE TABLE IF NOT EXISTS conversations (id TEXT)\n"""\n',
+            "refusal_audit/clarification/store.py:1: SQL outside warehouse/: "
+            "'CREATE TABLE IF NOT EXISTS conversations'",
+        ),
+        (
+            "refusal_audit/cli.py",
+            'def f(db):\n    db.execute("INSERT INTO t VALUES (?)", (1,))\n',
+            "refusal_audit/cli.py:2: SQL outside warehouse/: 'INSERT INTO t VALUES (?)'",
+        ),
+    ],
+)
+def test_sql_outside_the_warehouse_is_reported(
+    module_path: str, source: str, expected: str
+) -> None:
+    """A statement in a plain string, an f-string or a multi-line constant is found, with
+    its file and line."""
+    assert sql_violations(REPO / module_path, source) == [expected]
+
+
+def test_sql_prose_and_the_dashboards_pass() -> None:
+    """Docstrings, help texts naming a keyword and the dashboards' panel SQL are not
+    reported; warehouse/ is not checked."""
+    prose = (
+        'def f():\n    """Runs SELECT 1 on the warehouse."""\n'
+        '    return "A single read-only statement (SELECT, ...)."\n'
+    )
+    assert sql_violations(REPO / "refusal_audit" / "cli.py", prose) == []
+    panel = 'SQL = "SELECT count() FROM current_assessments"\n'
+    assert sql_violations(REPO / "refusal_audit" / "dashboards" / "audit_panels.py", panel) == []
+    assert sql_violations(REPO / "warehouse" / "gaps.py", panel) == []

@@ -30,6 +30,7 @@ __all__ = [
     "SqlStatement",
     "WarehouseError",
     "connect",
+    "ping",
     "quote_identifier",
     "redact_dsn",
     "split_sql",
@@ -206,6 +207,12 @@ def connect(
             hint = _lock_hint(dsn, via_owner)
         raise WarehouseError(f"cannot open warehouse {redact_dsn(dsn)}{hint}: {exc}") from exc
     return _use_database(client, dsn, database)
+
+
+def ping(client: Client) -> None:
+    """Run ``SELECT 1`` on ``client``: returns when the warehouse answers, raises what the
+    client raises (``ClickHouseError``, ``OSError``, ...) when it does not."""
+    client.query("SELECT 1")
 
 
 def _following(remote: Client, dsn: str, database: str, password: str | None) -> Client:

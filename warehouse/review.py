@@ -4,7 +4,7 @@ app's items, accounts (``reviewers``) and saved queues (``review_queues``)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from schemas.review import ReviewerAccount, ReviewQueue, Verdict
@@ -63,6 +63,53 @@ def event_times(store: Warehouse, log_ids: Sequence[str]) -> dict[str, datetime]
         {"ids": list(log_ids)},
     )
     return {r["log_id"]: to_utc(r["event_time"]) for r in rows}
+
+
+def open_item_rows(
+    store: Warehouse,
+    *,
+    policy_bundle: str | None,
+    model: str | None,
+    product: str | None,
+    category: str | None,
+    since: datetime | None,
+    until: datetime | None,
+) -> list[dict[str, Any]]:
+    """The current assessments in review (flagged or sampled) with their event's stored
+    ``request`` and ``response``, oldest event first, of ``policy_bundle``, ``model``,
+    ``product`` and ``category`` (None: any) whose event time is in [since, until) (aware;
+    None: open). Raises ``WarehouseError``."""
+    return store.select(
+        "SELECT a.*, e.request AS request, e.response AS response "
+        "FROM {db:Identifier}.current_assessments AS a "
+        "INNER JOIN (SELECT log_id, request, response FROM {db:Identifier}.refusal_events FINAL)"
+        " AS e USING (log_id) "
+        "WHERE (a.requires_human_review OR a.sampled_for_review) "
+        "AND ({bundle:Nullable(String)} IS NULL OR a.policy_bundle = {bundle:Nullable(String)}) "
+        "AND ({model:Nullable(String)} IS NULL OR a.model = {model:Nullable(String)}) "
+        "AND ({product:Nullable(String)} IS NULL OR a.product = {product:Nullable(String)}) "
+        "AND ({category:Nullable(String)} IS NULL OR a.category = {category:Nullable(String)}) "
+        "AND a.event_time >= {since:DateTime64(3, 'UTC')} "
+        "AND a.event_time < {until:DateTime64(3, 'UTC')} "
+        "ORDER BY a.event_time, a.policy_bundle, a.log_id",
+        {
+            "bundle": policy_bundle,
+            "model": model,
+            "product": product,
+            "category": category,
+            "since": since or datetime(1900, 1, 1, tzinfo=UTC),
+            "until": until or datetime(2300, 1, 1, tzinfo=UTC),
+        },
+    )
+
+
+def stored_events(store: Warehouse, log_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """The stored (redacted) ``refusal_events`` rows of ``log_ids``, in no set order.
+    Raises ``WarehouseError``."""
+    return store.select(
+        "SELECT * FROM {db:Identifier}.refusal_events FINAL WHERE log_id IN {ids:Array(String)}",
+        {"ids": list(log_ids)},
+    )
 
 
 # ---- the review app: items, accounts, queues ------------------------------------------

@@ -111,6 +111,44 @@ def judged_verdicts(verdicts: str) -> str:
 )"""
 
 
+VERIFIED_COUNTS = """count() AS assessed,
+       countIf(is_estimated_false_positive) AS model_fp,
+       countIf(requires_human_review) AS flagged,
+       countIf(requires_human_review AND votes > 0) AS flagged_reviewed,
+       countIf(requires_human_review AND votes > 0 AND human_fp) AS flagged_human_fp,
+       countIf(NOT requires_human_review) AS unflagged,
+       countIf(NOT requires_human_review AND review_reason = 'random_sample' AND votes > 0)
+           AS sample_reviewed,
+       countIf(NOT requires_human_review AND review_reason = 'random_sample' AND votes > 0
+               AND human_fp) AS sample_human_fp"""
+"""The SELECT columns of a verified-false-positive group over ``voted_assessments`` rows:
+assessments, the model's false positives, and per stratum (flagged; unflagged and its
+reviewed random sample) its size, reviewed items and the reviewers' false positives. The
+random stratum is ``review_reason = 'random_sample'`` only, never ``'uncertainty'``. Also
+used by the Grafana review panel, whose SQL holds no ``--`` comment (the ClickHouse plugin
+strips comments before expanding its macros)."""
+
+
+def voted_assessments(assessments: str, verdicts: str) -> str:
+    """A subquery of the current assessments ``assessments`` (an SQL table expression) with
+    the reviewers' current verdicts ``verdicts`` on each: ``votes`` (0 without a verdict)
+    and ``human_fp``, the majority's false-positive judgement (a tie keeps the model's)."""
+    return f"""(
+    SELECT a.*, r.votes AS votes,
+           (2 * r.fp_votes > r.votes)
+           OR (2 * r.fp_votes = r.votes AND a.is_estimated_false_positive) AS human_fp
+    FROM {assessments} AS a
+    LEFT JOIN (
+        SELECT policy_bundle, log_id, assessment_audited_at, count() AS votes,
+               sum(ifNull(corrected_false_positive, model_false_positive)) AS fp_votes
+        FROM {verdicts}
+        GROUP BY policy_bundle, log_id, assessment_audited_at
+    ) AS r
+    ON r.policy_bundle = a.policy_bundle AND r.log_id = a.log_id
+       AND r.assessment_audited_at = a.audited_at
+)"""
+
+
 REVIEW_QUERIES = (
     NamedQuery(
         name="review_agreement",
@@ -140,31 +178,8 @@ ORDER BY week, model, policy_bundle, engine, prompt_version
         "Uncertainty-sampled items count in the unflagged share, never in the random sample.",
         sql=f"""
 SELECT toMonday(event_time) AS week, model, policy_bundle,
-       count() AS assessed,
-       countIf(is_estimated_false_positive) AS model_fp,
-       countIf(requires_human_review) AS flagged,
-       countIf(requires_human_review AND votes > 0) AS flagged_reviewed,
-       countIf(requires_human_review AND votes > 0 AND human_fp) AS flagged_human_fp,
-       countIf(NOT requires_human_review) AS unflagged,
-       -- the random stratum: review_reason 'random_sample' only, never 'uncertainty'
-       countIf(NOT requires_human_review AND review_reason = 'random_sample' AND votes > 0)
-           AS sample_reviewed,
-       countIf(NOT requires_human_review AND review_reason = 'random_sample' AND votes > 0
-               AND human_fp) AS sample_human_fp
-FROM (
-    SELECT a.*, r.votes AS votes,
-           (2 * r.fp_votes > r.votes)
-           OR (2 * r.fp_votes = r.votes AND a.is_estimated_false_positive) AS human_fp
-    FROM {{db:Identifier}}.current_assessments AS a
-    LEFT JOIN (
-        SELECT policy_bundle, log_id, assessment_audited_at, count() AS votes,
-               sum(ifNull(corrected_false_positive, model_false_positive)) AS fp_votes
-        FROM {{db:Identifier}}.current_verdicts
-        GROUP BY policy_bundle, log_id, assessment_audited_at
-    ) AS r
-    ON r.policy_bundle = a.policy_bundle AND r.log_id = a.log_id
-       AND r.assessment_audited_at = a.audited_at
-)
+       {VERIFIED_COUNTS}
+FROM {voted_assessments("{db:Identifier}.current_assessments", "{db:Identifier}.current_verdicts")}
 WHERE {DAY_MODEL_PRODUCT}
 GROUP BY week, model, policy_bundle
 ORDER BY week, model, policy_bundle

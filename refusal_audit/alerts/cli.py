@@ -43,7 +43,7 @@ def alerts_list(
     as_json: bool = typer.Option(False, "--json", help="Print each alert as a JSON line."),
 ) -> None:
     """List stored alerts, newest window first."""
-    from refusal_audit.alerts.publisher import list_alerts
+    from warehouse.alerts import list_alerts
 
     unknown = sorted(set(kind) - set(KINDS))
     if unknown:

@@ -28,42 +28,49 @@ re-audited batches add no sightings for what they already reported, and alert id
 deterministic from the data (gap id and cooldown period counted from the gap's first
 flagged event), so a recomputation after a restart gives the same ids.
 
-``list_open_gaps`` reads the per-gap summary for ``refusal-audit gaps``.
+``list_open_gaps`` reads the per-gap summary for ``refusal-audit gaps``. The SQL of both is
+``warehouse.gaps``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
-from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from processors.gap_text import describe_gap
 from processors.gaps import (
     DEFAULT_COOLDOWN,
     DEFAULT_SIMILARITY,
-    MAX_EXAMPLES,
-    MAX_GAP_DESCRIPTIONS,
-    GapEvidence,
     GapMatcher,
-    KnownGap,
     PreviousAlert,
     gap_alert,
     gap_alert_id,
 )
 from refusal_audit.config import Settings
 from schemas.alerts import Alert
-from warehouse.client import Client, WarehouseError, quote_identifier, validate_identifier
-from warehouse.store import Warehouse, dedup_token, to_utc
+from warehouse.client import Client
+from warehouse.gaps import (
+    GapDb,
+    evidence_sql,
+    flagged_batches,
+    gap_db,
+    gap_evidence,
+    insert_sightings,
+    known_gaps,
+    newest_sighting,
+    open_gap_rows,
+    stored_gap_alerts,
+    tracked_sightings,
+)
+from warehouse.store import Warehouse, to_utc
 
 __all__ = [
     "DEFAULT_MARGIN",
-    "SIGHTING_COLUMNS",
     "GapSummary",
-    "evidence_sql",
     "list_open_gaps",
     "track_configured_gaps",
     "track_gaps",
@@ -72,18 +79,6 @@ __all__ = [
 DEFAULT_MARGIN = timedelta(hours=1)
 """How far before the newest stored sighting ``track_gaps`` re-reads batches: a batch stored
 later than others audited after it (a slow worker) is still picked up within this margin."""
-
-SIGHTING_COLUMNS = (
-    "policy_bundle",
-    "gap_id",
-    "log_id",
-    "batch_id",
-    "description",
-    "gap_description",
-    "seen_at",
-)
-_TABLE = "policy_gap_sightings"
-_CHUNK = 1000  # ids per IN (...) parameter, to keep requests to a server small
 
 
 @dataclass(frozen=True)
@@ -122,22 +117,6 @@ class GapSummary:
         }
 
 
-@dataclass(frozen=True)
-class _Db:
-    client: Client
-    database: str
-
-
-def _db(target: Client | Warehouse) -> _Db:
-    """The client and database of a ``Warehouse``, or of a client bound to a database."""
-    if isinstance(target, Warehouse):
-        return _Db(target.client, target.database)
-    database = getattr(target, "database", None)
-    if not database:
-        raise WarehouseError("the warehouse client is not bound to a database")
-    return _Db(target, validate_identifier(str(database)))
-
-
 def _duration(value: timedelta | float) -> timedelta:
     return value if isinstance(value, timedelta) else timedelta(seconds=float(value))
 
@@ -148,54 +127,6 @@ class _Batch:
     bundle: str
     audited_at: datetime
     flags: list[tuple[str, list[str]]]
-
-
-def _query(
-    warehouse: _Db, sql: str, parameters: dict[str, Any] | None = None
-) -> list[tuple[Any, ...]]:
-    params = {"db": warehouse.database, **(parameters or {})}
-    try:
-        result = warehouse.client.query(sql, parameters=params)
-    except ClickHouseError as exc:
-        raise WarehouseError(f"policy-gap query on {warehouse.database} failed: {exc}") from exc
-    return [tuple(row) for row in result.result_rows]
-
-
-def _chunks(items: Sequence[str]) -> Iterable[list[str]]:
-    for i in range(0, len(items), _CHUNK):
-        yield list(items[i : i + _CHUNK])
-
-
-def _sql_string(value: str) -> str:
-    escaped = value.replace("\\", "\\\\").replace("'", "\\'")
-    return f"'{escaped}'"
-
-
-def evidence_sql(database: str, bundle: str, gap: str, until: datetime) -> str:
-    """The SQL that reproduces a gap's counts as tracked up to ``until`` (the audit time of
-    its latest sighting when the alert was made): distinct log ids, batches, and the first
-    and last event time of its refusals (the gap's dates, ``policy_gap_dated``). Values are
-    inlined as escaped literals so the statement can be pasted into ``refusal-audit sql``.
-
-    Raises ``WarehouseError`` for an invalid database name.
-    """
-    utc = to_utc(until)
-    stamp = utc.strftime("%Y-%m-%d %H:%M:%S.") + f"{utc.microsecond // 1000:03d}"
-    return (
-        "SELECT uniqExact(log_id) AS log_ids, uniqExact(batch_id) AS batches, "
-        "min(event_time) AS first_seen, max(event_time) AS last_seen "
-        f"FROM {quote_identifier(database)}.policy_gap_dated "
-        f"WHERE policy_bundle = {_sql_string(bundle)} AND gap_id = {_sql_string(gap)} "
-        f"AND seen_at <= toDateTime64('{stamp}', 3, 'UTC')"
-    )
-
-
-def _newest_sighting(warehouse: _Db) -> datetime | None:
-    rows = _query(
-        warehouse, "SELECT max(seen_at), count() FROM {db:Identifier}.policy_gap_sightings"
-    )
-    newest, n = rows[0]
-    return to_utc(newest) if n else None
 
 
 def _flags(raw: Any) -> list[tuple[str, list[str]]]:
@@ -209,96 +140,20 @@ def _flags(raw: Any) -> list[tuple[str, list[str]]]:
     return flags
 
 
-def _read_batches(warehouse: _Db, since: datetime | None) -> list[_Batch]:
-    where = "" if since is None else "AND audited_at >= {since:DateTime64(3, 'UTC')}"
-    rows = _query(
-        warehouse,
-        "SELECT batch_id, policy_bundle, audited_at, policy_gap_flags "
-        "FROM {db:Identifier}.audit_batches FINAL "
-        f"WHERE length(policy_gap_flags) > 0 {where} ORDER BY audited_at, batch_id",
-        {"since": to_utc(since)} if since is not None else None,
-    )
+def _read_batches(warehouse: GapDb, since: datetime | None) -> list[_Batch]:
     return [
-        _Batch(str(batch_id), str(bundle), to_utc(audited_at), _flags(flags))
-        for batch_id, bundle, audited_at, flags in rows
+        _Batch(batch_id, bundle, audited_at, _flags(flags))
+        for batch_id, bundle, audited_at, flags in flagged_batches(warehouse, since)
     ]
 
 
-def _tracked(
-    warehouse: _Db, batch_ids: Sequence[str]
-) -> tuple[dict[tuple[str, str], tuple[str, str]], set[tuple[str, str, str, str]]]:
-    """Sightings already stored for these batches: (batch_id, description) -> (gap_id,
-    gap_description), and the set of stored keys (bundle, gap_id, log_id, batch_id)."""
-    flags: dict[tuple[str, str], tuple[str, str]] = {}
-    keys: set[tuple[str, str, str, str]] = set()
-    for chunk in _chunks(batch_ids):
-        rows = _query(
-            warehouse,
-            "SELECT policy_bundle, gap_id, log_id, batch_id, description, gap_description "
-            "FROM {db:Identifier}.policy_gap_sightings FINAL "
-            "WHERE batch_id IN {ids:Array(String)}",
-            {"ids": chunk},
-        )
-        for bundle, gap, log_id, batch_id, description, gap_description in rows:
-            flags[(str(batch_id), str(description))] = (str(gap), str(gap_description))
-            keys.add((str(bundle), str(gap), str(log_id), str(batch_id)))
-    return flags, keys
-
-
-def _known_gaps(warehouse: _Db, bundles: Sequence[str]) -> list[KnownGap]:
-    """The stored gaps of ``bundles``, in order of first sighting, each with its first
-    ``MAX_GAP_DESCRIPTIONS`` distinct descriptions."""
-    if not bundles:
-        return []
-    rows = _query(
-        warehouse,
-        """
-SELECT policy_bundle, gap_id, argMin(gap_description, first) AS opener,
-       arraySlice(arrayMap(x -> x.2, arraySort(groupArray((first, description)))),
-                  1, {n:UInt32}) AS descriptions,
-       min(first) AS first_seen
-FROM (
-    SELECT policy_bundle, gap_id, description, min(seen_at) AS first,
-           argMin(gap_description, seen_at) AS gap_description
-    FROM {db:Identifier}.policy_gap_sightings FINAL
-    WHERE policy_bundle IN {bundles:Array(String)}
-    GROUP BY policy_bundle, gap_id, description
-)
-GROUP BY policy_bundle, gap_id
-ORDER BY policy_bundle, first_seen, gap_id
-""",
-        {"bundles": list(bundles), "n": MAX_GAP_DESCRIPTIONS},
-    )
-    return [
-        KnownGap(str(bundle), str(gap), str(opener), tuple(str(d) for d in descriptions))
-        for bundle, gap, opener, descriptions, _ in rows
-    ]
-
-
-def _insert_sightings(warehouse: _Db, rows: list[list[Any]]) -> None:
-    if not rows:
-        return
-    try:
-        warehouse.client.insert(
-            _TABLE,
-            rows,
-            column_names=list(SIGHTING_COLUMNS),
-            database=warehouse.database,
-            settings={"insert_deduplication_token": dedup_token(_TABLE, rows)},
-        )
-    except (ClickHouseError, OSError, ValueError, TypeError) as exc:
-        raise WarehouseError(
-            f"insert of {len(rows)} sighting(s) into {warehouse.database}.{_TABLE} failed: {exc}"
-        ) from exc
-
-
-def _record_sightings(warehouse: _Db, batches: Sequence[_Batch], similarity: float) -> int:
+def _record_sightings(warehouse: GapDb, batches: Sequence[_Batch], similarity: float) -> int:
     """Assign the flags of ``batches`` to gaps and store the new sightings; return how many."""
-    tracked, keys = _tracked(warehouse, [b.batch_id for b in batches])
+    tracked, keys = tracked_sightings(warehouse, [b.batch_id for b in batches])
     untracked = sorted(
         {b.bundle for b in batches for d, _ in b.flags if (b.batch_id, d) not in tracked}
     )
-    matcher = GapMatcher(_known_gaps(warehouse, untracked), similarity)
+    matcher = GapMatcher(known_gaps(warehouse, untracked), similarity)
     rows: list[list[Any]] = []
     for batch in batches:
         for description, log_ids in batch.flags:
@@ -313,90 +168,8 @@ def _record_sightings(warehouse: _Db, batches: Sequence[_Batch], similarity: flo
                     continue
                 keys.add(key)
                 rows.append([*key, description, gap[1], batch.audited_at])
-    _insert_sightings(warehouse, rows)
+    insert_sightings(warehouse, rows)
     return len(rows)
-
-
-def _evidence(
-    warehouse: _Db, horizon: datetime, cooldown: timedelta
-) -> list[tuple[GapEvidence, datetime, datetime]]:
-    """Evidence of every gap with a sighting tracked at or after ``horizon`` (audit time),
-    dated by event time (``policy_gap_dated``) and named after its most common member
-    (``policy_gap_summary``), with its period start and its latest sighting's audit time."""
-    rows = _query(
-        warehouse,
-        """
-SELECT policy_bundle, gap_id, named.description, first_seen, last_seen, log_ids, batch_count,
-       period, period_start, before, examples, last_tracked
-FROM (
-SELECT policy_bundle, gap_id,
-       min(first) AS first_seen,
-       max(last) AS last_seen,
-       max(tracked) AS last_tracked,
-       count() AS log_ids,
-       length(groupUniqArrayArray(batches)) AS batch_count,
-       intDiv(dateDiff('millisecond', first_seen, last_seen), {cooldown:Int64}) AS period,
-       first_seen + toIntervalMillisecond(period * {cooldown:Int64}) AS period_start,
-       arraySort(groupArray((first, log_id))) AS seen,
-       arrayCount(x -> x.1 < period_start, seen) AS before,
-       arraySlice(arrayMap(x -> x.2, arrayConcat(arrayFilter(x -> x.1 >= period_start, seen),
-                                                 arrayFilter(x -> x.1 < period_start, seen))),
-                  1, {examples:UInt32}) AS examples
-FROM (
-    SELECT policy_bundle, gap_id, log_id, min(event_time) AS first, max(event_time) AS last,
-           max(seen_at) AS tracked, groupUniqArray(batch_id) AS batches
-    FROM {db:Identifier}.policy_gap_dated
-    WHERE (policy_bundle, gap_id) IN (
-        SELECT policy_bundle, gap_id FROM {db:Identifier}.policy_gap_sightings
-        WHERE seen_at >= {horizon:DateTime64(3, 'UTC')}
-    )
-    GROUP BY policy_bundle, gap_id, log_id
-)
-GROUP BY policy_bundle, gap_id
-) AS evidence
-INNER JOIN (
-    SELECT policy_bundle, gap_id, description FROM {db:Identifier}.policy_gap_summary
-) AS named USING (policy_bundle, gap_id)
-ORDER BY policy_bundle, gap_id
-""",
-        {
-            "horizon": horizon,
-            "cooldown": cooldown // timedelta(milliseconds=1),
-            "examples": MAX_EXAMPLES,
-        },
-    )
-    out: list[tuple[GapEvidence, datetime, datetime]] = []
-    for row in rows:
-        bundle, gap, description, first, last, log_ids, batches, period, start, before = row[:10]
-        examples, tracked = row[10], row[11]
-        evidence = GapEvidence(
-            policy_bundle=str(bundle),
-            gap_id=str(gap),
-            description=describe_gap(str(description)),
-            first_seen=to_utc(first),
-            last_seen=to_utc(last),
-            period=int(period),
-            log_ids=int(log_ids),
-            batches=int(batches),
-            log_ids_before_period=int(before),
-            example_log_ids=tuple(str(x) for x in examples),
-        )
-        out.append((evidence, to_utc(start), to_utc(tracked)))
-    return out
-
-
-def _stored_alerts(warehouse: _Db, ids: Sequence[str]) -> dict[str, str]:
-    """alert_id -> payload of the stored policy-gap alerts among ``ids``."""
-    found: dict[str, str] = {}
-    for chunk in _chunks(ids):
-        rows = _query(
-            warehouse,
-            "SELECT alert_id, payload FROM {db:Identifier}.alerts FINAL "
-            "WHERE kind = 'policy_gap' AND alert_id IN {ids:Array(String)}",
-            {"ids": chunk},
-        )
-        found.update({str(i): str(p) for i, p in rows})
-    return found
 
 
 def _previous_counts(payload: str) -> dict[str, int]:
@@ -437,7 +210,7 @@ def track_gaps(
     negative margin, ``WarehouseError`` when the warehouse fails or the client has no
     database (nothing is lost: call again).
     """
-    warehouse = _db(client)
+    warehouse = gap_db(client)
     cooldown = _duration(cooldown)
     margin = _duration(margin)
     if not 0.0 <= similarity <= 1.0:
@@ -449,21 +222,21 @@ def track_gaps(
         raise ValueError(f"margin must not be negative, got {margin}")
     read_since = since
     if read_since is None:
-        newest = _newest_sighting(warehouse)
+        newest = newest_sighting(warehouse)
         read_since = None if newest is None else newest - margin
     batches = _read_batches(warehouse, read_since)
     if batches:
         _record_sightings(warehouse, batches, similarity)
-    newest = _newest_sighting(warehouse)
+    newest = newest_sighting(warehouse)
     if newest is None:
         return []
-    candidates = _evidence(warehouse, newest - cooldown, cooldown)
+    candidates = gap_evidence(warehouse, newest - cooldown, cooldown)
     ids = [
         gap_alert_id(e.policy_bundle, e.gap_id, k)
         for e, _, _ in candidates
         for k in range(e.period + 1)
     ]
-    stored = _stored_alerts(warehouse, ids)
+    stored = stored_gap_alerts(warehouse, ids)
     alerts: list[Alert] = []
     for evidence, _, tracked in candidates:
         bundle, gap = evidence.policy_bundle, evidence.gap_id
@@ -518,25 +291,10 @@ def list_open_gaps(
 
     Raises ``ValueError`` for ``limit < 1``, ``WarehouseError`` when the query fails.
     """
-    warehouse = _db(client)
+    warehouse = gap_db(client)
     if limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit}")
-    conditions = []
-    params: dict[str, Any] = {"limit": limit}
-    if bundle is not None:
-        conditions.append("policy_bundle = {bundle:String}")
-        params["bundle"] = bundle
-    if since is not None:
-        conditions.append("last_seen >= {since:DateTime64(3, 'UTC')}")
-        params["since"] = to_utc(since)
-    where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
-    rows = _query(
-        warehouse,
-        "SELECT policy_bundle, gap_id, description, first_seen, last_seen, log_ids, batches, "
-        f"example_log_ids FROM {{db:Identifier}}.policy_gap_summary {where} "
-        "ORDER BY log_ids DESC, last_seen DESC, policy_bundle, gap_id LIMIT {limit:UInt32}",
-        params,
-    )
+    rows = open_gap_rows(warehouse, bundle, since, limit)
     return [
         GapSummary(
             policy_bundle=str(b),

@@ -24,6 +24,7 @@ from refusal_audit.config import Settings
 from schemas.alerts import Alert
 from streams.producer import Headers, TopicWriter
 from streams.topics import Topics
+from warehouse.alerts import known_alert_ids
 from warehouse.store import Warehouse
 
 log = logging.getLogger("refusal_audit.alerts")
@@ -79,12 +80,7 @@ class AlertPublisher:
         wanted = sorted(set(ids))
         if not wanted:
             return set()
-        result = self.warehouse.client.query(
-            "SELECT DISTINCT alert_id FROM {db:Identifier}.alerts "
-            "WHERE alert_id IN {ids:Array(String)}",
-            parameters={"db": self.warehouse.database, "ids": wanted},
-        )
-        return {row[0] for row in result.result_rows}
+        return known_alert_ids(self.warehouse, wanted)
 
     def topic_for(self, alert: Alert) -> str:
         """The policy-gap topic for ``policy_gap`` alerts, else the drift topic."""
@@ -197,44 +193,3 @@ def run_detectors(
     drift_alerts = [a for e in evaluations for a in e.alerts]
     published = publisher.publish([*drift_alerts, *gap_alerts])
     return DetectorRun(evaluations, gap_alerts, published)
-
-
-def list_alerts(
-    store: Warehouse,
-    *,
-    kinds: Sequence[str] = (),
-    severity: str | None = None,
-    policy_bundle: str | None = None,
-    model: str | None = None,
-    product: str | None = None,
-    since: datetime | None = None,
-    limit: int = 100,
-) -> list[Alert]:
-    """Stored alerts, newest first, filtered (None/empty = any). Raises ClickHouse errors.
-
-    ``since`` compares with the alert's window start; ``limit`` caps the rows (>= 1).
-    """
-    where = ["1"]
-    params: dict[str, Any] = {"db": store.database, "limit": limit}
-    for column, value in (
-        ("severity", severity),
-        ("policy_bundle", policy_bundle),
-        ("model", model),
-        ("product", product),
-    ):
-        if value is not None:
-            where.append(f"{column} = {{{column}:String}}")
-            params[column] = value
-    if kinds:
-        where.append("kind IN {kinds:Array(String)}")
-        params["kinds"] = list(kinds)
-    if since is not None:
-        where.append("window_start >= {since:DateTime64(3, 'UTC')}")
-        params["since"] = since
-    result = store.client.query(
-        "SELECT payload FROM {db:Identifier}.alerts FINAL WHERE "
-        + " AND ".join(where)
-        + " ORDER BY window_start DESC, created_at DESC, alert_id LIMIT {limit:UInt32}",
-        parameters=params,
-    )
-    return [Alert.model_validate_json(row[0]) for row in result.result_rows]

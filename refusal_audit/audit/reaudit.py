@@ -21,26 +21,8 @@ from refusal_audit.audit.batch import build_pipeline
 from refusal_audit.audit.engines import close_engine
 from refusal_audit.audit.pipeline import InputSource, RunReport
 from refusal_audit.config import Settings
+from warehouse.dead_letters import audit_dead_letters
 from warehouse.store import Warehouse
-
-
-def audit_dead_letters(
-    store: Warehouse, since: date | None, until: date | None, ids: Sequence[str]
-) -> list[dict[str, Any]]:
-    """Dead letters of stage ``audit`` recorded in [since, until] (UTC days), or with ``ids``."""
-    rows = store.client.query(
-        "SELECT dead_letter_id, raw FROM {db:Identifier}.dead_letters FINAL "
-        "WHERE stage = 'audit' AND (length({ids:Array(String)}) = 0 "
-        "OR has({ids:Array(String)}, dead_letter_id)) "
-        "AND toDate(created_at) BETWEEN {since:Date} AND {until:Date} ORDER BY created_at",
-        parameters={
-            "db": store.database,
-            "ids": list(ids),
-            "since": since or date(1970, 1, 1),
-            "until": until or date(2299, 12, 31),
-        },
-    ).result_rows
-    return [{"dead_letter_id": r[0], "raw": r[1]} for r in rows]
 
 
 def event_records(letters: Sequence[dict[str, Any]]) -> Iterator[SourceRecord]:

@@ -4,19 +4,26 @@
 and ``put`` a new one with optimistic concurrency (the revision the writer read, or None for
 a new conversation), so two processes (HTTP and Kafka services, or two HTTP workers)
 sharing a store never lose an update. :class:`MemoryStore` keeps states in a dict (tests,
-benchmarks, one-process use); :class:`SqliteStore` keeps them in a SQLite file (WAL mode),
-so they survive restarts. A faust Table store for the Kafka service fits the same protocol.
+benchmarks, one-process use); :class:`SqliteStore` keeps them in a SQLite file (WAL mode;
+its SQL is ``warehouse.conversation_states``), so they survive restarts. A faust Table
+store for the Kafka service fits the same protocol.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
 from schemas.clarification import ConversationState
+from warehouse.conversation_states import (
+    all_state_texts,
+    insert_state,
+    open_states,
+    read_state,
+    update_state,
+)
 from warehouse.private import make_private_dir, warn_if_open
 
 
@@ -84,17 +91,6 @@ class MemoryStore:
         return len(self._states)
 
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS conversations (
-    conversation_id TEXT PRIMARY KEY,
-    revision INTEGER NOT NULL,
-    outcome TEXT NOT NULL,
-    updated_at TEXT NOT NULL,
-    state TEXT NOT NULL
-)
-"""
-
-
 class SqliteStore:
     """A :class:`StateStore` in a SQLite file (made with its folder on first use; WAL
     journal, ``synchronous=NORMAL``: a committed state survives a process crash). States are
@@ -109,19 +105,13 @@ class SqliteStore:
         make_private_dir(self.path.parent, None)
         warn_if_open(self.path, "clarification store")
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=5000")
-        self._db.execute(_SCHEMA)
+        self._db = open_states(self.path)
 
     def get(self, conversation_id: str) -> ConversationState | None:
         """See :class:`StateStore`."""
         with self._lock:
-            row = self._db.execute(
-                "SELECT state FROM conversations WHERE conversation_id = ?", (conversation_id,)
-            ).fetchone()
-        return ConversationState.model_validate_json(row[0]) if row is not None else None
+            text = read_state(self._db, conversation_id)
+        return ConversationState.model_validate_json(text) if text is not None else None
 
     def put(self, state: ConversationState, expected_revision: int | None) -> None:
         """See :class:`StateStore`."""
@@ -129,22 +119,10 @@ class SqliteStore:
         text = state.model_dump_json()
         with self._lock:
             if expected_revision is None:
-                try:
-                    self._db.execute(
-                        "INSERT INTO conversations VALUES (?, ?, ?, ?, ?)",
-                        (state.conversation_id, *values, text),
-                    )
-                except sqlite3.IntegrityError:
-                    raise StaleStateError(
-                        f"conversation {state.conversation_id!r} exists already"
-                    ) from None
+                if not insert_state(self._db, state.conversation_id, values, text):
+                    raise StaleStateError(f"conversation {state.conversation_id!r} exists already")
                 return
-            cursor = self._db.execute(
-                "UPDATE conversations SET revision = ?, outcome = ?, updated_at = ?, state = ? "
-                "WHERE conversation_id = ? AND revision = ?",
-                (*values, text, state.conversation_id, expected_revision),
-            )
-            if cursor.rowcount != 1:
+            if not update_state(self._db, state.conversation_id, expected_revision, values, text):
                 raise StaleStateError(
                     f"conversation {state.conversation_id!r}: not at revision {expected_revision}"
                 )
@@ -152,8 +130,8 @@ class SqliteStore:
     def all_states(self) -> Iterator[ConversationState]:
         """Every stored state (read at once)."""
         with self._lock:
-            rows = self._db.execute("SELECT state FROM conversations").fetchall()
-        return iter([ConversationState.model_validate_json(r[0]) for r in rows])
+            texts = all_state_texts(self._db)
+        return iter([ConversationState.model_validate_json(t) for t in texts])
 
     def close(self) -> None:
         """Close the database connection."""

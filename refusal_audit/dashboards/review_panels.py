@@ -2,8 +2,10 @@
 (ClickHouse SQL; current rows only: ``current_assessments``, ``current_verdicts`` and
 ``FINAL`` on every ReplacingMergeTree).
 
-The review queries mirror the named queries ``review_agreement`` and
-``verified_false_positive_rate`` (``warehouse.review_queries``) with weekly buckets
+The review queries are the named queries ``review_agreement`` and
+``verified_false_positive_rate`` (``warehouse.review_queries``, whose counts and subqueries
+they take from there: ``AGREEMENT_COUNTS``, ``judged_verdicts``, ``VERIFIED_COUNTS``,
+``voted_assessments``) with weekly buckets
 (``toMonday`` of the event time) and every statistic computed in SQL: agreement with its
 Wilson (1927) interval, Cohen's (1960) kappa, and the stratified verified rate with its
 normal interval (Cochran 1977 §5.3, Agresti-Coull adjusted proportions, as in
@@ -15,9 +17,21 @@ from __future__ import annotations
 from refusal_audit.dashboards.model import TIME_SERIES, Json, ch_target, row
 from refusal_audit.dashboards.model import panel as make_panel
 from refusal_audit.dashboards.sql import MIN_COMPARED, Z95, kappa_2x2, scope, var_filter, wilson
-from warehouse.review_queries import AGREEMENT_COUNTS, judged_verdicts
+from warehouse.review_queries import (
+    AGREEMENT_COUNTS,
+    VERIFIED_COUNTS,
+    judged_verdicts,
+    voted_assessments,
+)
 
 _A_SCOPE = scope("a.model", "a.product", "a.policy_bundle")
+
+
+def _nested(sql: str) -> str:
+    """``sql`` (a fragment of ``warehouse.review_queries``) with its continuation lines
+    indented four more spaces, to sit one level deeper in a panel's query."""
+    return sql.replace("\n", "\n    ")
+
 
 QUEUE_SQL = f"""
 SELECT countIf(queued) AS in_queue,
@@ -92,30 +106,8 @@ FROM (
   SELECT *, {_F_EST} + {_U_EST} AS verified, {_F_VAR} + {_U_VAR} AS variance
   FROM (
     SELECT toDateTime(toMonday(event_time), 'UTC') AS time,
-           count() AS assessed,
-           countIf(is_estimated_false_positive) AS model_fp,
-           countIf(requires_human_review) AS flagged,
-           countIf(requires_human_review AND votes > 0) AS flagged_reviewed,
-           countIf(requires_human_review AND votes > 0 AND human_fp) AS flagged_human_fp,
-           countIf(NOT requires_human_review) AS unflagged,
-           countIf(NOT requires_human_review AND review_reason = 'random_sample' AND votes > 0)
-               AS sample_reviewed,
-           countIf(NOT requires_human_review AND review_reason = 'random_sample' AND votes > 0
-                   AND human_fp) AS sample_human_fp
-    FROM (
-      SELECT a.*, r.votes AS votes,
-             (2 * r.fp_votes > r.votes)
-             OR (2 * r.fp_votes = r.votes AND a.is_estimated_false_positive) AS human_fp
-      FROM current_assessments AS a
-      LEFT JOIN (
-        SELECT policy_bundle, log_id, assessment_audited_at, count() AS votes,
-               sum(ifNull(corrected_false_positive, model_false_positive)) AS fp_votes
-        FROM current_verdicts
-        GROUP BY policy_bundle, log_id, assessment_audited_at
-      ) AS r
-      ON r.policy_bundle = a.policy_bundle AND r.log_id = a.log_id
-         AND r.assessment_audited_at = a.audited_at
-    )
+           {_nested(VERIFIED_COUNTS)}
+    FROM {_nested(voted_assessments("current_assessments", "current_verdicts"))}
     WHERE $__timeFilter(event_time)
       AND {scope()}
     GROUP BY time

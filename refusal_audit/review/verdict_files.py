@@ -40,6 +40,8 @@ from warehouse.review import (
     event_times,
     existing_verdict_ids,
     insert_verdicts,
+    open_item_rows,
+    stored_events,
 )
 from warehouse.store import Warehouse
 
@@ -245,27 +247,14 @@ def open_items(
     (``IMPORT_COLUMNS`` empty for the reviewer, ``policy_bundle`` and ``CONTEXT_COLUMNS``;
     ``review_reasons`` are the refined reasons of ``processors.review_queue``, with
     categories mapped to their top level by ``bundles``). Raises ``WarehouseError``."""
-    items = store.select(
-        "SELECT a.*, e.request AS request, e.response AS response "
-        "FROM {db:Identifier}.current_assessments AS a "
-        "INNER JOIN (SELECT log_id, request, response FROM {db:Identifier}.refusal_events FINAL)"
-        " AS e USING (log_id) "
-        "WHERE (a.requires_human_review OR a.sampled_for_review) "
-        "AND ({bundle:Nullable(String)} IS NULL OR a.policy_bundle = {bundle:Nullable(String)}) "
-        "AND ({model:Nullable(String)} IS NULL OR a.model = {model:Nullable(String)}) "
-        "AND ({product:Nullable(String)} IS NULL OR a.product = {product:Nullable(String)}) "
-        "AND ({category:Nullable(String)} IS NULL OR a.category = {category:Nullable(String)}) "
-        "AND a.event_time >= {since:DateTime64(3, 'UTC')} "
-        "AND a.event_time < {until:DateTime64(3, 'UTC')} "
-        "ORDER BY a.event_time, a.policy_bundle, a.log_id",
-        {
-            "bundle": where.policy_bundle,
-            "model": where.model,
-            "product": where.product,
-            "category": where.category,
-            "since": where.since or datetime(1900, 1, 1, tzinfo=UTC),
-            "until": where.until or datetime(2300, 1, 1, tzinfo=UTC),
-        },
+    items = open_item_rows(
+        store,
+        policy_bundle=where.policy_bundle,
+        model=where.model,
+        product=where.product,
+        category=where.category,
+        since=where.since,
+        until=where.until,
     )
     done: dict[tuple[str, str, datetime], int] = defaultdict(int)
     for v in current_verdicts(store):
@@ -338,12 +327,7 @@ def labelled_events(store: Warehouse, bundles: Mapping[str, PolicyBundle]) -> li
     if not votes:
         return []
     events = {
-        row["log_id"]: row
-        for row in store.select(
-            "SELECT * FROM {db:Identifier}.refusal_events FINAL "
-            "WHERE log_id IN {ids:Array(String)}",
-            {"ids": sorted({log_id for _, log_id in votes})},
-        )
+        row["log_id"]: row for row in stored_events(store, sorted({log_id for _, log_id in votes}))
     }
     lines = []
     for (bundle_name, log_id), verdicts in sorted(votes.items()):

@@ -60,6 +60,7 @@ from streams.metrics import WorkerMetrics
 from streams.producer import TopicWriter, make_producer
 from streams.sink import StreamSink, kafka_location, window_originals
 from streams.topics import Topics, admin_client, require_topic
+from warehouse.client import ping
 from warehouse.private import make_private_dir
 from warehouse.remote import OWNER_PATH
 from warehouse.store import Warehouse
@@ -438,7 +439,7 @@ def check_health(ctx: WorkerContext) -> dict[str, Any]:
     except Exception as exc:  # reported, not raised
         status["broker"] = {"ok": False, "error": str(exc)}
     try:
-        ctx.warehouse.client.query("SELECT 1")
+        ping(ctx.warehouse.client)
         status["warehouse"] = {"ok": True}
     except Exception as exc:  # reported, not raised
         status["warehouse"] = {"ok": False, "error": str(exc)}
