@@ -24,8 +24,8 @@ from processors.calibration.approval import ApprovalError, check_decision, curre
 from processors.calibration.local_variants import LocalVariantEngine
 from processors.calibration.run import apply_suite, calibrate
 from processors.engines.local import LocalEngine
+from refusal_audit.calibration.pages import run_url
 from refusal_audit.review.accounts import add_reviewer
-from refusal_audit.review.web.approvals import run_url
 from schemas.calibration import (
     CalibrationEscalation,
     CalibrationRequest,

@@ -180,7 +180,7 @@ def test_repeated_accept_errors_are_folded_into_one_line(
     import asyncio
     import logging
 
-    from refusal_audit.review.web.serving import fold_repeated_logs
+    from refusal_audit.http_serving import fold_repeated_logs
 
     handler = logging.StreamHandler()  # stderr, as the servers log
     logging.getLogger("asyncio").addHandler(handler)

@@ -48,9 +48,11 @@ ENTRY_MODULES = frozenset(
     }
 )
 #: The modules allowed directly under ``refusal_audit/``: what every room shares. A feature
-#: module goes into its room (a subpackage), never at the root.
+#: module goes into its room (a subpackage), never at the root. ``http_serving``: binding and
+#: serving an HTTP app bounded against slow and greedy clients, used by the review,
+#: clarification and llm servers alike (no room owns it).
 SHARED_ROOT_MODULES = frozenset(
-    {"__init__", "cli", "cli_common", "config", "secret_files", "bundles", "output"}
+    {"__init__", "cli", "cli_common", "config", "secret_files", "bundles", "output", "http_serving"}
 )
 #: The subpackages of ``refusal_audit/``: one room per capability, and the shipped data.
 ROOMS = frozenset(

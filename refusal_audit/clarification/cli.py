@@ -51,7 +51,7 @@ def clarify_serve(
     from refusal_audit.clarification.server import serve
 
     service_logging()
-    from refusal_audit.review.web.listen import ListenError
+    from refusal_audit.http_serving import ListenError
     from streams.topics import TopicError
     from warehouse.client import WarehouseError
 

@@ -250,7 +250,7 @@ def serve(
     refuses to start while another instance consumes with the same group
     (``InstanceConflictError``, a ``TopicError``). Raises ``ConfigError``,
     ``WarehouseError``, ``streams.topics.TopicError``,
-    ``refusal_audit.review.web.listen.ListenError``
+    ``refusal_audit.http_serving.ListenError``
     (the address cannot be listened on; nothing says the service is up then)."""
     import asyncio
     import contextlib
@@ -260,8 +260,7 @@ def serve(
 
     from refusal_audit.clarification.app import create_app
     from refusal_audit.clarification.trail import StepTrail
-    from refusal_audit.review.web.listen import bind_listener
-    from refusal_audit.review.web.serving import HttpLimits, serve_bounded
+    from refusal_audit.http_serving import HttpLimits, bind_listener, serve_bounded
 
     host = host or cfg.clarify_web_host
     port = port if port is not None else cfg.clarify_web_port
@@ -288,7 +287,7 @@ def serve(
     warehouse = trail = slot = None
     routes: list[Any] = []
     if cfg.clarify_audit_trail:
-        from refusal_audit.review.web.server import owner_routes
+        from refusal_audit.streaming.owner import owner_routes
         from warehouse.store import Warehouse
 
         warehouse = Warehouse.open(cfg)

@@ -35,7 +35,7 @@ from typing import Any, BinaryIO, TextIO
 
 import httpx
 
-from refusal_audit.review.web.listen import ListenError, bind_listener
+from refusal_audit.http_serving import ListenError, bind_listener
 
 __all__ = [
     "API_KEY_ENV",

@@ -283,9 +283,9 @@ def review_serve(
     import signal
     import sys
 
-    from refusal_audit.review.web.listen import ListenError, bind_listener
-    from refusal_audit.review.web.server import build_app, owner_routes
-    from refusal_audit.review.web.serving import HttpLimits, serve_bounded
+    from refusal_audit.http_serving import HttpLimits, ListenError, bind_listener, serve_bounded
+    from refusal_audit.review.web.server import build_app
+    from refusal_audit.streaming.owner import owner_routes
     from warehouse.client import redact_dsn
 
     overrides: dict[str, object] = {}

@@ -21,6 +21,9 @@ from urllib.parse import urlsplit
 
 import httpx
 import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from refusal_audit.config import Settings
 from warehouse.client import Client, WarehouseError, connect
@@ -36,7 +39,14 @@ from warehouse.remote import (
 )
 from warehouse.store import Warehouse
 
-__all__ = ["MAX_REQUEST_BYTES", "OwnerChannel", "OwnerServer", "OwnerSlot", "channel_url"]
+__all__ = [
+    "MAX_REQUEST_BYTES",
+    "OwnerChannel",
+    "OwnerServer",
+    "OwnerSlot",
+    "channel_url",
+    "owner_routes",
+]
 
 log = logging.getLogger("refusal_audit.worker")
 
@@ -330,3 +340,32 @@ class OwnerServer:
         self.slot.close()
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def owner_routes(cfg: Settings, store: Warehouse) -> tuple[list[Route], OwnerSlot | None]:
+    """The owner channel's route (``POST /_owner/warehouse``) for a Starlette app on an
+    embedded store (an ``OwnerSlot`` at ``cfg.review_web_host:review_web_port``): served
+    when this process owns the store, or from the moment it takes the store over from an
+    owner that went away (e.g. a worker that stopped); no route for a server DSN. Raises
+    ``WarehouseError``."""
+    slot = OwnerSlot.attach(cfg, store.client, cfg.review_web_host, cfg.review_web_port)
+    if slot is None:
+        return [], None
+
+    async def endpoint(request: Request) -> Response:
+        authorization = request.headers.get("authorization")
+        if not slot.owns:
+            status, body = await slot.handle(authorization, b"")
+            return Response(body, status, media_type="application/json")
+        if not slot.authorized(authorization):  # before reading any of the body
+            return Response(UNAUTHORIZED, 401, media_type="application/json")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_REQUEST_BYTES:
+                return Response(b'{"error": {"message": "request too large"}}', 413)
+            chunks.append(chunk)
+        status, body = await slot.handle(authorization, b"".join(chunks))
+        return Response(body, status, media_type="application/json")
+
+    return [Route(OWNER_PATH, endpoint, methods=["POST"])], slot

@@ -9,7 +9,6 @@ same as ``refusal-audit query refusal_disagreement_events``), newest event first
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -17,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from refusal_audit.review.web.context import WebContext
 from schemas.events import DISAGREEMENT_DIRECTIONS
 from schemas.review import ReviewerAccount
 from warehouse.queries import run_named
@@ -24,9 +24,6 @@ from warehouse.store import Warehouse
 
 #: Rows shown on one page; the rest are counted and named by the command that lists them.
 MAX_LISTED = 500
-
-Handler = Callable[[Request, ReviewerAccount], Awaitable[Response]]
-Render = Callable[..., Response]
 
 
 def disagreement_rows(store: Warehouse, direction: str = "") -> list[dict[str, Any]]:
@@ -38,20 +35,19 @@ def disagreement_rows(store: Warehouse, direction: str = "") -> list[dict[str, A
     return [r for r in rows if not direction or r["direction"] == direction]
 
 
-def disagreement_routes(
-    store: Warehouse, login_required: Callable[[Handler], Any], render: Render
-) -> list[Route]:
-    """The ``/disagreements`` route, guarded by the app's ``login_required`` and rendered by
-    its ``render``."""
-
-    async def listing(request: Request, user: ReviewerAccount) -> Response:
-        direction = request.query_params.get("direction", "")
-        try:
-            rows = await run_in_threadpool(disagreement_rows, store, direction)
-        except ValueError as exc:
-            return render(request, "error.html", 400, user=user, message=str(exc))
-        return render(request, "disagreements.html", user=user, rows=rows[:MAX_LISTED],
+async def listing(web: WebContext, request: Request, user: ReviewerAccount) -> Response:
+    """``/disagreements[?direction=]``: the newest ``MAX_LISTED`` disagreements and how many
+    more there are; 400 for an unknown direction."""
+    direction = request.query_params.get("direction", "")
+    try:
+        rows = await run_in_threadpool(disagreement_rows, web.service.store, direction)
+    except ValueError as exc:
+        return web.render(request, "error.html", 400, user=user, message=str(exc))
+    return web.render(request, "disagreements.html", user=user, rows=rows[:MAX_LISTED],
                       more=max(0, len(rows) - MAX_LISTED), direction=direction,
                       directions=DISAGREEMENT_DIRECTIONS)  # fmt: skip
 
-    return [Route("/disagreements", login_required(listing))]
+
+def routes(web: WebContext) -> list[Route]:
+    """The ``/disagreements`` route behind the login, bound to ``web``."""
+    return [Route("/disagreements", web.page(listing))]

@@ -4,7 +4,8 @@
 key comes from ``review_session_secret`` or, when unset, a random key kept in
 ``<data_dir>/review-session.key`` (mode 0600), so logins survive a restart. On an embedded
 store the review server is either the store's owner (it then serves the owner channel too,
-``owner_routes``) or reaches the owner, e.g. a running worker, like every other command.
+``refusal_audit.streaming.owner.owner_routes``) or reaches the owner, e.g. a running worker,
+like every other command.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from starlette.requests import Request
-from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
@@ -23,10 +22,9 @@ from refusal_audit.bundles import load_bundles
 from refusal_audit.config import ConfigError, Settings
 from refusal_audit.review.accounts import AccountBook
 from refusal_audit.review.service import ReviewService
-from refusal_audit.review.web.app import WebOptions, create_app
+from refusal_audit.review.web.app import create_app
+from refusal_audit.review.web.context import WebOptions
 from refusal_audit.secret_files import random_secret_file
-from refusal_audit.streaming.owner import MAX_REQUEST_BYTES, UNAUTHORIZED, OwnerSlot
-from warehouse.remote import OWNER_PATH
 from warehouse.store import Warehouse
 
 
@@ -64,35 +62,6 @@ class ReviewApp:
     app: ASGIApp
     service: ReviewService
     accounts: AccountBook
-
-
-def owner_routes(cfg: Settings, store: Warehouse) -> tuple[list[Route], OwnerSlot | None]:
-    """The owner channel's route on an embedded store (``refusal_audit.streaming.owner.OwnerSlot``):
-    served
-    when this process owns the store, or from the moment it takes the store over from an
-    owner that went away (e.g. a worker that stopped); no route for a server DSN. Raises
-    ``WarehouseError``."""
-    slot = OwnerSlot.attach(cfg, store.client, cfg.review_web_host, cfg.review_web_port)
-    if slot is None:
-        return [], None
-
-    async def endpoint(request: Request) -> Response:
-        authorization = request.headers.get("authorization")
-        if not slot.owns:
-            status, body = await slot.handle(authorization, b"")
-            return Response(body, status, media_type="application/json")
-        if not slot.authorized(authorization):  # before reading any of the body
-            return Response(UNAUTHORIZED, 401, media_type="application/json")
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > MAX_REQUEST_BYTES:
-                return Response(b'{"error": {"message": "request too large"}}', 413)
-            chunks.append(chunk)
-        status, body = await slot.handle(authorization, b"".join(chunks))
-        return Response(body, status, media_type="application/json")
-
-    return [Route(OWNER_PATH, endpoint, methods=["POST"])], slot
 
 
 def build_app(

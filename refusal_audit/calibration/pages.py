@@ -1,6 +1,7 @@
-"""The review app's approval gate for refusal-style calibration variants (issue 13): the
-queue (``/calibration``), one run (``/calibration/runs/{run_id}``) and the decision form
-(``POST /calibration/decision``).
+"""The calibration room's pages in the review app (``routes``, registered by
+``refusal_audit.review.web.app``): the approval gate for refusal-style calibration variants
+(issue 13): the queue (``/calibration``), one run (``/calibration/runs/{run_id}``) and the
+decision form (``POST /calibration/decision``).
 
 Runs come from the warehouse (``warehouse.calibration``: ``calibration_runs``,
 ``calibration_variants``, ``calibration_decisions``). Every decision is checked here, on the
@@ -246,17 +247,19 @@ def _unavailable(exc: Exception) -> str:
     )
 
 
-def approval_routes(
-    store: Warehouse,
-    login_required: Callable[[Handler], Any],
-    render: Render,
-    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-) -> list[Route]:
-    """The routes of the approval gate, guarded by the app's ``login_required`` and rendered
-    by its ``render``: ``GET /calibration`` (the queue, ``?clause=`` filters by clause id),
-    ``GET /calibration/runs/{run_id}`` and ``POST /calibration/decision``."""
+@dataclass(frozen=True)
+class ApprovalPages:
+    """The approval gate's pages over ``store``, rendered by the review app's ``render``;
+    ``clock`` stamps decisions (UTC)."""
 
-    async def queue(request: Request, user: ReviewerAccount) -> Response:
+    store: Warehouse
+    render: Render
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+
+    async def queue(self, request: Request, user: ReviewerAccount) -> Response:
+        """``GET /calibration`` (``?clause=`` filters by clause id): the runs with passing
+        variants, pending ones first."""
+        store, render = self.store, self.render
         clause = request.query_params.get("clause", "").strip() or None
         every = await run_in_threadpool(approval_items, store, limit=QUEUE_LIMIT)
         items = every
@@ -271,11 +274,13 @@ def approval_routes(
                       clause=clause or "", clauses=clauses, truncated=len(items) >= QUEUE_LIMIT,
                       limit=QUEUE_LIMIT, run_url=run_url)  # fmt: skip
 
-    async def run_page(request: Request, user: ReviewerAccount) -> Response:
+    async def run_page(self, request: Request, user: ReviewerAccount) -> Response:
+        """``GET /calibration/runs/{run_id}``: one run, its variants and decision forms."""
         saved = request.query_params.get("saved")
-        return await _run_page(request, user, request.path_params["run_id"], saved=saved)
+        return await self.run_response(request, user, request.path_params["run_id"], saved=saved)
 
-    async def _run_page(
+    async def run_response(
+        self,
         request: Request,
         user: ReviewerAccount,
         run_id: str,
@@ -285,6 +290,9 @@ def approval_routes(
         status: int = 200,
         saved: str | None = None,
     ) -> Response:
+        """The page of run ``run_id`` with ``status`` (404 for no such run), keeping a
+        ``posted`` form with its ``error``."""
+        store, render = self.store, self.render
         run = await run_in_threadpool(get_run, store, run_id)
         if run is None:
             return render(request, "error.html", 404, user=user,
@@ -304,14 +312,19 @@ def approval_routes(
                       saved=saved if saved in labels else None, max_note=MAX_NOTE_CHARS,
                       run_url=run_url)  # fmt: skip
 
-    def _retry(
-        request: Request, user: ReviewerAccount, posted: DecisionForm, exc: Exception
+    def retry(
+        self, request: Request, user: ReviewerAccount, posted: DecisionForm, exc: Exception
     ) -> Response:
-        return render(request, "calibration_retry.html", 503, user=user, posted=posted,
-                      message=_unavailable(exc), max_note=MAX_NOTE_CHARS,
-                      run_url=run_url)  # fmt: skip
+        """The 503 page offering the ``posted`` decision again after a warehouse failure."""
+        return self.render(request, "calibration_retry.html", 503, user=user, posted=posted,
+                           message=_unavailable(exc), max_note=MAX_NOTE_CHARS,
+                           run_url=run_url)  # fmt: skip
 
-    async def decide(request: Request, user: ReviewerAccount) -> Response:
+    async def decide(self, request: Request, user: ReviewerAccount) -> Response:
+        """``POST /calibration/decision``: check and store one decision, then 303 to the run;
+        403, 404 or 422 (the form again) when refused, 503 (retry page) when the warehouse
+        failed."""
+        store, render = self.store, self.render
         form = await request.form()
         run_id = str(form.get("run_id") or "")
         try:
@@ -319,7 +332,7 @@ def approval_routes(
         except ValueError as exc:
             if not run_id.strip():
                 return render(request, "error.html", 422, user=user, message=str(exc))
-            return await _run_page(request, user, run_id, error=str(exc), status=422)
+            return await self.run_response(request, user, run_id, error=str(exc), status=422)
         try:
             run = await run_in_threadpool(get_run, store, posted.calibration_run_id)
             if run is None:
@@ -335,12 +348,12 @@ def approval_routes(
                                   message=f"Not saved: {exc}.")  # fmt: skip
                 if exc.code == "unknown_style":
                     return render(request, "error.html", 404, user=user, message=f"{exc}.")
-                return await _run_page(request, user, run_id, posted=posted,
-                                       error=f"{exc}.", status=422)  # fmt: skip
+                return await self.run_response(request, user, run_id, posted=posted,
+                                               error=f"{exc}.", status=422)  # fmt: skip
             problem = note_problem(posted.note)
             if problem is not None:
-                return await _run_page(request, user, run_id, posted=posted,
-                                       error=f"{problem}.", status=422)  # fmt: skip
+                return await self.run_response(request, user, run_id, posted=posted,
+                                               error=f"{problem}.", status=422)  # fmt: skip
             note = posted.note.strip()
             ident = decision_id(run.calibration_run_id, posted.style, user.name, decision,
                                 note, posted.nonce)  # fmt: skip
@@ -348,7 +361,7 @@ def approval_routes(
                 decision_rows, store, calibration_run_id=run.calibration_run_id
             )
             if not any(r["decision_id"] == ident for r in rows):  # else: a resent form
-                when = decided_at(clock(), rows, run.calibration_run_id, posted.style)
+                when = decided_at(self.clock(), rows, run.calibration_run_id, posted.style)
                 row = {
                     "decision_id": ident,
                     "calibration_run_id": run.calibration_run_id,
@@ -362,12 +375,24 @@ def approval_routes(
                 }
                 await run_in_threadpool(insert_decision, store, row)
         except WarehouseError as exc:  # nothing (or nothing new) stored: offer the form again
-            return _retry(request, user, posted, exc)
+            return self.retry(request, user, posted, exc)
         target = run_url(run.calibration_run_id) + "?" + urlencode({"saved": posted.style})
         return RedirectResponse(f"{target}#variant-{posted.style}", 303)
 
+
+def routes(
+    store: Warehouse,
+    login_required: Callable[[Handler], Any],
+    render: Render,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> list[Route]:
+    """The routes of the approval gate (``ApprovalPages``), guarded by the review app's
+    ``login_required`` and rendered by its ``render``: ``GET /calibration`` (the queue,
+    ``?clause=`` filters by clause id), ``GET /calibration/runs/{run_id}`` and
+    ``POST /calibration/decision``."""
+    pages = ApprovalPages(store, render, clock)
     return [
-        Route("/calibration", login_required(queue)),
-        Route("/calibration/runs/{run_id:path}", login_required(run_page)),
-        Route("/calibration/decision", login_required(decide), methods=["POST"]),
+        Route("/calibration", login_required(pages.queue)),
+        Route("/calibration/runs/{run_id:path}", login_required(pages.run_page)),
+        Route("/calibration/decision", login_required(pages.decide), methods=["POST"]),
     ]

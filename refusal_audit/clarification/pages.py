@@ -1,5 +1,7 @@
-"""The review app's clarification items (issue 12): escalated clarification conversations and
-the sampled ones, as an item kind of their own (``/clarifications``, ``/clarification``).
+"""The clarification room's pages in the review app (``routes``, registered by
+``refusal_audit.review.web.app``): the clarification items (issue 12), escalated
+clarification conversations and the sampled ones, as an item kind of their own
+(``/clarifications``, ``/clarification``).
 
 A reviewer sees the whole history from the audit trail (``warehouse.clarification``): the
 request and the refusal, the route, every round's questions (with what each disambiguates and
@@ -11,6 +13,7 @@ questions neutral (``clarification_verdicts``; the newest verdict per reviewer c
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -87,24 +90,29 @@ def verdict_from_form(form: Mapping[str, Any], revision: int) -> dict[str, Any]:
             "revision": revision}  # fmt: skip
 
 
-def clarification_routes(
-    store: Warehouse,
-    login_required: Callable[[Handler], Any],
-    render: Render,
-    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-) -> list[Route]:
-    """The routes of the clarification item kind, guarded by the app's ``login_required``
-    and rendered by its ``render``."""
+@dataclass(frozen=True)
+class ClarificationPages:
+    """The clarification item kind's pages over ``store``, rendered by the review app's
+    ``render``; ``clock`` stamps verdicts (UTC)."""
 
-    async def listing(request: Request, user: ReviewerAccount) -> Response:
-        items = await run_in_threadpool(review_items, store)
-        return render(request, "clarifications.html", user=user, items=items,
-                      clarification_url=clarification_url)  # fmt: skip
+    store: Warehouse
+    render: Render
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
 
-    async def page(request: Request, user: ReviewerAccount) -> Response:
-        return await _page(request, user, request.query_params.get("id", ""), None, None, 200)
+    async def listing(self, request: Request, user: ReviewerAccount) -> Response:
+        """``/clarifications``: the escalated and sampled conversations."""
+        items = await run_in_threadpool(review_items, self.store)
+        return self.render(request, "clarifications.html", user=user, items=items,
+                           clarification_url=clarification_url)  # fmt: skip
 
-    async def _page(
+    async def page(self, request: Request, user: ReviewerAccount) -> Response:
+        """``/clarification?id=``: one conversation and the reviewer's verdict form."""
+        return await self.page_response(
+            request, user, request.query_params.get("id", ""), None, None, 200
+        )
+
+    async def page_response(
+        self,
         request: Request,
         user: ReviewerAccount,
         conversation_id: str,
@@ -112,6 +120,9 @@ def clarification_routes(
         error: str | None,
         status: int,
     ) -> Response:
+        """The page of ``conversation_id`` with ``status`` (404 for none), keeping a posted
+        ``form`` with its ``error``."""
+        store, render = self.store, self.render
         steps = await run_in_threadpool(conversation_steps, store, conversation_id)
         if not steps:
             return render(request, "error.html", 404, user=user,
@@ -124,35 +135,51 @@ def clarification_routes(
                       latest=latest, steps=steps, verdicts=verdicts, mine=mine, form=form,
                       error=error, saved=request.query_params.get("saved") == "1")  # fmt: skip
 
-    async def submit(request: Request, user: ReviewerAccount) -> Response:
+    async def submit(self, request: Request, user: ReviewerAccount) -> Response:
+        """``POST /clarification/verdict``: store the reviewer's verdict on the latest step,
+        then 303 to the page (``&saved=1``); the form again with 422 to correct or when the
+        conversation moved on, 404 for no such conversation."""
+        store, render = self.store, self.render
         form = await request.form()
         conversation_id = str(form.get("id") or "")
         try:
             revision = revision_from_form(form)
             values = verdict_from_form(form, revision)
         except ValueError as exc:
-            return await _page(request, user, conversation_id, form, str(exc), 422)
+            return await self.page_response(request, user, conversation_id, form, str(exc), 422)
         steps = await run_in_threadpool(conversation_steps, store, conversation_id)
         if not steps:
             return render(request, "error.html", 404, user=user,
                           message="No such clarification conversation.")  # fmt: skip
         latest = steps[-1]
         if revision != int(latest["revision"]):
-            return await _page(request, user, conversation_id, form,
-                               stale_message(revision, int(latest["revision"])), 422)  # fmt: skip
+            return await self.page_response(request, user, conversation_id, form,
+                                            stale_message(revision, int(latest["revision"])),
+                                            422)  # fmt: skip
         row = {
             "conversation_id": conversation_id,
             "reviewer": user.name,
             "outcome": latest["outcome"],
             "escalation_reason": latest["escalation_reason"],
-            "submitted_at": clock(),
+            "submitted_at": self.clock(),
             **values,
         }
         await run_in_threadpool(insert_verdict, store, row)
         return RedirectResponse(clarification_url(conversation_id) + "&saved=1", 303)
 
+
+def routes(
+    store: Warehouse,
+    login_required: Callable[[Handler], Any],
+    render: Render,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> list[Route]:
+    """The routes of the clarification item kind (``ClarificationPages``), guarded by the
+    review app's ``login_required`` and rendered by its ``render``: ``/clarifications``,
+    ``/clarification`` and ``POST /clarification/verdict``."""
+    pages = ClarificationPages(store, render, clock)
     return [
-        Route("/clarifications", login_required(listing)),
-        Route("/clarification", login_required(page)),
-        Route("/clarification/verdict", login_required(submit), methods=["POST"]),
+        Route("/clarifications", login_required(pages.listing)),
+        Route("/clarification", login_required(pages.page)),
+        Route("/clarification/verdict", login_required(pages.submit), methods=["POST"]),
     ]

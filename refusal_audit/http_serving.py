@@ -1,5 +1,10 @@
-"""Serving the project's HTTP apps (``review serve``, ``clarify serve``) with uvicorn, bounded
-against slow and greedy clients.
+"""Serving the project's HTTP apps (``review serve``, ``clarify serve``; ``llm serve`` binds
+its socket here too) with uvicorn, bounded against slow and greedy clients; shared by the
+review, clarification and llm rooms.
+
+Listen first, then say so (``bind_listener``): the servers' listening socket is bound before
+anything prints that they are up, so a port already in use is one clear error
+(``ListenError``) and no "listening" line.
 
 uvicorn alone keeps a connection that sends half a request header open forever and has no
 cap per client address, so one client could hold every file descriptor of the process and
@@ -39,6 +44,17 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from refusal_audit.config import Settings
 from streams.logs import RepeatFilter
 
+__all__ = [
+    "ConnectionCount",
+    "HttpLimits",
+    "ListenError",
+    "bind_listener",
+    "bounded_config",
+    "fold_repeated_logs",
+    "guarded_protocol",
+    "serve_bounded",
+]
+
 log = logging.getLogger("refusal_audit.web")
 #: loggers whose repeated records are folded
 FOLDED_LOGGERS = ("asyncio", "uvicorn.error")
@@ -47,6 +63,23 @@ _BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
     b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(_BUSY_TEXT), _BUSY_TEXT)
 )
+
+
+class ListenError(OSError):
+    """The address cannot be listened on (port in use, address not local, no permission)."""
+
+
+def bind_listener(host: str, port: int, backlog: int = 2048) -> socket.socket:
+    """A TCP socket bound to ``host:port`` and listening (IPv4 or IPv6 by ``host``) with a
+    listen queue of ``backlog`` connections (``HttpLimits.backlog``).
+
+    Raises ``ListenError`` naming the address and the reason (e.g. "Address already in use").
+    """
+    try:
+        return socket.create_server((host, port), backlog=backlog)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ListenError(exc.errno, f"cannot listen on {host}:{port}: {reason}") from exc
 
 
 @dataclass(frozen=True)
@@ -209,7 +242,7 @@ def bounded_config(app: Any, host: str, port: int, limits: HttpLimits) -> uvicor
 def serve_bounded(
     app: Any, listener: socket.socket, host: str, port: int, limits: HttpLimits
 ) -> None:
-    """Serve ``app`` on the already bound ``listener`` (``listen.bind_listener``, with
+    """Serve ``app`` on the already bound ``listener`` (``bind_listener``, with
     ``limits.backlog``) until stopped, with ``limits`` enforced and repeated log lines
     folded; ``host``/``port`` only name the address in uvicorn's log. Closes ``listener``.
     Ctrl-C ends it normally, as with ``uvicorn.run``. Raises ``SystemExit(3)`` when the app
