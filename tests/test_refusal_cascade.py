@@ -239,7 +239,9 @@ def test_train_builds_a_cascade_head_that_loads(
     assert reached == 1 and HEAD_CUE in out[0].cues
 
 
-def test_audit_and_eval_say_how_many_events_the_head_decided(tmp_path: Path) -> None:
+def test_audit_and_eval_say_how_many_events_the_head_decided(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
     """With the cascade on, `audit` prints the head's count even when it is 0 (the band
     reached no event), and `eval` prints it and carries it in --json (encoder_decided)."""
     from typer.testing import CliRunner
@@ -253,7 +255,7 @@ def test_audit_and_eval_say_how_many_events_the_head_decided(tmp_path: Path) -> 
     log = tmp_path / "log.jsonl"
     log.write_bytes(b"\n".join(orjson.dumps({"log_id": f"e-{i}", "event_time": T0, "model": "m",
                                              **r}) for i, r in enumerate(rows)))  # fmt: skip
-    env = {"REFUSAL_AUDIT_DATA_DIR": str(tmp_path / "data"),
+    env = {**cli_env, "REFUSAL_AUDIT_DATA_DIR": str(tmp_path / "data"),
            "REFUSAL_AUDIT_ENCODER_DIR": str(INSTALLED)}  # fmt: skip
     runner = CliRunner()
     nothing = runner.invoke(app, ["audit", str(log)],
