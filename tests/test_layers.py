@@ -370,3 +370,66 @@ def test_sql_prose_and_the_dashboards_pass() -> None:
     panel = 'SQL = "SELECT count() FROM current_assessments"\n'
     assert sql_violations(REPO / "refusal_audit" / "dashboards" / "audit_panels.py", panel) == []
     assert sql_violations(REPO / "warehouse" / "gaps.py", panel) == []
+
+
+#: Third-party I/O clients and the folders that may import them (issue 26): Kafka clients
+#: on the Kafka side, ClickHouse clients in the warehouse, the LLM client in the application
+#: (engine construction) and, for now, the engines that still call it.
+IO_LIBRARIES = {
+    "confluent_kafka": ("streams/",),
+    "aiokafka": ("streams/",),
+    "faust": ("streams/", "refusal_audit/streaming/worker.py"),
+    "clickhouse_connect": ("warehouse/",),
+    "chdb": ("warehouse/",),
+    "openai": ("refusal_audit/",),
+}
+#: Where the rule is broken today, named so no new place joins them; each is issue 26 work
+#: left: the hand-written consumer loops and Kafka clients of the rooms move to one loop and
+#: one client factory in streams/, and the LLM calls leave processors/ for an I/O layer.
+IO_DEBT = frozenset(
+    {
+        ("confluent_kafka", "refusal_audit/alerts/cli.py"),
+        ("confluent_kafka", "refusal_audit/calibration/kafka.py"),
+        ("confluent_kafka", "refusal_audit/clarification/kafka.py"),
+        ("confluent_kafka", "refusal_audit/streaming/cli.py"),
+        ("confluent_kafka", "refusal_audit/streaming/warehouse_sink.py"),
+        ("openai", "processors/clarification/llm.py"),
+        ("openai", "processors/engines/llm_call.py"),
+        ("openai", "processors/engines/openai_engine.py"),
+    }
+)
+
+
+def io_library_imports(path: Path, source: str | None = None) -> list[tuple[str, int]]:
+    """``(library, line)`` of each import of an :data:`IO_LIBRARIES` package in ``path``."""
+    found = []
+    for imp in imports_of(path, source):
+        top = imp.module.split(".")[0]
+        if top in IO_LIBRARIES:
+            found.append((top, imp.line))
+    return found
+
+
+def test_io_clients_stay_in_their_layer() -> None:
+    """Kafka, ClickHouse and LLM client libraries are imported only where their layer is
+    (:data:`IO_LIBRARIES`), apart from the named debt (:data:`IO_DEBT`), which must not grow
+    and is struck off as it is paid."""
+    wrong, seen = [], set()
+    for path in project_modules():
+        where = path.relative_to(REPO).as_posix()
+        for library, line in io_library_imports(path):
+            if where.startswith(IO_LIBRARIES[library]):
+                continue
+            seen.add((library, where))
+            if (library, where) not in IO_DEBT:
+                wrong.append(
+                    f"{where}:{line}: imports {library} (belongs in {IO_LIBRARIES[library]})"
+                )
+    assert not wrong, "\n".join(wrong)
+    assert seen >= IO_DEBT, f"paid, strike it from IO_DEBT: {sorted(IO_DEBT - seen)}"
+
+
+def test_an_io_client_outside_its_layer_is_reported() -> None:
+    source = "def f():\n    from confluent_kafka import Consumer\n"
+    assert io_library_imports(REPO / "processors" / "intake.py", source) == [("confluent_kafka", 2)]
+    assert not "processors/intake.py".startswith(IO_LIBRARIES["confluent_kafka"])
