@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 DATA = ROOT.parent / "shared" / "data"
 
 from processors import prefilter as new_pf  # noqa: E402
+from processors import refusal_cues as new_rc  # noqa: E402
 from processors import regex_gates as new_gates  # noqa: E402
 from processors.engines import local as new_local  # noqa: E402
 from processors.engines import local_cues as new_cues  # noqa: E402
@@ -129,9 +130,9 @@ def main() -> int:
                 print(f"DIFF {what}: {key!r:.120}\n  old={a!r:.300}\n  new={b!r:.300}")
 
     for t in variants:
-        o, w = old_pf.read_cues(t), new_pf.read_cues(t)
+        o, w = old_pf.read_cues(t), new_rc.read_cues(t)
         check("read_cues", o, w, t)
-        check("refusal_kind", old_pf.refusal_kind(o), new_pf.refusal_kind(w), t)
+        check("refusal_kind", old_pf.refusal_kind(o), new_rc.refusal_kind(w), t)
         check(
             "detect_refusal_text", old_pf.detect_refusal_text(t), new_pf.detect_refusal_text(t), t
         )

@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from processors.prefilter import decide_from_cues, read_cues
+from processors.prefilter import decide_from_cues
+from processors.refusal_cues import read_cues
 from processors.refusal_model import FAMILIES, RefusalModel
 from refusal_audit.training.labels import load_refusal_examples
 from refusal_audit.training.refusal import build_dataset, fold_table, leave_one_source_out

@@ -41,7 +41,8 @@ import numpy as np
 import numpy.typing as npt
 from sklearn.linear_model import LogisticRegression
 
-from processors.prefilter import decide_from_cues, detect_refusal_texts, read_cues
+from processors.prefilter import decide_from_cues, detect_refusal_texts
+from processors.refusal_cues import read_cues
 from processors.request_aware import FEATURE_NAMES, pair_features, read_request_pair
 from refusal_audit.training.labels import SOURCES, LabelledResponse, load_refusal_examples
 from refusal_audit.training.refusal import binary_figures, source_weights

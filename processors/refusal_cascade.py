@@ -5,7 +5,7 @@ no model files are read here). Issue 25, item 3.
 
 How it decides
 --------------
-1. Every response is read by the cue scorer (:func:`processors.prefilter.read_cues`) and
+1. Every response is read by the cue scorer (:func:`processors.refusal_cues.read_cues`) and
    decided as today. A decision whose score lies inside the uncertain band
    ``[low, high)`` (:class:`CascadeBand`, setting ``prefilter_cascade_band``) is re-decided;
    every other decision stands, so the cascade never changes what the cue scorer is sure of.
@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from processors.prefilter import CueReading, RefusalDecision, decide_from_score, read_cues
+from processors.prefilter import RefusalDecision, decide_from_score
+from processors.refusal_cues import CueReading, read_cues
 from processors.refusal_model import featurize
 from processors.text_encoder import TextEncoder
 

@@ -8,7 +8,7 @@ Feature families (columns in this order; an artifact names the families it was t
 with, a family left out contributes no column):
 
 - ``word_opening``: word 1-2-grams of the opening (first two sentences, at most 400
-  characters, of the normalised text: :func:`processors.prefilter.read_cues`), hashed into
+  characters, of the normalised text: :func:`processors.refusal_cues.read_cues`), hashed into
   2^16 columns (scikit-learn ``HashingVectorizer``, MurmurHash3, no vocabulary to store),
   L2-normalised;
 - ``word_text``: word 1-2-grams of the first 3,000 normalised characters, 2^17 columns, L2;
@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import sparse
 
-from processors.prefilter import CUE_FEATURE_NAMES, CueReading
+from processors.refusal_cues import CUE_FEATURE_NAMES, CueReading
 
 FORMAT_VERSION = 1
 FAMILIES = ("word_opening", "word_text", "char_opening", "cues", "shape")
@@ -148,7 +148,7 @@ def featurize(
 ) -> sparse.csr_matrix:
     """The feature matrix of a batch: shape ``(len(readings), sum of family widths)``.
 
-    ``readings`` come from :func:`processors.prefilter.read_cues`; ``families`` is a subset
+    ``readings`` come from :func:`processors.refusal_cues.read_cues`; ``families`` is a subset
     of :data:`FAMILIES`, always stacked in :data:`FAMILIES` order. Deterministic (hashing,
     no fitted state). Raises ``ValueError`` for an unknown family.
     """

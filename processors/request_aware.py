@@ -52,7 +52,7 @@ import re
 from functools import cached_property, lru_cache
 from typing import Literal
 
-from processors.prefilter import CueReading, read_cues
+from processors.refusal_cues import CueReading, read_cues
 from processors.stopwords import english_stop_words
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")

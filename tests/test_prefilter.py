@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from processors.prefilter import (
-    CueReading,
     RefusalDecision,
     detect_refusal,
     detect_refusal_text,
     detect_refusals,
 )
+from processors.refusal_cues import CueReading
 from schemas.events import ClassifierSignal, RefusalEvent
 
 XSTEST_FILES = ("xstest_v2_completions_gpt4.csv", "xstest_v2_completions_llama2orig.csv")

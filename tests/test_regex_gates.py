@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from processors import prefilter
+from processors import refusal_cues
 from processors.engines import local_cues
 from processors.regex_gates import (
     gated_search,
@@ -144,9 +144,9 @@ def test_cue_gates_agree_with_plain_search_on_cue_texts() -> None:
     patterns = [c.pattern for c in local_cues.CUES] + [
         c.pattern
         for c in (
-            *prefilter._REFUSAL_CUES,
-            *prefilter._COMPLIANCE_CUES,
-            *prefilter._PARTIAL_CUES,
+            *refusal_cues._REFUSAL_CUES,
+            *refusal_cues._COMPLIANCE_CUES,
+            *refusal_cues._PARTIAL_CUES,
         )
     ]
     gated_count = 0

@@ -24,8 +24,8 @@ from processors.prefilter import (
     detect_refusal_text,
     detect_refusal_texts,
     detect_refusals,
-    read_cues,
 )
+from processors.refusal_cues import read_cues
 from processors.request_aware import (
     FEATURE_NAMES,
     content_words,

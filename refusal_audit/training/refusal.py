@@ -29,7 +29,8 @@ import numpy.typing as npt
 from scipy import sparse
 from sklearn.linear_model import LogisticRegression
 
-from processors.prefilter import decide_from_cues, read_cues
+from processors.prefilter import decide_from_cues
+from processors.refusal_cues import read_cues
 from processors.refusal_model import FAMILIES, featurize
 from refusal_audit.training.labels import LabelledResponse
 

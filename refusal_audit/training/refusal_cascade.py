@@ -29,8 +29,9 @@ import numpy as np
 import numpy.typing as npt
 from sklearn.linear_model import LogisticRegression
 
-from processors.prefilter import CueReading, detect_refusal_texts, read_cues
+from processors.prefilter import detect_refusal_texts
 from processors.refusal_cascade import REQUEST_CUE_PREFIX, CascadeBand, head_rows
+from processors.refusal_cues import CueReading, read_cues
 from processors.text_encoder import TextEncoder
 from refusal_audit.training.labels import LabelledResponse, load_refusal_examples
 from refusal_audit.training.refusal import binary_figures, source_weights

@@ -37,7 +37,8 @@ from sklearn.model_selection import StratifiedKFold
 
 from processors.category_model import CATEGORY_FAMILIES, CategoryModel
 from processors.engines.local import LocalEngine
-from processors.prefilter import decide_from_cues, read_cues
+from processors.prefilter import decide_from_cues
+from processors.refusal_cues import read_cues
 from processors.stats import wilson_interval
 from refusal_audit.audit.settings import example_bundle_paths
 from refusal_audit.bundles import load_bundle
