@@ -45,7 +45,7 @@ from processors.text_encoder import TextEncoder
 from refusal_audit.clarification.circumvention_check import load_circumvention_model
 from refusal_audit.clarification.evaluate import corpus_set, score_fixture
 from refusal_audit.training import circumvention as training
-from refusal_audit.training.circumvention import DevSet
+from refusal_audit.training.circumvention_corpus import DevSet, load_dev
 
 CORPUS = Path(__file__).resolve().parents[1] / "datasets" / "circumvention"
 OLD_C = 0.3
@@ -123,7 +123,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--heldout", action="store_true", help="also score the held-out file")
     args = parser.parse_args()
-    sets = training.load_dev()
+    sets = load_dev()
     dev = _fixture(CORPUS / "dev.jsonl")
     _print_scored("rules on dev (nothing fitted)", score_fixture(dev, RULES_CHECK))
     _print_cv("old trained (unconstrained)", training.cv_figures(sets, old_trained_oof(sets)))

@@ -406,7 +406,7 @@ def test_round_two_needs_no_second_check_a_subset_of_an_accepted_set_is_accepted
     from itertools import combinations
 
     from processors.clarification.circumvention import TOO_FEW_QUESTIONS
-    from refusal_audit.training.circumvention import load_dev
+    from refusal_audit.training.circumvention_corpus import load_dev
 
     accepted = 0
     for s in load_dev():

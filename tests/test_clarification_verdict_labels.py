@@ -21,7 +21,8 @@ from processors.clarification.routing import RoutingDecision
 from processors.clarification.trail import step_row
 from refusal_audit.cli import app
 from refusal_audit.config import Settings
-from refusal_audit.training.circumvention import DEV_PATH, build
+from refusal_audit.training.circumvention import build
+from refusal_audit.training.circumvention_corpus import DEV_PATH
 from schemas import clarification as contract
 from schemas.clarification import ConversationState, EscalationReason, Outcome, Route
 from warehouse import Warehouse

@@ -439,7 +439,6 @@ def test_an_io_client_outside_its_layer_is_reported() -> None:
 #: or a module joining one of these, fails :func:`test_no_new_import_cycles`.
 CYCLE_DEBT = (
     frozenset({"warehouse.client", "warehouse.follow", "warehouse.remote", "warehouse.sql_guard"}),
-    frozenset({"refusal_audit.training.circumvention", "refusal_audit.training.verdict_files"}),
 )
 
 

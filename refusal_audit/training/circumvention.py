@@ -64,43 +64,14 @@ from processors.clarification.circumvention_model import (
 from processors.clarification.verdict_sets import VERDICT_DOMAIN
 from processors.stats import wilson_interval
 from processors.text_encoder import TextEncoder
+from refusal_audit.training.circumvention_corpus import DEV_PATH, DevSet, load_dev
+from refusal_audit.training.verdict_files import check_verdict_weight, load_verdict_sets
 
-DEV_PATH = Path(__file__).resolve().parents[2] / "datasets" / "circumvention" / "dev.jsonl"
-HELDOUT_PATH = DEV_PATH.with_name("heldout.jsonl")
-"""The frozen held-out corpus: never trained on (datasets/circumvention/README.md)."""
 STEM = Path(__file__).resolve().parents[1] / "models" / "circumvention_check"
 C_GRID: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0)
 """Inverse regularisation strengths tried by leave-one-domain-out on dev."""
 TARGET_RECALL = 0.90
 """Out-of-fold recall the threshold must keep on dev (issue 25, item 5's recall target)."""
-
-
-@dataclass(frozen=True)
-class DevSet:
-    """One dev set: domain, texts and label (True: ``reject``)."""
-
-    set_id: str
-    domain: str
-    request: str
-    refusal: str
-    questions: list[str]
-    reject: bool
-
-
-def load_dev(path: Path = DEV_PATH) -> list[DevSet]:
-    """The sets of a corpus file (``datasets/circumvention`` format). Raises ``OSError``,
-    ``ValueError`` (bad JSON) or ``KeyError`` (a missing field) for a bad file."""
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            r = json.loads(line)
-            out.append(
-                DevSet(
-                    r["set_id"], r["domain"], r["request"], r["refusal"],
-                    [q["question_text"] for q in r["questions"]], r["label"] == "reject",
-                )
-            )  # fmt: skip
-    return out
 
 
 @dataclass(frozen=True)
@@ -333,8 +304,6 @@ def build(
     for a malformed one (or a dev file with a single label; a verdict file's errors name
     the line, and a held-out set in it is refused).
     """
-    from refusal_audit.training.verdict_files import check_verdict_weight, load_verdict_sets
-
     verdict_weight = check_verdict_weight(verdict_weight)
     dev_sets = load_dev(dev)
     y_dev = np.array([s.reject for s in dev_sets])

@@ -11,7 +11,7 @@ import typer
 from refusal_audit.audit.prefilter_model import CATEGORY_STEM, SHIPPED_STEM
 from refusal_audit.clarification.circumvention_check import CIRCUMVENTION_STEM
 from refusal_audit.cli_common import console, fail_usage, settings
-from refusal_audit.training.circumvention import DEV_PATH as CIRCUMVENTION_DEV
+from refusal_audit.training.circumvention_corpus import DEV_PATH as CIRCUMVENTION_DEV
 from refusal_audit.training.verdict_files import check_verdict_weight, heldout_sets_in
 
 DEFAULT_SHARED_DATA = Path("../shared/data")

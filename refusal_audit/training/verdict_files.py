@@ -25,7 +25,7 @@ from processors.clarification.verdict_sets import (
     SetIndex,
     normalised_text,
 )
-from refusal_audit.training.circumvention import DEV_PATH, HELDOUT_PATH, DevSet
+from refusal_audit.training.circumvention_corpus import DEV_PATH, HELDOUT_PATH, DevSet
 
 REVIEW_LABELS = "review labels"
 CLARIFICATION_LABELS = "review clarification-labels"
