@@ -307,7 +307,7 @@ def sql(
 @app.command(rich_help_panel=STREAMING_PANEL)
 def migrate() -> None:
     """Create the warehouse database and apply pending DDL migrations."""
-    from warehouse.client import connect
+    from warehouse.connect import connect
     from warehouse.migrate import migrate as apply
 
     cfg = settings()

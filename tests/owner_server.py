@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from warehouse.client import connect
+from warehouse.connect import connect
 from warehouse.migrate import migrate
 from warehouse.remote import (
     OWNER_PATH,

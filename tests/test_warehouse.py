@@ -1052,7 +1052,8 @@ def test_https_dsn_speaks_tls_before_sending_credentials() -> None:
     import socket
     import threading
 
-    from warehouse.client import WarehouseError, connect
+    from warehouse.client import WarehouseError
+    from warehouse.connect import connect
 
     server = socket.socket()
     server.bind(("127.0.0.1", 0))

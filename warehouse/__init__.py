@@ -4,7 +4,8 @@
 the pipeline's records idempotently, ``run_named`` / ``run_readonly`` answer analysts.
 """
 
-from warehouse.client import WarehouseError, connect
+from warehouse.client import WarehouseError
+from warehouse.connect import connect
 from warehouse.migrate import Migration, MigrationError, load_migrations, migrate
 from warehouse.queries import (
     NAMED_QUERIES,

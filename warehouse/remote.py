@@ -4,7 +4,7 @@ chDB lets one process at a time open a data path. The long-running owner of an e
 store (the stream worker) serves requests for it over HTTP on loopback, and announces
 itself in an *owner file* next to the data directory (``<path>.owner.json`` for
 ``chdb:///<path>``): ``{"pid", "url", "token", "started_at"}``, mode 0600. While that
-process lives, ``warehouse.client.connect`` returns a ``RemoteClient`` to it instead of
+process lives, ``warehouse.connect.connect`` returns a ``RemoteClient`` to it instead of
 opening the store (which would fail on chDB's lock).
 
 Wire format: one ``POST`` per call, a JSON object ``{"op", "database", ...}`` with a

@@ -30,7 +30,8 @@ from tenacity import (
 from schemas import BatchRecord, DeadLetter, StoredAssessment, StoredEvent
 from schemas.audit import PolicyGapFlag
 from schemas.events import StoredIdentity
-from warehouse.client import Client, WarehouseError, connect, validate_identifier
+from warehouse.client import Client, WarehouseError, validate_identifier
+from warehouse.connect import connect
 
 __all__ = [
     "ALERT_COLUMNS",
@@ -374,7 +375,7 @@ class Warehouse:
     ) -> Warehouse:
         """Connect with ``settings`` (DSN, database, password, retries) and migrate.
 
-        ``via_owner``: see ``warehouse.client.connect`` (an embedded store owned by another
+        ``via_owner``: see ``warehouse.connect.connect`` (an embedded store owned by another
         process is reached through its owner; False opens it in this process).
         Raises ``WarehouseError`` (``MigrationError`` for a migration problem).
         """

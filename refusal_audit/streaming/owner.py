@@ -26,7 +26,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from refusal_audit.config import Settings
-from warehouse.client import Client, WarehouseError, connect
+from warehouse.client import Client, WarehouseError
+from warehouse.connect import connect
 from warehouse.follow import FollowingClient
 from warehouse.remote import (
     OWNER_PATH,
