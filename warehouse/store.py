@@ -320,6 +320,21 @@ _FIRST_FINGERPRINTS = (
 )
 
 
+LOOKUP_CHUNK = 10_000
+"""Most keys in one primary-key lookup query (``IN`` list). On embedded chDB one large list
+falls off a cliff (``python benchmarks/sink_lookup.py``, 2026-12-05, 2-core machine): with
+100,000 stored events, 10,000 fresh ids took 0.13 s in one query and 33,000 took 39 s, but
+0.60 s in chunks of 10,000; exploratory runs on 330,000 rows: 25,000 ids 0.16 s, 27,000 or
+more 39-47 s, growing with the stored rows. The sink's blocks of ~33,000 events made every
+block pay the slow path, which is how the sink slowed down as the store grew (issue 27)."""
+
+
+def _chunks(items: Sequence[Any], size: int = 0) -> list[Sequence[Any]]:
+    """``items`` in consecutive slices of at most ``size`` (default :data:`LOOKUP_CHUNK`)."""
+    size = size or LOOKUP_CHUNK
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
 class WarehouseSettings(Protocol):
     """What ``Warehouse.open`` reads of the settings; ``refusal_audit.config.Settings`` has
     it (the warehouse does not import the application's settings)."""
@@ -503,6 +518,16 @@ class Warehouse:
         """
         self._insert("refusal_events", EVENT_COLUMNS, [_event_row(e) for e in events], token)
 
+    def _lookup(self, table: str, what: str, sql: str, name: str, keys: Sequence[Any]) -> list[Any]:
+        """The rows of ``sql`` with its ``name`` parameter bound to ``keys``, queried
+        :data:`LOOKUP_CHUNK` keys at a time (each with the store's retries). Raises
+        ``WarehouseError``."""
+        rows: list[Any] = []
+        for chunk in _chunks(keys):
+            bound = {name: list(chunk)}
+            rows += self._with_retries(table, what, lambda b=bound: self._select(sql, b))[1]  # type: ignore[misc]
+        return rows
+
     def stored_identities(self, keys: Sequence[tuple[str, str]]) -> dict[str, StoredIdentity]:
         """What is stored of the events ``keys`` = ``(policy_bundle, log_id)`` pairs (log ids
         not stored are absent from the result, which is keyed by log id).
@@ -511,7 +536,8 @@ class Warehouse:
         ``ingested_at`` among rows with one; "" when only rows from before fingerprints
         exist, and the next copy then pins it), whether its current row is a
         refusal, and the audit configuration of its newest assessment under that bundle
-        (``schemas.events.audit_config_key``, "" if none). Two queries on the primary keys.
+        (``schemas.events.audit_config_key``, "" if none). Two queries on the primary keys
+        per :data:`LOOKUP_CHUNK` ids.
         Raises ``WarehouseError``.
         """
         if not keys:
@@ -527,12 +553,8 @@ class Warehouse:
             "GROUP BY policy_bundle, log_id"
         )
         what = f"lookup of {len(ids)} log id(s) in"
-        _, events = self._with_retries(
-            "refusal_events", what, lambda: self._select(events_sql, {"ids": ids})
-        )
-        _, audits = self._with_retries(
-            "assessments", what, lambda: self._select(audits_sql, {"pairs": pairs})
-        )
+        events = self._lookup("refusal_events", what, events_sql, "ids", ids)
+        audits = self._lookup("assessments", what, audits_sql, "pairs", pairs)
         audited = {str(r[0]): str(r[1]) for r in audits}
         return {
             str(r[0]): StoredIdentity(str(r[1]), bool(r[2]), audited.get(str(r[0]), ""))
@@ -543,14 +565,12 @@ class Warehouse:
         """log id -> the content fingerprint of its first fingerprinted stored copy ("" when
         only copies from before fingerprints exist), for the stored ones of ``log_ids``: the
         part of :meth:`stored_identities` the warehouse sink's duplicate rule needs, one
-        query on the primary key. Raises ``WarehouseError``."""
+        query on the primary key per :data:`LOOKUP_CHUNK` ids. Raises ``WarehouseError``."""
         ids = list(dict.fromkeys(log_ids))
         if not ids:
             return {}
-        _, rows = self._with_retries(
-            "refusal_events", f"lookup of {len(ids)} log id(s) in",
-            lambda: self._select(_FIRST_FINGERPRINTS, {"ids": ids}),
-        )  # fmt: skip
+        what = f"lookup of {len(ids)} log id(s) in"
+        rows = self._lookup("refusal_events", what, _FIRST_FINGERPRINTS, "ids", ids)
         return {str(r[0]): str(r[1]) for r in rows}
 
     def insert_assessments(
