@@ -13,6 +13,15 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.text import Text
 
 from refusal_audit.config import ConfigError, Settings, load_settings
 from warehouse.client import WarehouseError
@@ -75,3 +84,24 @@ def service_logging() -> None:
     owner, and the listening probe) only as warnings."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+class _Count(MofNCompleteColumn):
+    """``done/total`` when the total is known, else just ``done`` (never ``done/?``)."""
+
+    def render(self, task: Task) -> Text:
+        if task.total is None:
+            return Text(str(int(task.completed)), style="progress.download")
+        return super().render(task)
+
+
+def batch_progress() -> Progress:
+    """The record counter of ``audit`` and ``produce`` (on stderr)."""
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        _Count(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    )
