@@ -11,7 +11,9 @@ from processors.policy import PolicyParseError, parse_bundle
 from refusal_audit.audit.settings import (
     EXAMPLE_POLICIES_DIR,
     PolicyBundlePaths,
-    example_bundle_paths,
+)
+from refusal_audit.audit.settings import (
+    example_bundle_paths as example_bundle_paths,  # re-exported: the shipped example bundle
 )
 from refusal_audit.config import ConfigError
 from schemas.policy import PolicyBundle

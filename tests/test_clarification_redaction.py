@@ -22,7 +22,7 @@ from processors.clarification.openai_questions import QUESTIONS_SCHEMA_NAME, Ope
 from processors.clarification.trail import step_row
 from processors.engines.openai_engine import OpenAIEngine
 from processors.redaction import Redactor
-from refusal_audit.clarification.server import build_redactor
+from refusal_audit.audit.engines import configured_redactor
 from refusal_audit.clarification.service import ClarifyService, StepResult
 from refusal_audit.clarification.store import SqliteStore
 from refusal_audit.config import Settings
@@ -181,7 +181,7 @@ def test_redaction_off_keeps_the_texts(
 def test_the_service_redacts_with_the_audit_settings(
     overrides: dict[str, Any], email: bool, phone: bool
 ) -> None:
-    redactor = build_redactor(Settings(**overrides))
+    redactor = configured_redactor(Settings(**overrides))
     text = f"mail {REQUEST_EMAIL} or call {REQUEST_PHONE}"
     out = redactor.redact(text).text if redactor is not None else text
     assert (REQUEST_EMAIL not in out) == email

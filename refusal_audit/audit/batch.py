@@ -19,9 +19,13 @@ from processors.adapters import (
     detect_format,
 )
 from processors.intake import IntakeSettings
-from processors.redaction import Redactor
 from refusal_audit.alerts.drift import DriftConfig, bundle_baselines
-from refusal_audit.audit.engines import close_engine, make_engine, tag_prefilter
+from refusal_audit.audit.engines import (
+    close_engine,
+    configured_redactor,
+    make_engine,
+    tag_prefilter,
+)
 from refusal_audit.audit.pipeline import AuditPipeline, InputSource, RunReport, Sink
 from refusal_audit.audit.readers import default_model_for, read_records
 from refusal_audit.bundles import load_bundles
@@ -160,7 +164,7 @@ def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) ->
     model artifact.
     """
     bundles = load_bundles(cfg.policy_bundles, cfg.data_dir)
-    redactor = Redactor(cfg.redaction_kinds) if cfg.redaction_enabled else None
+    redactor = configured_redactor(cfg)
     refusal_model = None
     if cfg.prefilter_enabled and cfg.prefilter_model == "trained":
         from refusal_audit.audit.prefilter_model import load_shipped_model

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from processors.engines.base import AuditEngine
 from processors.engines.local import LocalEngine
+from processors.redaction import Redactor
 from refusal_audit.config import ConfigError, Settings
 from refusal_audit.llm.discovery import (
     ServerInfo,
@@ -155,3 +156,10 @@ async def close_engine(engine: Any) -> None:
     close = getattr(client, "close", None)
     if close is not None:
         await close()
+
+
+def configured_redactor(settings: Settings) -> Redactor | None:
+    """The redactor the audit settings describe (``redaction_kinds``), or None when
+    ``redaction_enabled`` is off: the one the batch audit, the clarification service, the
+    calibration runs and the reviewers' label exports all apply."""
+    return Redactor(settings.redaction_kinds) if settings.redaction_enabled else None

@@ -93,7 +93,7 @@ def calibrate_run(
     them; exit 1 when a variant failed or a run was escalated. The starter is a review-app
     account, verified first (password or API token): exit 2 when it cannot be."""
     from processors.calibration.base import CalibrationInputError
-    from processors.redaction import Redactor
+    from refusal_audit.audit.engines import configured_redactor
     from refusal_audit.calibration.runs import (
         InputFileError,
         dumps,
@@ -117,7 +117,7 @@ def calibrate_run(
         if file is not None:
             if not file.is_file():
                 raise fail_usage(f"input file not found (or not a file): {file}")
-            redactor = Redactor(cfg.redaction_kinds) if cfg.redaction_enabled else None
+            redactor = configured_redactor(cfg)
             requests = read_requests(file, redactor)
             source = f"file:{file}"
         else:

@@ -23,8 +23,12 @@ from processors.clarification.flow import Clarifier
 from processors.clarification.judge import CircumventionJudge
 from processors.clarification.local_questions import LocalQuestionEngine
 from processors.engines.base import AuditEngine
-from processors.redaction import Redactor
-from refusal_audit.audit.engines import llm_call_options, make_engine, openai_client
+from refusal_audit.audit.engines import (
+    configured_redactor,
+    llm_call_options,
+    make_engine,
+    openai_client,
+)
 from refusal_audit.bundles import load_bundles
 from refusal_audit.clarification.circumvention_check import build_circumvention_check
 from refusal_audit.clarification.service import ClarifyService
@@ -139,20 +143,15 @@ def build_clarifier(
     )
 
 
-def build_redactor(cfg: Settings) -> Redactor | None:
-    """The audit's redactor (``redaction_kinds``), or None when ``redaction_enabled`` is off."""
-    return Redactor(cfg.redaction_kinds) if cfg.redaction_enabled else None
-
-
 def build_service(
     cfg: Settings, store: StateStore | None = None, kafka: bool = False
 ) -> ClarifyService:
     """The service over the configured engines and store (``store`` overrides it), redacting
-    with the audit's settings (``build_redactor``)."""
+    with the audit's settings (``configured_redactor``)."""
     return ClarifyService(
         build_clarifier(cfg),
         store if store is not None else build_store(cfg, kafka),
-        redactor=build_redactor(cfg),
+        redactor=configured_redactor(cfg),
         max_clock_skew=timedelta(seconds=cfg.clarify_max_clock_skew_seconds),
     )
 

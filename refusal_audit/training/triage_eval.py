@@ -40,8 +40,7 @@ from processors.engines.local import LocalEngine
 from processors.prefilter import decide_from_cues
 from processors.refusal_cues import read_cues
 from processors.stats import wilson_interval
-from refusal_audit.audit.settings import example_bundle_paths
-from refusal_audit.bundles import load_bundle
+from refusal_audit.bundles import example_bundle_paths, load_bundle
 from refusal_audit.training.labels import (
     XSTEST_FILES,
     load_triage_examples,
