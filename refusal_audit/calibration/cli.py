@@ -30,8 +30,6 @@ from refusal_audit.config import ConfigError, Settings
 
 if TYPE_CHECKING:
     from refusal_audit.calibration.starter import VerifiedStarter
-    from refusal_audit.calibration.store import Skipped
-    from schemas.calibration import CalibrationRequest
     from warehouse.store import Warehouse
 
 calibrate_app = typer.Typer(
@@ -95,13 +93,15 @@ def calibrate_run(
     them; exit 1 when a variant failed or a run was escalated. The starter is a review-app
     account, verified first (password or API token): exit 2 when it cannot be."""
     from processors.calibration.base import CalibrationInputError
+    from processors.redaction import Redactor
     from refusal_audit.calibration.runs import (
         InputFileError,
         dumps,
+        read_requests,
         read_spectrum,
         run_calibrations,
     )
-    from refusal_audit.calibration.store import log_runs
+    from refusal_audit.calibration.store import Skipped, log_runs, requests_from_warehouse
     from warehouse.client import WarehouseError
 
     from_store = bool(log_ids) or category is not None or clause is not None
@@ -111,13 +111,26 @@ def calibrate_run(
     store = open_store(cfg)
     starter = verified_starter(store, cfg, started_by, token_file)
     who = starter.name
+    skipped: list[Skipped] = []
     try:
         spectrum = read_spectrum(spectrum_file) if spectrum_file is not None else None
+        if file is not None:
+            if not file.is_file():
+                raise fail_usage(f"input file not found (or not a file): {file}")
+            redactor = Redactor(cfg.redaction_kinds) if cfg.redaction_enabled else None
+            requests = read_requests(file, redactor)
+            source = f"file:{file}"
+        else:
+            _check_filters(cfg, clause, category, bundle)
+            requests, skipped = requests_from_warehouse(
+                store, log_ids=log_ids or None, category=category, clause_id=clause,
+                policy_bundle=bundle, limit=limit, requested_by=who,
+            )  # fmt: skip
+            source = "warehouse"
     except (OSError, InputFileError, ValueError) as exc:
         raise fail_usage(str(exc)) from exc
-    requests, skipped, source = _calibration_requests(
-        cfg, store, file, log_ids, category, clause, bundle, limit, who
-    )
+    except WarehouseError as exc:
+        raise fail_usage(f"cannot read the warehouse: {exc}") from exc
     for s in skipped:
         err.print(f"[yellow]{escape(s.log_id)}:[/yellow] {escape(s.reason)} (not calibrated)")
     if not requests:
@@ -140,47 +153,6 @@ def calibrate_run(
             print_run(run)
     if any(r.status != "passed" for r in runs) or skipped or not logged:
         raise typer.Exit(EXIT_FAILURES)
-
-
-def _calibration_requests(
-    cfg: Settings,
-    store: Warehouse,
-    file: Path | None,
-    log_ids: list[str] | None,
-    category: str | None,
-    clause: str | None,
-    bundle: str | None,
-    limit: int,
-    who: str,
-) -> tuple[list[CalibrationRequest], list[Skipped], str]:
-    """``calibrate run``'s requests: from ``file``, else the warehouse's refusals matching
-    the filters; with the refusals skipped and the source logged with the runs. Raises
-    ``typer.Exit`` (usage, 2) when they cannot be read."""
-    from processors.redaction import Redactor
-    from refusal_audit.calibration.runs import InputFileError, read_requests
-    from refusal_audit.calibration.store import requests_from_warehouse
-    from warehouse.client import WarehouseError
-
-    skipped: list[Skipped] = []
-    try:
-        if file is not None:
-            if not file.is_file():
-                raise fail_usage(f"input file not found (or not a file): {file}")
-            redactor = Redactor(cfg.redaction_kinds) if cfg.redaction_enabled else None
-            requests = read_requests(file, redactor)
-            source = f"file:{file}"
-        else:
-            _check_filters(cfg, clause, category, bundle)
-            requests, skipped = requests_from_warehouse(
-                store, log_ids=log_ids or None, category=category, clause_id=clause,
-                policy_bundle=bundle, limit=limit, requested_by=who,
-            )  # fmt: skip
-            source = "warehouse"
-    except (OSError, InputFileError, ValueError) as exc:
-        raise fail_usage(str(exc)) from exc
-    except WarehouseError as exc:
-        raise fail_usage(f"cannot read the warehouse: {exc}") from exc
-    return requests, skipped, source
 
 
 def verified_starter(
