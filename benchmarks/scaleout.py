@@ -133,7 +133,8 @@ from worker_throughput import (
 from streams.producer import DeliveryError, TopicWriter, make_producer
 from streams.topics import TopicError, Topics, admin_client, create_topics, topic_specs
 from warehouse.client import WarehouseError
-from warehouse.remote import RemoteClient, find_owner
+from warehouse.remote.client import RemoteClient
+from warehouse.remote.discovery import find_owner
 
 HERE = Path(__file__).resolve().parent
 FAKE_SERVER = HERE / "fake_openai_fixed_latency.py"

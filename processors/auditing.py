@@ -9,6 +9,7 @@ import hashlib
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import orjson
 
@@ -56,6 +57,22 @@ class AuditedBatch:
     calls: int = 0
 
 
+def _provenance(
+    batch_id: str, bundle: PolicyBundle, engine: AuditEngine, now: datetime
+) -> dict[str, Any]:
+    """The provenance columns a batch's record and each of its assessments carry."""
+    return {
+        "batch_id": batch_id,
+        "policy_bundle": bundle.name,
+        "bundle_version": bundle.version,
+        "engine": engine.name,
+        "engine_model": engine.model,
+        "engine_version": engine.version,
+        "prompt_version": engine.prompt_version,
+        "audited_at": now,
+    }
+
+
 async def audit_batch(
     batch: AuditBatch,
     bundle: PolicyBundle,
@@ -97,17 +114,7 @@ async def audit_batch(
         threshold=getattr(engine, "false_positive_threshold", 0.5),
         uncertainty_band=review_band,
     )
-    batch_id = batch_id_for(batch, bundle, engine)
-    provenance = {
-        "batch_id": batch_id,
-        "policy_bundle": bundle.name,
-        "bundle_version": bundle.version,
-        "engine": engine.name,
-        "engine_model": engine.model,
-        "engine_version": engine.version,
-        "prompt_version": engine.prompt_version,
-        "audited_at": now,
-    }
+    provenance = _provenance(batch_id_for(batch, bundle, engine), bundle, engine, now)
     events = {e.log_id: e for e in batch.events}
     assessments = [
         StoredAssessment(

@@ -179,6 +179,28 @@ def evaluate(items: Sequence[EvalItem]) -> dict[str, Any]:
             [bool(i.labels.is_refusal) for i in text_only],
             [i.detected_refusal for i in text_only],
         )
+    fp_section = _false_positive_section(items)
+    if fp_section is not None:
+        report["false_positive_detection"] = fp_section
+    compared = [
+        i
+        for i in items
+        if i.labels.is_refusal is not None
+        and not i.label_in_classifier
+        and i.classifier_refusal is not None
+        and i.detector_refusal is not None
+    ]
+    if compared:
+        report["classifier_vs_detector"] = classifier_vs_detector(compared)
+    category_section = _category_section(items)
+    if category_section is not None:
+        report["category_agreement"] = category_section
+    return report
+
+
+def _false_positive_section(items: Sequence[EvalItem]) -> dict[str, Any] | None:
+    """``evaluate``'s ``false_positive_detection`` section, None without audited labelled
+    items."""
     audited: Callable[[EvalItem], bool] = lambda i: i.estimated_fp is not None  # noqa: E731
     # over-refusal is judged on audited events that really are refusals (a compliant answer
     # the pre-filter mistook for a refusal has no over-refusal label worth the name)
@@ -203,23 +225,18 @@ def evaluate(items: Sequence[EvalItem]) -> dict[str, Any]:
                     [bool(i.labels.is_over_refusal) for i in scored], [i.fp_score for i in scored]
                 )
             )
-        report["false_positive_detection"] = section
-    compared = [
-        i
-        for i in items
-        if i.labels.is_refusal is not None
-        and not i.label_in_classifier
-        and i.classifier_refusal is not None
-        and i.detector_refusal is not None
-    ]
-    if compared:
-        report["classifier_vs_detector"] = classifier_vs_detector(compared)
+        return section
+    return None
+
+
+def _category_section(items: Sequence[EvalItem]) -> dict[str, Any] | None:
+    """``evaluate``'s ``category_agreement`` section, None without audited labelled items."""
     with_category = [i for i in items if i.labels.category is not None]
     cat_items = [i for i in with_category if i.category is not None]
     if cat_items:
         confusion = Counter((str(i.labels.category), str(i.category)) for i in cat_items)
         agree = sum(n for (truth, got), n in confusion.items() if truth == got)
-        report["category_agreement"] = {
+        return {
             "agreement": rate(agree, len(cat_items)),
             "labelled": len(with_category),
             "confusion": [
@@ -227,7 +244,7 @@ def evaluate(items: Sequence[EvalItem]) -> dict[str, Any]:
                 for (truth, got), n in sorted(confusion.items())
             ],
         }
-    return report
+    return None
 
 
 def classifier_vs_detector(items: Sequence[EvalItem]) -> dict[str, Any]:

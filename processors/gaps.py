@@ -369,6 +369,41 @@ def _iso(value: datetime) -> str:
     return value.isoformat(timespec="milliseconds")
 
 
+def _gap_summary(
+    evidence: GapEvidence,
+    previous: PreviousAlert | None,
+    prev_log_ids: int,
+    growth: int,
+    cooldown: timedelta,
+    evidence_query: str,
+) -> tuple[str, str]:
+    """``gap_alert``'s gap description (cut to ``MAX_ALERT_DESCRIPTION``) and summary."""
+    k = evidence.period
+    if previous is None:
+        lead = "New policy gap"
+        change = ""
+    else:
+        lead = "Growing policy gap"
+        change = (
+            f" (+{growth} since the alert of cooldown period {previous.period}, which "
+            f"counted {prev_log_ids})"
+        )
+    # an alert must fit a Kafka record: the description is cut (the full text stays in the
+    # sightings table)
+    description = evidence.description
+    if len(description) > MAX_ALERT_DESCRIPTION:
+        description = description[:MAX_ALERT_DESCRIPTION] + " [...]"
+    summary = (
+        f"{lead} in policy bundle '{evidence.policy_bundle}' (gap {evidence.gap_id}): "
+        f'"{description}". {evidence.log_ids} distinct refusal log id(s){change} '
+        f"flagged by {evidence.batches} audited batch(es); first seen "
+        f"{_iso(evidence.first_seen)}, last seen {_iso(evidence.last_seen)} (cooldown period "
+        f"{k} of {cooldown}). No policy clause covers these refusals: clarify the policy. "
+        f"Reproduce the counts with: {evidence_query}"
+    )
+    return description, summary
+
+
 def gap_alert(
     evidence: GapEvidence,
     *,
@@ -407,27 +442,8 @@ def gap_alert(
     }
     counts = {"log_ids": evidence.log_ids, "batches": evidence.batches}
     growth = evidence.log_ids - prev_counts["log_ids"]
-    if previous is None:
-        lead = "New policy gap"
-        change = ""
-    else:
-        lead = "Growing policy gap"
-        change = (
-            f" (+{growth} since the alert of cooldown period {previous.period}, which "
-            f"counted {prev_counts['log_ids']})"
-        )
-    # an alert must fit a Kafka record: the description is cut (the full text stays in the
-    # sightings table)
-    description = evidence.description
-    if len(description) > MAX_ALERT_DESCRIPTION:
-        description = description[:MAX_ALERT_DESCRIPTION] + " [...]"
-    summary = (
-        f"{lead} in policy bundle '{evidence.policy_bundle}' (gap {evidence.gap_id}): "
-        f'"{description}". {evidence.log_ids} distinct refusal log id(s){change} '
-        f"flagged by {evidence.batches} audited batch(es); first seen "
-        f"{_iso(evidence.first_seen)}, last seen {_iso(evidence.last_seen)} (cooldown period "
-        f"{k} of {cooldown}). No policy clause covers these refusals: clarify the policy. "
-        f"Reproduce the counts with: {evidence_query}"
+    description, summary = _gap_summary(
+        evidence, previous, prev_counts["log_ids"], growth, cooldown, evidence_query
     )
     return Alert(
         alert_id=gap_alert_id(evidence.policy_bundle, evidence.gap_id, k),

@@ -89,20 +89,15 @@ def _split_tags(heading: str, lineno: int) -> tuple[str, dict[str, str]]:
     return rest, tags
 
 
-def parse_clauses(markdown: str, document: PolicyDocument, prefix: str) -> list[Clause]:
-    """Parse the numbered clauses of one policy document (see the module docstring).
+# (number, title, own stance, own area, body lines, line number)
+_RawClause = tuple[str, str, str | None, str | None, list[str], int]
 
-    ``prefix`` (e.g. ``"AUP"`` or ``"PSP"``) makes ``clause_id = f"{prefix}-{number}"``.
-    Returns the clauses in document order.
 
-    Raises :class:`PolicyParseError` when no clause is found, a number occurs twice, a
-    heading has a number but no title, a tag is unknown/duplicated/empty, a stance is not
-    ``allow``/``prohibit``/``neutral`` or an area is not a lower_snake_case code.
-    """
-    if not prefix or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", prefix):
-        raise PolicyParseError(f"invalid clause prefix {prefix!r}")
-    # (number, title, own stance, own area, body lines, line number)
-    raw: list[tuple[str, str, str | None, str | None, list[str], int]] = []
+def _scan_clauses(markdown: str) -> list[_RawClause]:
+    """The numbered clause headings of ``markdown`` in order, each with its own tags and body
+    lines (``parse_clauses`` resolves the inherited stance and area). Raises
+    :class:`PolicyParseError` as ``parse_clauses`` documents."""
+    raw: list[_RawClause] = []
     current_body: list[str] | None = None
     in_fence = False
     for lineno, line in enumerate(markdown.splitlines(), start=1):
@@ -140,7 +135,22 @@ def parse_clauses(markdown: str, document: PolicyDocument, prefix: str) -> list[
             raise PolicyParseError(f"line {lineno}: duplicate clause number {number}")
         current_body = []
         raw.append((number, title, stance, area, current_body, lineno))
+    return raw
 
+
+def parse_clauses(markdown: str, document: PolicyDocument, prefix: str) -> list[Clause]:
+    """Parse the numbered clauses of one policy document (see the module docstring).
+
+    ``prefix`` (e.g. ``"AUP"`` or ``"PSP"``) makes ``clause_id = f"{prefix}-{number}"``.
+    Returns the clauses in document order.
+
+    Raises :class:`PolicyParseError` when no clause is found, a number occurs twice, a
+    heading has a number but no title, a tag is unknown/duplicated/empty, a stance is not
+    ``allow``/``prohibit``/``neutral`` or an area is not a lower_snake_case code.
+    """
+    if not prefix or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", prefix):
+        raise PolicyParseError(f"invalid clause prefix {prefix!r}")
+    raw = _scan_clauses(markdown)
     if not raw:
         raise PolicyParseError(
             f"no clauses found in the {document} document (expected headings like '### 1.2 Title')"

@@ -2,7 +2,7 @@
 
 ``python tests/owner_server.py DSN DATABASE`` opens the chDB path of ``DSN`` in this
 process (``DATABASE`` migrated), serves the owner channel on 127.0.0.1 (a free port) with
-``warehouse.remote.serve_request``/``check_bearer`` on a second client (as the worker
+``warehouse.remote.server.serve_request``/``check_bearer`` on a second client (as the worker
 does), announces itself in the owner file and prints ``READY <url>``. SIGTERM/SIGINT stop
 it and withdraw the file; SIGKILL leaves a stale one.
 """
@@ -24,14 +24,8 @@ from starlette.routing import Route
 
 from warehouse.connect import connect
 from warehouse.migrate import migrate
-from warehouse.remote import (
-    OWNER_PATH,
-    check_bearer,
-    new_token,
-    publish_owner,
-    serve_request,
-    withdraw_owner,
-)
+from warehouse.remote.discovery import new_token, publish_owner, withdraw_owner
+from warehouse.remote.server import OWNER_PATH, check_bearer, serve_request
 
 
 def main(dsn: str, database: str) -> None:

@@ -35,19 +35,10 @@ import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError, InterfaceError, OperationalError
 from streaming import Deployment, stop, wait_for_web
 
-from warehouse.remote import (
-    OWNER_PATH,
-    CodecError,
-    RemoteClient,
-    check_bearer,
-    decode_value,
-    encode_value,
-    find_owner,
-    owner_file,
-    publish_owner,
-    serve_request,
-    withdraw_owner,
-)
+from warehouse.remote.client import RemoteClient
+from warehouse.remote.codec import CodecError, decode_value, encode_value
+from warehouse.remote.discovery import find_owner, owner_file, publish_owner, withdraw_owner
+from warehouse.remote.server import OWNER_PATH, check_bearer, serve_request
 from warehouse.store import is_transient
 
 REPO = Path(__file__).resolve().parents[1]

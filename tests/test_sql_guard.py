@@ -38,7 +38,7 @@ from refusal_audit.cli import app
 from warehouse import ReadOnlyViolation, WarehouseError, connect, migrate
 from warehouse.client import Client
 from warehouse.queries import NAMED_QUERIES, run_readonly
-from warehouse.remote import serve_request
+from warehouse.remote.server import serve_request
 
 REPO = Path(__file__).resolve().parents[1]
 runner = CliRunner()

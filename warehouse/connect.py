@@ -25,7 +25,8 @@ from warehouse.client import (
 )
 from warehouse.follow import FollowingClient
 from warehouse.private import make_private_dir
-from warehouse.remote import RemoteClient, find_owner
+from warehouse.remote.client import RemoteClient
+from warehouse.remote.discovery import find_owner
 
 log = logging.getLogger("warehouse.client")
 
@@ -98,12 +99,12 @@ def connect(
     Datetimes come back timezone-aware (UTC).
 
     For an embedded path whose owner process (the stream worker or the review server) is
-    alive and announces the owner channel (``warehouse.remote.find_owner``), the result is a
-    ``warehouse.follow.FollowingClient`` on that owner's channel, typed as ``Client``: it
-    implements the subset of ``Client`` this package uses, and follows a new owner or takes
-    the store over when the owner goes away. ``via_owner=False`` always opens the store in
-    this process (the owner itself does so). If the owner does not answer, the store is
-    opened here, which fails while the owner holds chDB's lock.
+    alive and announces the owner channel (``warehouse.remote.discovery.find_owner``), the
+    result is a ``warehouse.follow.FollowingClient`` on that owner's channel, typed as
+    ``Client``: it implements the subset of ``Client`` this package uses, and follows a new
+    owner or takes the store over when the owner goes away. ``via_owner=False`` always opens
+    the store in this process (the owner itself does so). If the owner does not answer, the
+    store is opened here, which fails while the owner holds chDB's lock.
 
     Raises ``WarehouseError`` for an invalid DSN or database name, an unreachable server,
     failed authentication, a missing chDB package, a second chDB data path in this

@@ -21,7 +21,8 @@ from typing import Any
 from clickhouse_connect.driver.exceptions import InterfaceError, OperationalError
 
 from warehouse.client import Client, WarehouseError
-from warehouse.remote import RemoteClient, find_owner
+from warehouse.remote.client import RemoteClient
+from warehouse.remote.discovery import find_owner
 
 log = logging.getLogger(__name__)
 

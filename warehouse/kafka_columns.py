@@ -26,7 +26,7 @@ from warehouse.kafka_checks import (
     split_annotation,
     sql_array,
 )
-from warehouse.store import (
+from warehouse.rows import (
     ASSESSMENT_COLUMNS,
     BATCH_COLUMNS,
     DEAD_LETTER_COLUMNS,
@@ -35,7 +35,7 @@ from warehouse.store import (
 
 __all__ = ["KAFKA_SOURCES", "KafkaSource", "source_columns"]
 
-# ---- column mappings (warehouse.store's _event_row, _assessment_row, ...) ---------------
+# ---- column mappings (warehouse.rows' _event_row, _assessment_row, ...) -----------------
 
 
 def _field_info(model: type[BaseModel], path: str) -> FieldInfo:

@@ -18,11 +18,12 @@ row: ``JSONAsString`` would split a message holding two JSON objects into two ro
 views parse the JSON. ``kafka_handle_error_mode = 'stream'`` keeps anything the format
 could not read (``_error``/``_raw_message``) as a problem row instead of failing the block.
 
-The rows views map each message to the table's columns exactly as ``warehouse.store``'s
-``insert_*`` build rows from ``StoredEvent``, ``StoredAssessment``, ``BatchRecord`` and, for
-the dead-letter topic, from the headers ``streams.sink.dead_letter_message`` writes
+The rows views map each message to the table's columns exactly as the row builders of
+``warehouse.rows`` (what ``warehouse.store``'s ``insert_*`` use) build rows from
+``StoredEvent``, ``StoredAssessment``, ``BatchRecord`` and, for the dead-letter topic, from
+the headers ``streams.sink.dead_letter_message`` writes
 (``streams.sink.dead_letter_from_message`` reads them back for the sink); the columns are
-those of ``warehouse.store.EVENT_COLUMNS`` etc. A message that would not validate as its
+those of ``warehouse.rows.EVENT_COLUMNS`` etc. A message that would not validate as its
 model (``problems`` not empty) becomes a dead letter like the sink's undecodable messages:
 stage ``store``, reason ``sink_decode``, the reason naming the failing fields the way
 pydantic's error locations do (``not a StoredEvent: event.log_id``). The checks are
@@ -53,7 +54,7 @@ from xml.sax.saxutils import escape as xml_escape
 from warehouse.client import WarehouseError, quote_identifier, validate_identifier
 from warehouse.kafka_checks import lit, message_problems
 from warehouse.kafka_columns import KAFKA_SOURCES, KafkaSource, source_columns
-from warehouse.store import DEAD_LETTER_COLUMNS
+from warehouse.rows import DEAD_LETTER_COLUMNS
 
 __all__ = [
     "DEFAULT_BROKER_LIST",

@@ -9,7 +9,7 @@ no table is opened, no table function runs.
 - ``checked_user_sql``: the guard of ``refusal-audit sql`` (``warehouse.queries.run_readonly``);
   returns the canonical text, which is what then runs, so the server runs what was checked.
 - ``check_owner_statement``: the owner channel's guard for every ``query``/``command`` it
-  serves (``warehouse.remote.serve_request``).
+  serves (``warehouse.remote.server.serve_request``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@
 - :mod:`.openai_variants`: the ``openai`` engine (prompt ``prompts/calibrate_v1.md``);
 - :mod:`.regression`: the safety regression check every variant goes through;
 - :mod:`.run`: one calibration run (engine, checks, the run record);
-- :mod:`.ab` and :mod:`.ab_sim`: the A/B statistics and simulated event streams.
+- :mod:`.ab` (the report), :mod:`.ab_aggregate` (events to per-arm figures), :mod:`.ab_stats`
+  (the tests) and :mod:`.ab_sim`: the A/B analysis and simulated event streams.
 
 Nothing here does I/O; the command line, the team's own suite (a subprocess) and the files
 live in ``refusal_audit.calibration.runs``.

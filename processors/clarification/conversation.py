@@ -313,6 +313,27 @@ def answer_time(
     return asked_at
 
 
+def _open_round(state: ConversationState, answer: ClarificationAnswer) -> ClarificationRound:
+    """The round ``answer`` answers, which must be open; raises ``ConversationError``
+    (``finished``, ``not_asking``, ``wrong_round``, ``unknown_question``) otherwise."""
+    if state.outcome in FINAL_OUTCOMES:
+        raise ConversationError("finished", f"the conversation is finished ({state.outcome.value})")
+    if state.outcome != Outcome.asking:
+        raise ConversationError("not_asking", f"no questions are open ({state.outcome.value})")
+    if answer.round != state.round:
+        raise ConversationError(
+            "wrong_round", f"the answer is for round {answer.round}; round {state.round} is asked"
+        )
+    current = state.rounds[-1]
+    bad = [a.question_index for a in answer.answers if a.question_index >= len(current.questions)]
+    if bad:
+        raise ConversationError(
+            "unknown_question",
+            f"round {state.round} has {len(current.questions)} questions; no index {bad[0]}",
+        )
+    return current
+
+
 def apply_answer(
     state: ConversationState,
     answer: ClarificationAnswer,
@@ -337,21 +358,7 @@ def apply_answer(
         raise
     if done is not None:
         return done
-    if state.outcome in FINAL_OUTCOMES:
-        raise ConversationError("finished", f"the conversation is finished ({state.outcome.value})")
-    if state.outcome != Outcome.asking:
-        raise ConversationError("not_asking", f"no questions are open ({state.outcome.value})")
-    if answer.round != state.round:
-        raise ConversationError(
-            "wrong_round", f"the answer is for round {answer.round}; round {state.round} is asked"
-        )
-    current = state.rounds[-1]
-    bad = [a.question_index for a in answer.answers if a.question_index >= len(current.questions)]
-    if bad:
-        raise ConversationError(
-            "unknown_question",
-            f"round {state.round} has {len(current.questions)} questions; no index {bad[0]}",
-        )
+    current = _open_round(state, answer)
     answered_at = answer_time(current.asked_at, answer.answered_at, tolerance)
     by_index = {a.question_index: a for a in answer.answers}
     answered = current.model_copy(

@@ -38,8 +38,8 @@ def _quantiles(metric: str, by: str = "") -> list[Json]:
     ]
 
 
-def panels() -> list[Json]:
-    """Lag, throughput, dead letters, latencies, transactions and detector panels."""
+def _input_panels() -> list[Json]:
+    """The input row: consumer lag, throughput, classifier disagreements."""
     lag = f"sum by (instance, partition) (refusal_audit_consumer_lag_events{{{_SEL}}})"
     return [
         row("Input"),
@@ -77,6 +77,12 @@ def panels() -> list[Json]:
             "(the verdict decided; `refusal-audit query refusal_disagreement_events` lists "
             "them).",
         ),
+    ]
+
+
+def _audit_panels() -> list[Json]:
+    """The audit row: batches, engine latency, batch size, dead letters, windows."""
+    return [
         row("Audit"),
         make_panel(
             "timeseries",
@@ -118,6 +124,12 @@ def panels() -> list[Json]:
             unit="s",
             width=12,
         ),
+    ]
+
+
+def _transaction_panels() -> list[Json]:
+    """The transactions and warehouse row: window transactions, writes."""
+    return [
         row("Transactions and warehouse"),
         make_panel(
             "timeseries",
@@ -158,6 +170,12 @@ def panels() -> list[Json]:
             unit="s",
             width=8,
         ),
+    ]
+
+
+def _detector_panels() -> list[Json]:
+    """The detectors and alerts row (one-process worker)."""
+    return [
         row("Detectors and alerts (one-process worker --outputs warehouse)"),
         make_panel(
             "timeseries",
@@ -196,6 +214,11 @@ def panels() -> list[Json]:
             width=8,
         ),
     ]
+
+
+def panels() -> list[Json]:
+    """Lag, throughput, dead letters, latencies, transactions and detector panels."""
+    return [*_input_panels(), *_audit_panels(), *_transaction_panels(), *_detector_panels()]
 
 
 def workers_dashboard() -> Json:

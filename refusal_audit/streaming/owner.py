@@ -29,15 +29,8 @@ from refusal_audit.config import Settings
 from warehouse.client import Client, WarehouseError
 from warehouse.connect import connect
 from warehouse.follow import FollowingClient
-from warehouse.remote import (
-    OWNER_PATH,
-    check_bearer,
-    new_token,
-    owner_file,
-    publish_owner,
-    serve_request,
-    withdraw_owner,
-)
+from warehouse.remote.discovery import new_token, owner_file, publish_owner, withdraw_owner
+from warehouse.remote.server import OWNER_PATH, check_bearer, serve_request
 from warehouse.store import Warehouse
 
 __all__ = [
@@ -136,7 +129,7 @@ class OwnerChannel:
         """Answer one request (``Authorization`` header value, body): ``(status, JSON)``.
 
         401 until the channel is announced or for a wrong token; otherwise
-        ``warehouse.remote.serve_request`` run in this channel's threads.
+        ``warehouse.remote.server.serve_request`` run in this channel's threads.
         """
         token = self.token
         if token is None or not check_bearer(authorization, token):

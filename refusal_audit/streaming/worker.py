@@ -62,7 +62,7 @@ from streams.sink import StreamSink, kafka_location, window_originals
 from streams.topics import Topics, admin_client, require_topic
 from warehouse.client import ping
 from warehouse.private import make_private_dir
-from warehouse.remote import OWNER_PATH
+from warehouse.remote.server import OWNER_PATH
 from warehouse.store import Warehouse
 
 log = logging.getLogger("refusal_audit.worker")

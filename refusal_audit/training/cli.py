@@ -84,21 +84,9 @@ def train(
     Reviewer verdicts (--with-verdicts) join the category model's training data (`review
     labels`) or the circumvention model's (`review clarification-labels`), weighted and
     reported separately on its card; the cross-validated figures stay the dev corpus's."""
-    if model not in MODELS:
-        raise fail_usage(f"--model must be one of {', '.join(MODELS)}, not {model!r}")
-    try:
-        verdict_weight = check_verdict_weight(verdict_weight)
-    except ValueError as exc:
-        raise fail_usage(f"--verdict-weight: {exc}") from exc
-    if model != "circumvention" and not (shared_data / "xstest").is_dir():
-        raise fail_usage(f"shared data not found at {shared_data} (expected xstest/ inside)")
-    if model in ("all", "circumvention"):
-        _check_circumvention_dev(circumvention_dev)
+    verdict_weight = _check_inputs(model, verdict_weight, shared_data, circumvention_dev)
     review_file, sets_file = _verdict_files(with_verdicts or [], model, circumvention_dev)
-    try:
-        day = date.fromisoformat(built_on) if built_on else None
-    except ValueError as exc:
-        raise fail_usage(f"--date: {exc}") from exc
+    day = _card_date(built_on)
     if output_dir is None:
         output_dir = settings().data_dir / "models"
     _writable(output_dir)
@@ -113,6 +101,32 @@ def train(
             _build_circumvention(circumvention_dev, output_dir, day, sets_file, verdict_weight)
     except OSError as exc:  # the folder went away or filled up while writing
         raise fail_usage(f"cannot write the model to {output_dir}: {_reason(exc)}") from exc
+
+
+def _check_inputs(
+    model: str, verdict_weight: float, shared_data: Path, circumvention_dev: Path
+) -> float:
+    """Check ``train``'s model name, verdict weight (returned, checked) and the data the
+    model needs; raises ``typer.Exit`` (usage, 2) for the first that is wrong."""
+    if model not in MODELS:
+        raise fail_usage(f"--model must be one of {', '.join(MODELS)}, not {model!r}")
+    try:
+        verdict_weight = check_verdict_weight(verdict_weight)
+    except ValueError as exc:
+        raise fail_usage(f"--verdict-weight: {exc}") from exc
+    if model != "circumvention" and not (shared_data / "xstest").is_dir():
+        raise fail_usage(f"shared data not found at {shared_data} (expected xstest/ inside)")
+    if model in ("all", "circumvention"):
+        _check_circumvention_dev(circumvention_dev)
+    return verdict_weight
+
+
+def _card_date(built_on: str | None) -> date | None:
+    """The ``--date`` for the model cards (None: today); raises ``typer.Exit`` (usage, 2)."""
+    try:
+        return date.fromisoformat(built_on) if built_on else None
+    except ValueError as exc:
+        raise fail_usage(f"--date: {exc}") from exc
 
 
 def _verdict_files(paths: list[Path], model: str, dev: Path) -> tuple[Path | None, Path | None]:
