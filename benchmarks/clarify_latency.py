@@ -40,9 +40,9 @@ import uvicorn
 from processors.clarification.flow import Clarifier
 from processors.clarification.local_questions import LocalQuestionEngine
 from processors.engines.local import LocalEngine
+from refusal_audit.audit.engines import configured_redactor
 from refusal_audit.bundles import load_bundles
 from refusal_audit.clarification.app import create_app
-from refusal_audit.clarification.server import build_redactor
 from refusal_audit.clarification.service import ClarifyService
 from refusal_audit.clarification.store import MemoryStore, SqliteStore, StateStore
 from refusal_audit.clarification.trail import StepTrail
@@ -101,7 +101,7 @@ def main() -> None:
     )
     service = ClarifyService(
         Clarifier(LocalEngine(), LocalQuestionEngine(), bundles), store,
-        redactor=build_redactor(cfg),
+        redactor=configured_redactor(cfg),
     )  # fmt: skip
     warehouse = trail = None
     if args.trail:
