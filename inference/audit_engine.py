@@ -8,6 +8,11 @@ with up to 25% jitter, or the server's ``Retry-After``/``retry-after-ms`` when i
 at most two minutes (a longer one is not retried). What still fails after them raises
 ``EngineError`` for the whole batch.
 
+The engine moved here from ``processors.engines.openai_engine`` (issue 26) with its calls,
+splits, retries and budgets; what it decides without the network (the output allowance,
+the context plan, the check of an answer, the salvage and the output) is
+``processors.engines.llm_audit.AuditPlan``, which it inherits.
+
 How one batch is audited
 ------------------------
 1. The prompt (``prompts.load_template()``) is the static system message (role, the

@@ -22,7 +22,8 @@ Feature families (columns stacked in :data:`FAMILIES` order):
 A batch is scored with one sparse-matrix product. The artifact is ``<stem>.npz``
 (arrays only, ``allow_pickle=False``) and ``<stem>.json`` (spec, classes,
 training summary, content hash over spec and arrays, as
-:func:`processors.refusal_model.content_hash`).
+:func:`processors.refusal_model.content_hash`), read and written by
+``inference.model_files`` (``load_category_model``, ``save_category_model``).
 """
 
 from __future__ import annotations

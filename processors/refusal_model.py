@@ -24,7 +24,10 @@ with, a family left out contributes no column):
 The artifact is two files: ``<stem>.npz`` (arrays only, read with ``allow_pickle=False``)
 and ``<stem>.json`` (format version, feature spec, threshold, training summary, content
 hash). The content hash is SHA-256 over the canonical JSON of the spec and the arrays'
-dtype, shape and bytes, so it changes exactly when the scoring changes.
+dtype, shape and bytes, so it changes exactly when the scoring changes. This module builds
+and checks the arrays and the spec; reading and writing the two files is
+``inference.model_files`` (``load_refusal_model``, ``save_refusal_model``, and
+``read_artifact``/``write_artifact`` for every trained model).
 """
 
 from __future__ import annotations
