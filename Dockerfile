@@ -11,6 +11,7 @@ COPY processors ./processors
 COPY prompts ./prompts
 COPY streams ./streams
 COPY warehouse ./warehouse
+COPY inference ./inference
 COPY examples ./examples
 # The int8 sentence encoders are fetched at build time (pinned sha256, docs/encoders.md) into
 # a folder outside the /data volume, owned by the audit user (files 0600): the image runs

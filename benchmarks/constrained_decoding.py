@@ -57,24 +57,24 @@ import orjson
 from pydantic import ValidationError
 from statsmodels.stats.proportion import proportion_confint
 
+from inference.audit_engine import OpenAIEngine
+from inference.chat import JsonCaller
+from inference.discovery import discover
+from inference.judge import OpenAIJudge
+from inference.questions import OpenAIQuestionEngine
+from inference.variants import OpenAIVariantEngine
 from processors.calibration.base import CalibrationContext, spectrum_problems
-from processors.calibration.openai_variants import OpenAIVariantEngine
 from processors.clarification.ambiguity import find_ambiguities
 from processors.clarification.base import QuestionContext
-from processors.clarification.judge import OpenAIJudge
 from processors.clarification.local_questions import LocalQuestionEngine
-from processors.clarification.openai_questions import OpenAIQuestionEngine
 from processors.engines.llm_call import (
     ChatAnswer,
-    JsonCaller,
     ServerKind,
     TokenTally,
     decode_json_object,
 )
-from processors.engines.openai_engine import OpenAIEngine
 from refusal_audit.bundles import load_bundles
 from refusal_audit.config import Settings
-from refusal_audit.llm.discovery import discover
 from schemas.calibration import DEFAULT_SPECTRUM, CalibrationOutput
 from schemas.clarification import QuestionSet, Route
 from schemas.events import RefusalEvent
@@ -98,7 +98,7 @@ class Server:
     api_key: str
     context_size: int
     kind: ServerKind = "unknown"
-    """What ``refusal_audit.llm.discovery`` finds (``llama.cpp``: the engines send
+    """What ``inference.discovery`` finds (``llama.cpp``: the engines send
     ``cache_prompt`` and the audit's batch-narrowed schema, as in the product)."""
 
 

@@ -44,9 +44,9 @@ import orjson
 from constrained_decoding import TESTS, Server, add_server_options, local_server, refusals, share
 from pydantic import ValidationError
 
+from inference.audit_engine import OpenAIEngine
 from processors.engines.base import EngineError
 from processors.engines.llm_call import ChatAnswer
-from processors.engines.openai_engine import OpenAIEngine
 from refusal_audit.audit.engines import close_engine, make_engine
 from refusal_audit.bundles import load_bundles
 from refusal_audit.config import Settings

@@ -33,10 +33,11 @@ from typing import Any
 
 import orjson
 
+from inference.model_files import load_head
 from processors.prefilter import detect_refusals
 from processors.redaction import Redactor, redact_event
 from processors.refusal_cascade import Cascade, CascadeBand
-from refusal_audit.audit.prefilter_cascade import HEAD_STEM, load_head
+from refusal_audit.audit.prefilter_cascade import HEAD_STEM
 from refusal_audit.config import Settings
 from refusal_audit.encoders.runtime import OnnxEncoder
 from refusal_audit.training.labels import load_refusal_examples

@@ -22,7 +22,8 @@ Feature families (columns stacked in :data:`FAMILIES` order):
 A batch is scored with one sparse-matrix product. The artifact is ``<stem>.npz``
 (arrays only, ``allow_pickle=False``) and ``<stem>.json`` (spec, classes,
 training summary, content hash over spec and arrays, as
-:func:`processors.refusal_model.content_hash`).
+:func:`processors.refusal_model.content_hash`), read and written by
+``inference.model_files`` (``load_category_model``, ``save_category_model``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,10 +40,7 @@ from scipy import sparse
 from processors.engines.local_cues import CUES, find_cues
 from processors.refusal_model import (
     ModelArtifactError,
-    check_hash,
     content_hash,
-    read_artifact,
-    write_artifact,
 )
 
 FORMAT_VERSION = 1
@@ -332,19 +329,3 @@ def in_memory_model(head: Head) -> CategoryModel:
     it would carry (weights rounded to float32 as in the artifact)."""
     spec = build_spec(head.families)
     return model_from_arrays(spec, model_arrays(head))
-
-
-def load_model(stem: Path) -> CategoryModel:
-    """Load and verify ``stem``.npz / ``stem``.json (no pickle). Raises
-    :class:`ModelArtifactError` naming the file when it is missing, unreadable, does not fit
-    the spec, or its recomputed content hash differs from the recorded one."""
-    meta, arrays = read_artifact(stem, "category model")
-    model = model_from_arrays(meta["spec"], arrays)
-    check_hash(stem, "category model", meta.get("content_hash"), model.content_hash)
-    return model
-
-
-def save_model(stem: Path, head: Head, extra: dict[str, Any]) -> str:
-    """Write ``stem``.npz (compressed) and ``stem``.json; return the content hash. ``extra``
-    (training summary, folds) is stored beside the spec and does not enter the hash."""
-    return write_artifact(stem, build_spec(head.families), model_arrays(head), extra)

@@ -121,6 +121,22 @@ def head_width(dim: int) -> int:
     return cue_width() + 3 * dim + 1
 
 
+HEAD_FORMAT_VERSION = 1
+"""The format of a head artifact's spec that this code reads."""
+
+
+def head_spec(threshold: float, encoder: str, dim: int) -> dict[str, Any]:
+    """The spec a head artifact records (and a loaded one must equal): format version,
+    ``threshold``, the ``encoder``'s name, its ``dim`` and the row width."""
+    return {
+        "format_version": HEAD_FORMAT_VERSION,
+        "threshold": threshold,
+        "encoder": encoder,
+        "dim": dim,
+        "width": head_width(dim),
+    }
+
+
 def head_rows(
     readings: Sequence[CueReading], q: npt.NDArray[Any], r: npt.NDArray[Any]
 ) -> FloatArray:

@@ -24,7 +24,10 @@ with, a family left out contributes no column):
 The artifact is two files: ``<stem>.npz`` (arrays only, read with ``allow_pickle=False``)
 and ``<stem>.json`` (format version, feature spec, threshold, training summary, content
 hash). The content hash is SHA-256 over the canonical JSON of the spec and the arrays'
-dtype, shape and bytes, so it changes exactly when the scoring changes.
+dtype, shape and bytes, so it changes exactly when the scoring changes. This module builds
+and checks the arrays and the spec; reading and writing the two files is
+``inference.model_files`` (``load_refusal_model``, ``save_refusal_model``, and
+``read_artifact``/``write_artifact`` for every trained model).
 """
 
 from __future__ import annotations
@@ -288,36 +291,6 @@ def artifact_paths(stem: Path) -> tuple[Path, Path]:
     return stem.with_suffix(".npz"), stem.with_suffix(".json")
 
 
-def read_artifact(stem: Path, what: str) -> tuple[dict[str, Any], dict[str, np.ndarray[Any, Any]]]:
-    """The metadata (a JSON object with a ``spec`` object) and the arrays of the artifact
-    ``stem``.json / ``stem``.npz, read without pickle. ``what`` names the model in errors.
-
-    Raises :class:`ModelArtifactError` (with the path and what is wrong) when a file is
-    missing or unreadable or the metadata is not the expected JSON.
-    """
-    npz_path, json_path = artifact_paths(stem)
-    try:
-        meta = json.loads(json_path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise ModelArtifactError(f"{what} metadata missing: {json_path}") from exc
-    except (OSError, ValueError) as exc:
-        raise ModelArtifactError(f"{what} metadata unreadable: {json_path}: {exc}") from exc
-    if not isinstance(meta, dict) or not isinstance(meta.get("spec"), dict):
-        raise ModelArtifactError(f"{what} metadata has no spec: {json_path}")
-    try:
-        with np.load(npz_path, allow_pickle=False) as data:
-            arrays = {name: data[name] for name in data.files}
-    except FileNotFoundError as exc:
-        raise ModelArtifactError(f"{what} weights missing: {npz_path}") from exc
-    except Exception as exc:  # zipfile.BadZipFile, ValueError, OSError, EOFError, ...
-        # numpy's own text for a corrupt file can suggest allow_pickle=True: never echo it
-        raise ModelArtifactError(
-            f"{what} weights unreadable: {npz_path}: not a valid .npz archive of arrays "
-            f"({type(exc).__name__}); rebuild or reinstall it"
-        ) from exc
-    return meta, arrays
-
-
 def check_hash(stem: Path, what: str, recorded: object, computed: str) -> None:
     """Raise :class:`ModelArtifactError` when the recomputed content hash differs from the
     recorded one (a corrupt or edited artifact)."""
@@ -326,54 +299,3 @@ def check_hash(stem: Path, what: str, recorded: object, computed: str) -> None:
             f"{what} {artifact_paths(stem)[0]} does not match its recorded content hash "
             f"({recorded!r} recorded, {computed} computed)"
         )
-
-
-def write_artifact(
-    stem: Path,
-    spec: dict[str, Any],
-    arrays: dict[str, np.ndarray[Any, Any]],
-    extra: dict[str, Any],
-) -> str:
-    """Write ``stem``.npz (compressed ``arrays``) and ``stem``.json (hash, ``spec`` and
-    ``extra``, which does not enter the hash); return the content hash."""
-    digest = content_hash(spec, arrays)
-    npz_path, json_path = artifact_paths(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    with npz_path.open("wb") as fh:
-        np.savez_compressed(fh, allow_pickle=False, **arrays)
-    meta = {"content_hash": digest, "spec": spec, **extra}
-    json_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    return digest
-
-
-def load_model(stem: Path) -> RefusalModel:
-    """Load and verify the artifact ``stem``.npz / ``stem``.json (no pickle).
-
-    Raises :class:`ModelArtifactError` (with the path and what is wrong) when a file is
-    missing or unreadable, the metadata is not the expected JSON, the arrays do not fit the
-    spec, or the recomputed content hash differs from the one recorded (a corrupt or edited
-    artifact).
-    """
-    meta, arrays = read_artifact(stem, "refusal model")
-    model = model_from_arrays(meta["spec"], arrays)
-    check_hash(stem, "refusal model", meta.get("content_hash"), model.content_hash)
-    return model
-
-
-def save_model(
-    stem: Path,
-    weights: FloatArray,
-    bias: float,
-    threshold: float,
-    families: Sequence[str],
-    extra: dict[str, Any],
-) -> str:
-    """Write the artifact ``stem``.npz (compressed) and ``stem``.json; return the content hash.
-
-    ``extra`` is stored in the metadata beside the spec (training summary); it does not enter
-    the hash. ``weights`` must have the width of ``families`` (``ValueError`` otherwise).
-    """
-    spec = build_spec(families, threshold)
-    if weights.shape != (sum(spec["widths"].values()),):
-        raise ValueError(f"weights shape {weights.shape} does not fit families {families}")
-    return write_artifact(stem, spec, model_arrays(weights, bias), extra)

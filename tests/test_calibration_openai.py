@@ -13,11 +13,11 @@ import fake_openai_server
 import pytest
 from fake_openai_server import FakeOpenAIServer, content, invalid_json, refusal
 
+from inference.variants import OpenAIVariantEngine
 from processors.calibration.openai_variants import (
     PREVIOUS_ERROR,
     RETRY_CONSTRAINT,
     VARIANTS_JSON_SCHEMA,
-    OpenAIVariantEngine,
 )
 from processors.calibration.run import calibrate
 from prompts.calibrate import PLACEHOLDERS, load_calibrate_template

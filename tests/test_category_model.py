@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from processors.category_model import CATEGORY_CLASSES, load_model
+from inference.model_files import load_category_model as load_model
+from processors.category_model import CATEGORY_CLASSES
 from processors.engines.local import LocalEngine
 from processors.refusal_model import ModelArtifactError
 from processors.validation import validate_result

@@ -22,16 +22,17 @@ from fake_openai_server import (
 )
 from test_clarification_openai import GOOD, REQUEST, T0
 
+from inference.judge import OpenAIJudge
+from inference.questions import OpenAIQuestionEngine
 from processors.clarification.circumvention import REASON_CODES
 from processors.clarification.flow import Clarifier, Opened
 from processors.clarification.judge import (
     JUDGE_JSON_SCHEMA,
     JUDGE_SCHEMA_NAME,
     RETRY_CONSTRAINT,
-    OpenAIJudge,
 )
 from processors.clarification.local_questions import LocalQuestionEngine
-from processors.clarification.openai_questions import QUESTIONS_SCHEMA_NAME, OpenAIQuestionEngine
+from processors.clarification.openai_questions import QUESTIONS_SCHEMA_NAME
 from processors.clarification.trail import checks_of, judge_of, step_row
 from processors.engines.local import LocalEngine
 from prompts.clarify import JUDGE_PLACEHOLDERS, load_judge_template

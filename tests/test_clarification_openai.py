@@ -12,11 +12,11 @@ import fake_openai_server
 import pytest
 from fake_openai_server import FakeOpenAIServer, content, invalid_json, refusal
 
+from inference.questions import OpenAIQuestionEngine
 from processors.clarification.flow import Clarifier
 from processors.clarification.openai_questions import (
     QUESTIONS_JSON_SCHEMA,
     RETRY_CONSTRAINT,
-    OpenAIQuestionEngine,
 )
 from processors.engines.local import LocalEngine
 from prompts.clarify import PLACEHOLDERS, load_clarify_template

@@ -16,11 +16,13 @@ import pytest
 from fake_openai_server import FakeOpenAIServer, content
 from test_clarification_judge import GOOD, Router, judge_requests, schema_name, verdict
 
+from inference.audit_engine import OpenAIEngine
+from inference.judge import OpenAIJudge
+from inference.questions import OpenAIQuestionEngine
 from processors.clarification.flow import Clarifier
-from processors.clarification.judge import JUDGE_SCHEMA_NAME, OpenAIJudge
-from processors.clarification.openai_questions import QUESTIONS_SCHEMA_NAME, OpenAIQuestionEngine
+from processors.clarification.judge import JUDGE_SCHEMA_NAME
+from processors.clarification.openai_questions import QUESTIONS_SCHEMA_NAME
 from processors.clarification.trail import step_row
-from processors.engines.openai_engine import OpenAIEngine
 from processors.redaction import Redactor
 from refusal_audit.audit.engines import configured_redactor
 from refusal_audit.clarification.service import ClarifyService, StepResult

@@ -35,21 +35,18 @@ from fake_openai_server import (
 )
 from rich.console import Console
 
+from inference import chat, discovery
+from inference.audit_engine import OpenAIEngine
 from processors.engines import llm_call
 from processors.engines.base import EngineError, EngineOutput
+from processors.engines.llm_audit import OUTPUT_TOKENS_FIXED, OUTPUT_TOKENS_PER_EVENT
 from processors.engines.llm_call import CallLog
-from processors.engines.openai_engine import (
-    OUTPUT_TOKENS_FIXED,
-    OUTPUT_TOKENS_PER_EVENT,
-    OpenAIEngine,
-)
 from processors.tokens import count_tokens
 from prompts import load_template
 from prompts.loader import count_message_tokens
 from refusal_audit.audit.batch import BatchOptions, build_pipeline, file_source
 from refusal_audit.audit.engines import make_engine
 from refusal_audit.config import ConfigError, Settings
-from refusal_audit.llm import discovery
 from schemas.events import RefusalEvent
 from schemas.policy import PolicyBundle
 
@@ -327,7 +324,7 @@ def test_parse_context_overflow_reads_each_servers_numbers() -> None:
         return openai.BadRequestError(f"Error code: 400 - {body}", response=response, body=inner)
 
     def parsed(body: dict[str, Any]) -> tuple[int | None, int | None, int | None] | None:
-        found = llm_call.parse_context_overflow(error(body))
+        found = chat.parse_context_overflow(error(body))
         return None if found is None else (found.prompt_tokens, found.context, found.completion)
 
     assert parsed(
@@ -560,9 +557,9 @@ def test_json_caller_engines_ask_for_enough_output(fake_openai: FakeOpenAIServer
     """The question engine, the judge and the variant engine: each call's output cap holds
     the largest answer their schemas allow (every text at its maximum length of English
     prose, as indented JSON), and not many times more."""
-    from processors.calibration.openai_variants import OpenAIVariantEngine
-    from processors.clarification.judge import OpenAIJudge
-    from processors.clarification.openai_questions import OpenAIQuestionEngine
+    from inference.judge import OpenAIJudge
+    from inference.questions import OpenAIQuestionEngine
+    from inference.variants import OpenAIVariantEngine
     from schemas.calibration import MAX_NOTE_CHARS, MAX_STYLES, MAX_VARIANT_CHARS
     from schemas.clarification import (
         MAX_QUESTIONS,
@@ -625,9 +622,9 @@ def test_cache_prompt_is_sent_to_llama_cpp_only(
 
 
 def test_json_caller_engines_use_the_servers_kind(fake_openai: FakeOpenAIServer) -> None:
-    from processors.calibration.openai_variants import OpenAIVariantEngine
-    from processors.clarification.judge import OpenAIJudge
-    from processors.clarification.openai_questions import OpenAIQuestionEngine
+    from inference.judge import OpenAIJudge
+    from inference.questions import OpenAIQuestionEngine
+    from inference.variants import OpenAIVariantEngine
     from refusal_audit.calibration.runs import build_variant_engine
     from refusal_audit.clarification.server import build_judge, build_question_engine
 
@@ -637,7 +634,7 @@ def test_json_caller_engines_use_the_servers_kind(fake_openai: FakeOpenAIServer)
     variants = build_variant_engine(cfg, "openai")
     assert isinstance(question, OpenAIQuestionEngine) and isinstance(judge, OpenAIJudge)
     assert isinstance(variants, OpenAIVariantEngine)
-    engines: list[llm_call.JsonCaller] = [question, judge, variants]
+    engines: list[chat.JsonCaller] = [question, judge, variants]
     assert {e.max_concurrency for e in engines} == {1}  # the server's one slot
 
     async def each() -> None:

@@ -3,8 +3,9 @@
 Every module of the repository's packages is parsed with ``ast``; each import, at the top
 of the module or inside a function or class, ``if TYPE_CHECKING:`` blocks included, is
 mapped to its layer. A module may import its own layer and the layers below it, never one
-above; the Kafka side (``streams/``) and the warehouse (``warehouse/``) share a layer and do
-not import each other. Imports of anything outside these packages (the standard library,
+above; the Kafka side (``streams/``), the warehouse (``warehouse/``) and the LLM calls and
+model files (``inference/``) share a layer and do not import each other. Imports of anything
+outside these packages (the standard library,
 third-party packages) are not checked.
 """
 
@@ -25,6 +26,7 @@ PACKAGE_LAYERS = {
     "refusal_audit": 2,
     "streams": 3,
     "warehouse": 3,
+    "inference": 3,
     "processors": 4,
     "prompts": 4,
     "schemas": 5,
@@ -32,7 +34,7 @@ PACKAGE_LAYERS = {
 LAYER_NAMES = {
     1: "entry points",
     2: "application",
-    3: "Kafka side / warehouse",
+    3: "Kafka side / warehouse / inference",
     4: "pure logic",
     5: "contracts",
 }
@@ -72,7 +74,9 @@ ROOMS = frozenset(
 )
 DATA_PACKAGES = frozenset({"models", "example_policies"})
 #: Packages of one layer that must not import each other.
-SIDE_BY_SIDE = frozenset({"streams", "warehouse"})
+SIDE_BY_SIDE = frozenset({"streams", "warehouse", "inference"})
+#: How a failure names each package of layer 3.
+SIDE_NAMES = {"streams": "Kafka side", "warehouse": "warehouse", "inference": "inference"}
 
 
 def layer_of(module: str) -> int | None:
@@ -102,7 +106,7 @@ def is_cli(module: str) -> bool:
 def layer_name(module: str, layer: int) -> str:
     """How a failure names a module's layer (layer 3 by its side)."""
     if layer == 3:
-        return "Kafka side" if module.split(".")[0] == "streams" else "warehouse"
+        return SIDE_NAMES[module.split(".")[0]]
     return LAYER_NAMES[layer]
 
 
@@ -147,7 +151,7 @@ def imports_of(path: Path, source: str | None = None) -> Iterator[Import]:
 
 def violations(path: Path, source: str | None = None) -> list[str]:
     """``file:line: ...`` for each import of ``path`` that goes up a layer or sideways
-    between ``streams`` and ``warehouse``."""
+    between ``streams``, ``warehouse`` and ``inference``."""
     me = module_name(path)
     mine = layer_of(me)
     assert mine is not None, path
@@ -163,7 +167,7 @@ def violations(path: Path, source: str | None = None) -> list[str]:
                 f"{where}: {me} ({layer_name(me, mine)}) imports {imp.module} "
                 f"({layer_name(imp.module, theirs)}, a layer above)"
             )
-        elif top != their_top and {top, their_top} == SIDE_BY_SIDE:
+        elif top != their_top and {top, their_top} <= SIDE_BY_SIDE:
             found.append(
                 f"{where}: {me} ({layer_name(me, mine)}) imports {imp.module} "
                 f"({layer_name(imp.module, theirs)}): they must not import each other"
@@ -373,19 +377,19 @@ def test_sql_prose_and_the_dashboards_pass() -> None:
 
 
 #: Third-party I/O clients and the folders that may import them (issue 26): Kafka clients
-#: on the Kafka side, ClickHouse clients in the warehouse, the LLM client in the application
-#: (engine construction) and, for now, the engines that still call it.
+#: on the Kafka side, ClickHouse clients in the warehouse, the LLM client in inference/
+#: (the engines' calls; the application builds engines through ``inference.chat``).
 IO_LIBRARIES = {
     "confluent_kafka": ("streams/",),
     "aiokafka": ("streams/",),
     "faust": ("streams/", "refusal_audit/streaming/worker.py"),
     "clickhouse_connect": ("warehouse/",),
     "chdb": ("warehouse/",),
-    "openai": ("refusal_audit/",),
+    "openai": ("inference/",),
 }
 #: Where the rule is broken today, named so no new place joins them; each is issue 26 work
 #: left: the hand-written consumer loops and Kafka clients of the rooms move to one loop and
-#: one client factory in streams/, and the LLM calls leave processors/ for an I/O layer.
+#: one client factory in streams/.
 IO_DEBT = frozenset(
     {
         ("confluent_kafka", "refusal_audit/alerts/cli.py"),
@@ -393,9 +397,6 @@ IO_DEBT = frozenset(
         ("confluent_kafka", "refusal_audit/clarification/kafka.py"),
         ("confluent_kafka", "refusal_audit/streaming/cli.py"),
         ("confluent_kafka", "refusal_audit/streaming/warehouse_sink.py"),
-        ("openai", "processors/clarification/llm.py"),
-        ("openai", "processors/engines/llm_call.py"),
-        ("openai", "processors/engines/openai_engine.py"),
     }
 )
 
@@ -433,6 +434,143 @@ def test_an_io_client_outside_its_layer_is_reported() -> None:
     source = "def f():\n    from confluent_kafka import Consumer\n"
     assert io_library_imports(REPO / "processors" / "intake.py", source) == [("confluent_kafka", 2)]
     assert not "processors/intake.py".startswith(IO_LIBRARIES["confluent_kafka"])
+
+
+# ---- the pure layers do no I/O (issue 26) ----------------------------------------------
+
+#: The folders of pure logic and contracts: no network client, no file read or write (the
+#: LLM calls and the trained models' files are ``inference/``).
+PURE_FOLDERS = ("processors/", "prompts/", "schemas/")
+#: Network libraries (beyond :data:`IO_LIBRARIES`) a pure module never imports.
+NETWORK_LIBRARIES = frozenset(
+    {"httpx", "requests", "urllib3", "aiohttp", "socket", "urllib.request", "http.client"}
+)
+#: Calls that read or write files: ``open(...)`` by name; these method names on any object
+#: (``Path.read_text``, ``np.savez``, ``runpy.run_path``, ...); and these functions of a module.
+FILE_IO_NAMES = frozenset({"open"})
+FILE_IO_METHODS = frozenset(
+    {
+        "read_text",
+        "read_bytes",
+        "write_text",
+        "write_bytes",
+        "mkdir",
+        "unlink",
+        "rmdir",
+        "touch",
+        "iterdir",
+        "rglob",
+        "savez",
+        "savez_compressed",
+        "savetxt",
+        "loadtxt",
+        "fromfile",
+        "tofile",
+        "run_path",
+    }
+)
+FILE_IO_FUNCTIONS = {
+    "np": {"load", "save"},
+    "numpy": {"load", "save"},
+    "json": {"load", "dump"},
+    "pickle": {"load", "dump"},
+    "os": {"remove", "rename", "listdir", "makedirs", "scandir"},
+    "shutil": {"copy", "copyfile", "copytree", "move", "rmtree"},
+}
+#: The pure modules allowed to touch a file, and why: ``prompts/`` reads the templates shipped
+#: beside it; ``processors/stopwords.py`` executes scikit-learn's stop-word list from the
+#: installed package (an import without the package's start-up cost); ``schemas/export.py``
+#: is the maintainers' command that writes the package's own ``schemas/json/`` files.
+FILE_IO_ALLOWED = frozenset(
+    {
+        "prompts/loader.py",
+        "prompts/clarify.py",
+        "prompts/calibrate.py",
+        "processors/stopwords.py",
+        "schemas/export.py",
+    }
+)
+
+
+def pure_io(path: Path, source: str | None = None) -> list[str]:
+    """``file:line: ...`` for each network-library import (:data:`IO_LIBRARIES`,
+    :data:`NETWORK_LIBRARIES`) and each file read or write call (``FILE_IO_*``) of a module
+    of :data:`PURE_FOLDERS` (file calls pass in :data:`FILE_IO_ALLOWED`)."""
+    where = path.relative_to(REPO).as_posix()
+    if not where.startswith(PURE_FOLDERS):
+        return []
+    found = []
+    for imp in imports_of(path, source):
+        parts = imp.module.split(".")
+        if parts[0] in IO_LIBRARIES or {parts[0], ".".join(parts[:2])} & NETWORK_LIBRARIES:
+            found.append(f"{where}:{imp.line}: imports {imp.module} (network: inference/)")
+    if where in FILE_IO_ALLOWED:
+        return found
+    tree = ast.parse(source if source is not None else path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func, call = node.func, None
+        if isinstance(func, ast.Name) and func.id in FILE_IO_NAMES:
+            call = func.id
+        elif isinstance(func, ast.Attribute):
+            owner = func.value.id if isinstance(func.value, ast.Name) else None
+            if func.attr in FILE_IO_METHODS or func.attr in FILE_IO_FUNCTIONS.get(owner or "", ()):
+                call = f"{owner or '...'}.{func.attr}"
+        if call is not None:
+            found.append(f"{where}:{node.lineno}: calls {call}() (file I/O: inference/)")
+    return found
+
+
+def test_pure_layers_do_no_io() -> None:
+    """``processors/``, ``prompts/`` and ``schemas/`` import no network client and read or
+    write no file (``prompts/`` its own templates apart): the LLM calls and the trained
+    models' files are ``inference/`` (docs/architecture.md)."""
+    modules = [
+        p for p in project_modules() if p.relative_to(REPO).as_posix().startswith(PURE_FOLDERS)
+    ]
+    assert len(modules) > 50
+    found = [v for path in modules for v in pure_io(path)]
+    assert not found, "I/O in the pure layers:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("module_path", "source", "expected"),
+    [
+        (
+            "processors/refusal_model.py",
+            "import numpy as np\ndef f(p):\n    return np.load(p, allow_pickle=False)\n",
+            "processors/refusal_model.py:3: calls np.load() (file I/O: inference/)",
+        ),
+        (
+            "processors/category_model.py",
+            "def f(stem, text):\n    stem.with_suffix('.json').write_text(text)\n",
+            "processors/category_model.py:2: calls ....write_text() (file I/O: inference/)",
+        ),
+        (
+            "processors/engines/local.py",
+            "def f():\n    import openai\n",
+            "processors/engines/local.py:2: imports openai (network: inference/)",
+        ),
+        (
+            "prompts/loader.py",
+            "from urllib.request import urlopen\n",
+            "prompts/loader.py:1: imports urllib.request.urlopen (network: inference/)",
+        ),
+    ],
+)
+def test_io_in_a_pure_layer_is_reported(module_path: str, source: str, expected: str) -> None:
+    """A numpy load, a ``Path`` write, an LLM client or a network import in a pure module is
+    found, with its file and line; prompts/ reading its templates is not a finding."""
+    assert pure_io(REPO / module_path, source) == [expected]
+
+
+def test_pure_io_passes_templates_and_calls_named_like_io() -> None:
+    template = "from pathlib import Path\ndef f(p):\n    return Path(p).read_bytes()\n"
+    assert pure_io(REPO / "prompts" / "clarify.py", template) == []
+    assert pure_io(REPO / "inference" / "model_files.py", template) == []
+    opened = "def f(flow, request, now):\n    return flow.open(request, now)\n"
+    assert pure_io(REPO / "processors" / "clarification" / "flow.py", opened) == []
 
 
 #: Import cycles between modules that exist today (each an issue 26 item left; none since the

@@ -15,11 +15,11 @@ from typing import Any
 import fake_openai_server
 from fake_openai_server import FakeOpenAIServer, content, invalid_json, slow
 
-from processors.calibration.openai_variants import OpenAIVariantEngine
+from inference.judge import OpenAIJudge
+from inference.questions import OpenAIQuestionEngine
+from inference.variants import OpenAIVariantEngine
 from processors.calibration.run import calibrate
 from processors.clarification.flow import Clarifier
-from processors.clarification.judge import OpenAIJudge
-from processors.clarification.openai_questions import OpenAIQuestionEngine
 from processors.engines.local import LocalEngine
 from refusal_audit.calibration.runs import build_variant_engine
 from refusal_audit.clarification.server import build_judge, build_question_engine

@@ -31,9 +31,9 @@ import pytest
 from llm_fixture import LocalLLM
 from shared_refusals import coconot_refusals, xstest_refusals
 
+from inference.judge import OpenAIJudge
 from processors.clarification.ambiguity import find_ambiguities
 from processors.clarification.base import QuestionContext
-from processors.clarification.judge import OpenAIJudge
 from processors.clarification.local_questions import LocalQuestionEngine
 from processors.clarification.routing import classify
 from processors.engines.local import LocalEngine

@@ -33,10 +33,10 @@ from fake_openai_server import (
 )
 from pydantic import ValidationError
 
+from inference.audit_engine import ENGINE_VERSION, OpenAIEngine
 from processors.auditing import audit_batch
 from processors.batching import AuditBatch, event_tokens
 from processors.engines.base import AuditEngine, EngineError, EngineOutput
-from processors.engines.openai_engine import ENGINE_VERSION, OpenAIEngine
 from processors.validation import AuditValidationError, validate_result
 from prompts import load_template, parse_batch
 from schemas.audit import AuditResult

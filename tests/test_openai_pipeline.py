@@ -98,7 +98,7 @@ def test_query_cost_reports_tokens_and_estimated_cost(
 def test_batches_fit_the_models_context_window(
     fake_openai: FakeOpenAIServer, warehouse: Warehouse
 ) -> None:
-    from processors.engines.openai_engine import OpenAIEngine
+    from inference.audit_engine import OpenAIEngine
     from refusal_audit.audit.batch import build_pipeline
 
     roomy = build_pipeline(settings(fake_openai), warehouse)

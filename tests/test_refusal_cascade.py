@@ -14,11 +14,12 @@ import orjson
 import pytest
 from numpy.typing import NDArray
 
+from inference.model_files import load_head, save_head
 from processors.prefilter import RefusalDecision, detect_refusal_text, detect_refusals
 from processors.refusal_cascade import HEAD_CUE, Cascade, CascadeBand, EncoderHead, head_width
 from processors.refusal_model import ModelArtifactError
 from refusal_audit.audit.batch import BatchOptions, run_batch
-from refusal_audit.audit.prefilter_cascade import HEAD_STEM, build_cascade, load_head, save_head
+from refusal_audit.audit.prefilter_cascade import HEAD_STEM, build_cascade
 from refusal_audit.audit.run_report import cascade_line, report_document
 from refusal_audit.config import ConfigError, Settings
 from refusal_audit.streaming.worker_web import record_metrics

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from inference.model_files import load_refusal_model as load_model
 from processors.prefilter import (
     RefusalDecision,
     detect_refusal,
@@ -17,7 +18,7 @@ from processors.prefilter import (
     detect_refusal_texts,
     detect_refusals,
 )
-from processors.refusal_model import ModelArtifactError, load_model
+from processors.refusal_model import ModelArtifactError
 from refusal_audit.audit import prefilter_model
 from refusal_audit.audit.batch import build_pipeline
 from refusal_audit.audit.evaluate import MemorySink

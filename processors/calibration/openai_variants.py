@@ -1,9 +1,11 @@
 """The ``openai`` variant engine: an LLM writes the variants, the harness checks every one.
 
-One refusal, one chat completion through ``processors.engines.llm_call`` (shared with the
-audit engine and the clarification engines: client handling, usage counting, JSON decoding,
-the retry turn and API-key masking; the prompt plumbing is the clarification engines'
-``processors.clarification.llm.PromptedCaller``):
+One refusal, one chat completion through ``inference.chat`` and ``processors.engines.llm_call``
+(shared with the audit engine and the clarification engines: client handling, usage
+counting, JSON decoding, the retry turn and API-key masking; the prompt plumbing is
+``inference.prompted.PromptedCaller``). The engine, ``inference.variants.OpenAIVariantEngine``,
+makes the calls; this module holds what needs no network (:class:`VariantHarness`: the
+prompt values, each call's allowance, the check of an answer) and the schema:
 
 1. The prompt is ``prompts/calibrate_v1.md`` (``prompts.calibrate``), filled with the
    request (REQUEST), the raw refusal (REFUSAL), the triggered clause (POLICY_CLAUSE: id,
@@ -28,8 +30,6 @@ the retry turn and API-key masking; the prompt plumbing is the clarification eng
 
 from __future__ import annotations
 
-import logging
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,24 +38,18 @@ from pydantic import ValidationError
 
 from processors.calibration.base import (
     CalibrationContext,
-    GeneratedVariants,
     ordered,
     spectrum_problems,
 )
 from processors.calibration.regression import CheckContext, check_variant
-from processors.clarification.llm import PromptedCaller
-from processors.engines.base import EngineError
 from processors.engines.llm_call import (
     ChatAnswer,
     cut,
     decode_json_object,
     describe_error,
-    problems_message,
-    retry_conversation,
 )
 from processors.engines.local import LocalEngine
-from prompts.calibrate import load_calibrate_template
-from schemas.calibration import CalibrationEscalation, CalibrationOutput, Spectrum
+from schemas.calibration import CalibrationOutput, Spectrum
 
 ENGINE_VERSION = "openai-variants-1"
 VARIANTS_SCHEMA_NAME = "refusal_variants"
@@ -111,7 +105,6 @@ RETRY_CONSTRAINT = (
     "and never suggests how the request could be rephrased."
 )
 
-log = logging.getLogger(__name__)
 
 VARIANT_OUTPUT_TOKENS_PER_STYLE = 640
 """Output tokens per style of the spectrum: a variant at its bounds (a 2,000-character
@@ -134,33 +127,22 @@ def spectrum_lines(spectrum: Spectrum) -> str:
 
 
 @dataclass
-class _Checked:
+class Checked:
+    """One answer, checked: the output when it is schema-valid, the failure code (None: the
+    answer passed) and the problems found."""
+
     output: CalibrationOutput | None = None
     failure: str | None = None
     problems: list[str] = field(default_factory=list)
 
 
-class OpenAIVariantEngine(PromptedCaller):
-    """The ``openai`` variant engine (module docstring); satisfies
-    ``processors.calibration.base.VariantEngine``.
+class VariantHarness:
+    """The network-free steps of the ``openai`` variant engine
+    (``inference.variants.OpenAIVariantEngine``, which sets ``max_output_tokens``): each
+    call's output allowance, the prompt's placeholder values and the check of one answer
+    (schema, spectrum coverage, the safety regression check of every variant)."""
 
-    Arguments as for ``processors.clarification.llm.PromptedCaller`` (the audit engine's
-    call settings; ``max_output_tokens`` default 8192, the cap of each call's allowance
-    :meth:`output_tokens_for`, sized to the spectrum's styles); ``prompt`` defaults to
-    ``prompts.calibrate.load_calibrate_template()``; ``auditor`` (default a new
-    ``LocalEngine``) judges offered alternatives in the regression check. Raises
-    ``ValueError`` for out-of-range settings.
-    """
-
-    name = "openai"
-    version = ENGINE_VERSION
-    output_schema_name = VARIANTS_SCHEMA_NAME
-    output_schema = VARIANTS_JSON_SCHEMA
-    default_max_output_tokens = 8192
-    """The cap of :meth:`output_tokens_for` (a spectrum of 12 styles, the most allowed,
-    needs 7,999)."""
-    load_prompt = staticmethod(load_calibrate_template)
-
+    max_output_tokens: int
     auditor: LocalEngine | None = None
 
     def output_tokens_for(self, n_styles: int) -> int:
@@ -182,66 +164,21 @@ class OpenAIVariantEngine(PromptedCaller):
             "SPECTRUM": spectrum_lines(context.spectrum),
         }
 
-    async def generate(self, context: CalibrationContext) -> GeneratedVariants:
-        """Variants for ``context`` (module docstring); never raises for the API: when it
-        fails after the SDK's retries, or the request's time budget (``deadline_seconds``)
-        runs out, the run is escalated ``api_error`` with the error, the calls started and
-        the raw answers received so far."""
-        started = time.perf_counter()
-        run = self.new_log()
-        messages = self.prompt.messages(self.values(context))
-        allowance = self.output_tokens_for(len(context.spectrum.styles))
-        last_valid: CalibrationOutput | None = None
-        try:
-            answer = await self.call(messages, run, "variants", allowance)
-            checked = self._check(answer, context)
-            last_valid = checked.output
-            if checked.failure is not None:
-                turn = f"{PREVIOUS_ERROR}\n{problems_message(checked.problems, RETRY_CONSTRAINT)}"
-                conversation = retry_conversation(messages, answer, turn)
-                answer = await self.call(conversation, run, "retry", allowance)
-                checked = self._check(answer, context)
-                last_valid = checked.output or last_valid
-        except EngineError as exc:  # the API failed or the time budget ran out
-            checked = _Checked(failure="api_error", problems=[str(exc)])
-        if checked.failure is None:
-            return GeneratedVariants(
-                output=checked.output, attempts=run.started_calls, usage=run.usage(started)
-            )
-        log.warning(
-            "openai variant engine: no valid variants after the retry (%s, prompt %s)",
-            checked.failure,
-            self.prompt_version,
-        )
-        escalation = CalibrationEscalation.model_validate(
-            {
-                "reason": checked.failure,
-                "errors": [cut(self.mask(p) or "") for p in checked.problems[:50]],
-                "raw_output": self.mask(run.raw()),
-            }
-        )
-        return GeneratedVariants(
-            output=last_valid,
-            escalation=escalation,
-            attempts=run.started_calls,
-            usage=run.usage(started),
-        )
-
-    def _check(self, answer: ChatAnswer, context: CalibrationContext) -> _Checked:
+    def _check(self, answer: ChatAnswer, context: CalibrationContext) -> Checked:
         allowance = self.output_tokens_for(len(context.spectrum.styles))
         data, code, message = decode_json_object(answer, allowance, "writing refusal variants")
         if data is None:
             failure = "model_refusal" if code == "model_refusal" else "invalid_output"
-            return _Checked(failure=failure, problems=[f"{code}: {message}"])
+            return Checked(failure=failure, problems=[f"{code}: {message}"])
         try:
             output = CalibrationOutput.model_validate_json(orjson.dumps(data))
         except ValidationError as exc:
-            return _Checked(
+            return Checked(
                 failure="invalid_output", problems=[describe_error(e) for e in exc.errors()]
             )
         coverage = spectrum_problems(output, context.spectrum)
         if coverage:
-            return _Checked(failure="invalid_output", problems=coverage)
+            return Checked(failure="invalid_output", problems=coverage)
         output = ordered(output, context.spectrum)
         if self.auditor is None:
             self.auditor = LocalEngine()
@@ -255,5 +192,5 @@ class OpenAIVariantEngine(PromptedCaller):
             result = check_variant(variant, style, check)
             problems += [f"variant {variant.style}: {f.code}: {f.detail}" for f in result.findings]
         if problems:
-            return _Checked(output=output, failure="regression", problems=problems)
-        return _Checked(output=output)
+            return Checked(output=output, failure="regression", problems=problems)
+        return Checked(output=output)

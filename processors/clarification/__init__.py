@@ -4,11 +4,12 @@
   its top-level category to a ``Route``;
 - :mod:`~processors.clarification.ambiguity`: what is ambiguous about a request;
 - :mod:`~processors.clarification.circumvention`: the deterministic circumvention check;
-- :mod:`~processors.clarification.judge`: the optional LLM judge after it (on
-  :mod:`~processors.clarification.llm`, shared with the ``openai`` question engine);
+- :mod:`~processors.clarification.judge`: the optional LLM judge after it (its prompt,
+  schema and checks; its calls are ``inference.judge``);
 - :mod:`~processors.clarification.privacy`: the service's inputs redacted before any use;
 - :mod:`~processors.clarification.local_questions` / :mod:`~.openai_questions`: the question
-  engines (vetted templates; an LLM with schema validation and one retry);
+  engines (vetted templates; an LLM's prompt values and answer checks, its calls and one
+  retry in ``inference.questions``);
 - :mod:`~processors.clarification.conversation`: the two-round state machine;
 - :mod:`~processors.clarification.flow`: opening a conversation (classify, route, ask, check,
   judge).

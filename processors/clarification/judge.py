@@ -2,8 +2,11 @@
 
 The deterministic rules (``processors.clarification.circumvention``) run first; only a set
 they pass is shown to the judge (``processors.clarification.flow``). One chat completion
-(``processors.engines.llm_call.JsonCaller``, shared with the question engine: the same
-client handling, usage counting, JSON decoding, retry turn and API-key masking):
+(``inference.chat.JsonCaller``, shared with the question engine: the same client handling,
+usage counting, JSON decoding, retry turn and API-key masking). The judge,
+``inference.judge.OpenAIJudge``, makes the calls; this module holds what needs no network
+(:class:`JudgeHarness`: the messages, the check of an answer, the verdict), the schema and
+the :class:`CircumventionJudge` protocol:
 
 1. The prompt is ``prompts/clarify_judge_v1.md`` (``prompts.clarify.load_judge_template``),
    filled with the (redacted) request (USER_INPUT), the refusal (REFUSAL_REASON) and the
@@ -26,8 +29,6 @@ object per call (kinds ``judge``, ``retry``), API key masked.
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -35,10 +36,14 @@ from typing import Any, Literal, Protocol
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from processors.clarification.llm import PromptedCaller
-from processors.engines.base import EngineError
-from processors.engines.llm_call import ChatAnswer, cut, decode_json_object, describe_error
-from prompts.clarify import load_judge_template
+from processors.engines.llm_call import (
+    ChatAnswer,
+    KeyMasking,
+    cut,
+    decode_json_object,
+    describe_error,
+)
+from prompts.clarify import ClarifyPrompt
 from schemas.audit import EngineUsage
 from schemas.clarification import (
     NOTE_MAX_CHARS,
@@ -81,8 +86,6 @@ RETRY_CONSTRAINT = (
     "list in the rules: at least one when the verdict is reject, none when it is pass. The "
     "explanation is one or two sentences."
 )
-
-log = logging.getLogger(__name__)
 
 
 class JudgeAnswer(BaseModel):
@@ -146,24 +149,16 @@ def questions_block(questions: QuestionSet) -> str:
     return "\n".join(f"{i}. {q.question_text}" for i, q in enumerate(questions.questions, 1))
 
 
-class OpenAIJudge(PromptedCaller):
-    """The ``openai`` circumvention judge (module docstring); satisfies
-    :class:`CircumventionJudge`.
+class JudgeHarness(KeyMasking):
+    """The network-free steps of the ``openai`` judge (``inference.judge.OpenAIJudge``,
+    which sets the attributes below): the messages of one verdict, the check of one answer
+    and the verdict as the conversation state keeps it (API key masked)."""
 
-    Arguments as for ``processors.clarification.llm.PromptedCaller`` (``max_output_tokens``
-    default 512: enough for a verdict); ``prompt`` defaults to
-    ``prompts.clarify.load_judge_template()``. Raises ``ValueError`` for out-of-range
-    settings.
-    """
-
-    name = "openai"
-    version = ENGINE_VERSION
-    output_schema_name = JUDGE_SCHEMA_NAME
-    output_schema = JUDGE_JSON_SCHEMA
-    default_max_output_tokens = 512
-    """The largest valid answer (a reject with all 9 reason codes and an 800-character
-    explanation) is 257 o200k tokens as indented JSON; 512 is twice that."""
-    load_prompt = staticmethod(load_judge_template)
+    name: str
+    model: str
+    prompt: ClarifyPrompt
+    prompt_version: str
+    max_output_tokens: int
 
     def messages(self, questions: QuestionSet, request: str, refusal: str) -> list[dict[str, str]]:
         """The chat messages of one verdict (module docstring, step 1)."""
@@ -171,25 +166,6 @@ class OpenAIJudge(PromptedCaller):
             {"USER_INPUT": request, "REFUSAL_REASON": refusal,
              "QUESTIONS": questions_block(questions)}
         )  # fmt: skip
-
-    async def judge(self, questions: QuestionSet, request: str, refusal: str) -> JudgeResult:
-        """The verdict (module docstring); never raises."""
-        started = time.perf_counter()
-        run = self.new_log()
-        try:
-            answer, _, problems = await self.call_checked(
-                self.messages(questions, request, refusal), run, self._check,
-                RETRY_CONSTRAINT, "judge",
-            )  # fmt: skip
-        except EngineError as exc:
-            answer, problems = None, [f"engine_error: {exc}"]
-        if answer is None:
-            log.warning("openai judge: no valid verdict (%s, prompt %s)",
-                        problems[0] if problems else "-", self.prompt_version)  # fmt: skip
-            verdict = self._verdict("failed", [], "; ".join(problems))
-        else:
-            verdict = self._verdict(answer.verdict, list(answer.reasons), answer.explanation)
-        return JudgeResult(verdict, run.started_calls, self.mask(run.raw()), run.usage(started))
 
     def _verdict(
         self, verdict: Literal["pass", "reject", "failed"], codes: Sequence[RuleReason],

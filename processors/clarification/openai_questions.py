@@ -1,8 +1,10 @@
 """The ``openai`` question engine: an LLM writes the questions, the harness checks them.
 
-One refusal, one chat completion (``processors.engines.llm_call``, shared with the audit
-engine: the same client handling, usage counting, JSON decoding, retry turn and API-key
-masking):
+One refusal, one chat completion (``inference.chat`` and ``processors.engines.llm_call``,
+shared with the audit engine: the same client handling, usage counting, JSON decoding, retry
+turn and API-key masking). The engine, ``inference.questions.OpenAIQuestionEngine``, makes
+the calls; this module holds what needs no network (:class:`QuestionHarness`: the prompt
+values, the check of an answer) and the schema:
 
 1. The prompt is ``prompts/clarify_v1.md`` (``prompts.clarify``), filled with the request
    (USER_INPUT), the refusal and its category (REFUSAL_REASON), the ambiguities found in
@@ -29,8 +31,6 @@ object per call (kinds ``questions``, ``retry``), API key masked.
 
 from __future__ import annotations
 
-import logging
-import time
 from collections import OrderedDict
 from typing import Any
 
@@ -38,15 +38,12 @@ import orjson
 from pydantic import ValidationError
 
 from processors.clarification.ambiguity import describe_ambiguities
-from processors.clarification.base import GeneratedQuestions, QuestionContext
+from processors.clarification.base import QuestionContext
 from processors.clarification.circumvention_model import RULES_CHECK, CircumventionCheck
-from processors.clarification.llm import PromptedCaller
-from processors.engines.base import EngineError
 from processors.engines.clause_index import ClauseIndex
 from processors.engines.llm_call import ChatAnswer, cut, decode_json_object, describe_error
 from processors.engines.local_text import tokenize
-from prompts.clarify import load_clarify_template
-from schemas.clarification import CIRCUMVENTION_REASONS, QuestionSet
+from schemas.clarification import QuestionSet
 from schemas.policy import Clause, PolicyBundle
 
 ENGINE_VERSION = "openai-questions-1"
@@ -99,33 +96,19 @@ RETRY_CONSTRAINT = (
     "confirm harmless intent, and no harm words the request does not use."
 )
 
-log = logging.getLogger(__name__)
-
 
 def _clause_line(clause: Clause) -> str:
     text = " ".join(clause.text.split())
     return f"{clause.clause_id} [{clause.stance}] {cut(text, 400)}"
 
 
-class OpenAIQuestionEngine(PromptedCaller):
-    """The ``openai`` question engine (module docstring); satisfies
-    ``processors.clarification.base.QuestionEngine``.
+class QuestionHarness:
+    """The network-free steps of the ``openai`` question engine
+    (``inference.questions.OpenAIQuestionEngine``, which sets ``max_output_tokens``): the
+    prompt's placeholder values (:meth:`values`, with the clause index of the bundle) and
+    the check of one answer (schema, then :attr:`check`)."""
 
-    Arguments as for ``processors.clarification.llm.PromptedCaller`` (the audit engine's
-    call settings; ``max_output_tokens`` default 1280); ``prompt`` defaults to
-    ``prompts.clarify.load_clarify_template()``. Raises ``ValueError`` for out-of-range
-    settings.
-    """
-
-    name = "openai"
-    version = ENGINE_VERSION
-    output_schema_name = QUESTIONS_SCHEMA_NAME
-    output_schema = QUESTIONS_JSON_SCHEMA
-    default_max_output_tokens = 1280
-    """The largest valid answer (4 questions, every text at its maximum length: 300 + 400 +
-    400 characters of English prose) is 1,105 o200k tokens as indented JSON; 1,280 holds it
-    with ~15% to spare (1,024 cut it off)."""
-    load_prompt = staticmethod(load_clarify_template)
+    max_output_tokens: int
     check: CircumventionCheck = RULES_CHECK
     """The circumvention check (the application sets the trained one)."""
 
@@ -178,44 +161,6 @@ class OpenAIQuestionEngine(PromptedCaller):
                 else ["No permitted clause matches; ask what the request is for and about whom."]
             ),
         }
-
-    # -- generation ----------------------------------------------------------------------------
-    async def generate(self, context: QuestionContext) -> GeneratedQuestions:
-        """Questions for ``context`` (module docstring); never raises: when the API fails
-        after the SDK's retries, or the request's time budget (``deadline_seconds``) runs
-        out, the result has no questions, failure ``invalid_questions`` and the error."""
-        started = time.perf_counter()
-        run = self.new_log()
-        messages = self.prompt.messages(self.values(context))
-        try:
-            questions, failure, errors = await self.call_checked(
-                messages, run, lambda answer: self._check(answer, context), RETRY_CONSTRAINT,
-                "questions",
-            )  # fmt: skip
-        except EngineError as exc:  # the API failed or the time budget ran out
-            questions, failure = None, "invalid_questions"
-            errors = [f"engine_error: {self.mask(str(exc))}"]
-        if questions is None:
-            log.warning(
-                "openai question engine: no valid question set after the retry (%s, prompt %s)",
-                failure,
-                self.prompt_version,
-            )
-        reasons = (
-            tuple(dict.fromkeys(e.split(":", 1)[0] for e in errors if e.split(":", 1)[0]
-                                in CIRCUMVENTION_REASONS))
-            if failure == "circumvention"
-            else ()
-        )  # fmt: skip
-        return GeneratedQuestions(
-            questions=questions,
-            failure=failure,
-            errors=tuple(errors),
-            reasons=reasons,
-            attempts=run.started_calls,
-            raw_output=self.mask(run.raw()),
-            usage=run.usage(started),
-        )
 
     def _check(
         self, answer: ChatAnswer, context: QuestionContext

@@ -1,14 +1,14 @@
-"""What every LLM engine shares: one chat completion, its checks, the retry turn, secrets.
+"""What every LLM engine shares that needs no network: the call settings, reading an answer,
+the retry turn, the server's context-overflow message, secrets.
 
-Used by the audit engine (``processors.engines.openai_engine``), the clarification question
-engine (``processors.clarification.openai_questions``) and the circumvention judge
-(``processors.clarification.judge``), all three :class:`JsonCaller` s, so they call the
-OpenAI-compatible API, count usage, read a structured answer, build the one retry turn and
-keep the API key out of errors and stored raw output the same way.
+The calls themselves (the ``openai`` SDK, concurrency, deadlines) are
+``inference.chat`` (``chat_completion``, ``JsonCaller``); the audit engine
+(``inference.audit_engine``), the clarification question engine
+(``inference.questions``), the circumvention judge (``inference.judge``) and the
+variant engine (``inference.variants``) all use both, so they count usage, read a
+structured answer, build the one retry turn and keep the API key out of errors and stored
+raw output the same way.
 
-- :func:`chat_completion`: one ``chat.completions.create`` call under a per-event-loop
-  concurrency limit (:class:`LoopLimiter`); usage adds up in a :class:`TokenTally`; any API
-  failure raises ``EngineError`` with the key removed from its message.
 - :func:`decode_json_object`: an answer -> a JSON object, or the reason code and message
   why not (``model_refusal``: a refusal, an empty answer or a content-filter stop;
   ``output_truncated``: ``finish_reason == "length"``; ``invalid_output``: not JSON, or JSON
@@ -16,34 +16,28 @@ keep the API key out of errors and stored raw output the same way.
 - :func:`retry_conversation`: the conversation of the one retry (the answer appended as
   the assistant's turn, then a user turn listing the problems).
 - :func:`mask_secret` / :func:`scrub_secret`: the client's API key replaced by ``***``.
-- :class:`JsonCaller`: the settings and the checked call (one retry) of an engine that asks
-  for one JSON object per task (the question engine and the judge); :class:`CallLog` keeps
-  its calls and usage, :meth:`CallLog.raw` the raw answers as stored.
+- :class:`TokenTally` / :class:`CallLog`: the usage of a run, and the calls, usage and
+  deadline of one task (:meth:`CallLog.raw`: the raw answers as stored).
 
 What a real server needs (issue 24): the caller tells the engine the server's kind
-(:data:`ServerKind`, found by ``refusal_audit.llm.discovery``). On llama.cpp every call
-sends ``cache_prompt: true`` (reuse the slot's KV cache for the shared prefix; never sent to
-other servers: OpenAI rejects unknown fields), and ``response_format="auto"`` resolves per
-kind (:func:`resolve_response_format`). A context-length HTTP 400 (llama.cpp, OpenAI,
-vLLM; :func:`parse_context_overflow`) raises :class:`PromptTooLong`, an ``EngineError``
-carrying the server's numbers, so the audit engine can split the batch.
+(:data:`ServerKind`, found by ``inference.discovery``). On llama.cpp every call sends
+``cache_prompt: true`` (reuse the slot's KV cache for the shared prefix; never sent to other
+servers: OpenAI rejects unknown fields), and ``response_format="auto"`` resolves per kind
+(:func:`resolve_response_format`). A context-length HTTP 400 (llama.cpp, OpenAI, vLLM;
+:func:`read_context_overflow`) raises :class:`PromptTooLong`, an ``EngineError`` carrying
+the server's numbers, so the audit engine can split the batch.
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
 import re
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict, TypeVar, cast, overload
 
-import openai
 import orjson
-from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
-from openai.types.chat.completion_create_params import ResponseFormat
 
 from processors.engines.base import EngineError
 from schemas.audit import EngineUsage
@@ -97,28 +91,6 @@ class TokenTally:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
-
-
-class LoopLimiter:
-    """At most ``limit`` (>= 1) calls in flight per event loop: one ``asyncio.Semaphore`` per
-    running loop, kept weakly (an engine may serve several loops, e.g. tests)."""
-
-    def __init__(self, limit: int) -> None:
-        if limit < 1:
-            raise ValueError("max_concurrency must be >= 1")
-        self.limit = limit
-        self._semaphores: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, asyncio.Semaphore
-        ] = weakref.WeakKeyDictionary()
-
-    def get(self) -> asyncio.Semaphore:
-        """The semaphore of the running loop (made on first use)."""
-        loop = asyncio.get_running_loop()
-        semaphore = self._semaphores.get(loop)
-        if semaphore is None:
-            semaphore = asyncio.Semaphore(self.limit)
-            self._semaphores[loop] = semaphore
-        return semaphore
 
 
 def check_call_settings(
@@ -186,6 +158,18 @@ def mask_secret(client: object, text: str | None) -> str | None:
 def scrub_secret(client: object, text: str) -> str:
     """``text`` without the client's API key, cut to ``MAX_REASON_CHARS`` (for errors)."""
     return cut(mask_secret(client, text))
+
+
+class KeyMasking:
+    """A holder of an LLM client (``client``, any object with an ``api_key``) whose key must
+    not reach an error or a stored answer: the base of ``inference.chat.JsonCaller`` and of
+    the engines' network-free steps."""
+
+    client: Any
+
+    def mask(self, text: str | None) -> str | None:
+        """``text`` with the client's API key masked (:func:`mask_secret`)."""
+        return mask_secret(self.client, text)
 
 
 def answer_text(answer: ChatAnswer) -> str:
@@ -323,96 +307,34 @@ def _first_int(patterns: Sequence[str], text: str) -> int | None:
     return None
 
 
-def parse_context_overflow(exc: openai.APIStatusError) -> ContextOverflow | None:
-    """The :class:`ContextOverflow` of an HTTP 400 that says the request does not fit the
-    model's context (llama.cpp, OpenAI, vLLM messages; see the patterns above), else None
-    (any other error)."""
-    if exc.status_code != 400:
+def read_context_overflow(
+    status_code: int, error_body: object, error_message: str
+) -> ContextOverflow | None:
+    """The :class:`ContextOverflow` of an HTTP error (its status, its decoded JSON body and
+    the client's message) that says the request does not fit the model's context: a 400 with
+    a llama.cpp, OpenAI or vLLM message (see the patterns above), else None (any other
+    error). ``inference.chat.parse_context_overflow`` reads an SDK error with it."""
+    if status_code != 400:
         return None
-    body: dict[str, Any] = exc.body if isinstance(exc.body, dict) else {}
+    body: dict[str, Any] = error_body if isinstance(error_body, dict) else {}
     error = body.get("error")
     inner: dict[str, Any] = error if isinstance(error, dict) else body
     text = " ".join(
-        str(v) for v in (exc.message, inner.get("message"), inner.get("code"), inner.get("type"))
+        str(v) for v in (error_message, inner.get("message"), inner.get("code"), inner.get("type"))
     )
     if not any(marker in text for marker in _OVERFLOW_MARKERS):
         return None
     prompt = count_value(inner.get("n_prompt_tokens")) or _first_int(_PROMPT_PATTERNS, text)
     context = count_value(inner.get("n_ctx")) or _first_int(_CONTEXT_PATTERNS, text)
-    message = str(inner.get("message") or exc.message)
+    message = str(inner.get("message") or error_message)
     return ContextOverflow(prompt, context, _first_int(_COMPLETION_PATTERNS, text), message)
-
-
-async def chat_completion(
-    client: openai.AsyncOpenAI,
-    model: str,
-    messages: Sequence[dict[str, str]],
-    response_format: ResponseFormat,
-    *,
-    output_token_param: OutputTokenParam,
-    max_output_tokens: int,
-    temperature: float | None,
-    limiter: LoopLimiter,
-    tally: TokenTally,
-    server: ServerKind = "unknown",
-) -> ChatAnswer:
-    """One chat completion; its usage is added to ``tally`` (a server's malformed usage is
-    ignored). On llama.cpp (``server``) it asks for the prompt cache (``cache_prompt``).
-    Raises :class:`PromptTooLong` for a context-length HTTP 400, ``EngineError`` (API key
-    removed from the message) when the call fails otherwise after the SDK's own retries, or
-    the server returns no choice."""
-    params: dict[str, Any] = {output_token_param: max_output_tokens}
-    if temperature is not None:
-        params["temperature"] = temperature
-    if server == "llama.cpp":  # never to OpenAI, which rejects unknown fields
-        params["extra_body"] = {"cache_prompt": True}
-    async with limiter.get():
-        try:
-            completion = await client.chat.completions.create(
-                model=model,
-                messages=cast(list[ChatCompletionMessageParam], list(messages)),
-                response_format=response_format,
-                **params,
-            )
-        except openai.BadRequestError as exc:
-            overflow = parse_context_overflow(exc)
-            text = scrub_secret(client, f"chat completion failed: {type(exc).__name__}: {exc}")
-            if overflow is None:
-                raise EngineError(text) from None
-            overflow = ContextOverflow(
-                overflow.prompt_tokens,
-                overflow.context,
-                overflow.completion,
-                scrub_secret(client, overflow.message),
-            )
-            raise PromptTooLong(text, overflow) from None
-        except (openai.OpenAIError, ValueError, TypeError, AttributeError) as exc:
-            # ValueError covers a 200 whose body is empty or cut off (JSON decode error)
-            raise EngineError(
-                scrub_secret(client, f"chat completion failed: {type(exc).__name__}: {exc}")
-            ) from None
-    if not isinstance(completion, ChatCompletion) or not completion.choices:
-        raise EngineError("chat completion without choices from the server")
-    usage = completion.usage
-    if usage is not None:
-        tally.prompt_tokens += count_value(usage.prompt_tokens)
-        tally.completion_tokens += count_value(usage.completion_tokens)
-        details = usage.prompt_tokens_details
-        tally.cached_tokens += count_value(getattr(details, "cached_tokens", None))
-    choice = completion.choices[0]
-    message = choice.message
-    return ChatAnswer(
-        content=message.content,
-        refusal=getattr(message, "refusal", None),
-        finish_reason=choice.finish_reason,
-    )
 
 
 @dataclass
 class CallLog(TokenTally):
     """The calls of one engine run: ``(kind, answer)`` in order, their token usage, and the
     run's time budget: no call starts after ``deadline`` (a ``time.monotonic()``; ``inf``:
-    none) and a call in flight then is cancelled (``JsonCaller.call``).
+    none) and a call in flight then is cancelled (``inference.chat.JsonCaller.call``).
     ``started_calls`` counts every call started, answered or not."""
 
     calls: list[tuple[str, ChatAnswer]] = field(default_factory=list)
@@ -470,7 +392,7 @@ problems)``."""
 
 
 class CallSettings(TypedDict, total=False):
-    """The keyword settings of a :class:`JsonCaller` (for ``**kwargs: Unpack[...]``)."""
+    """The keyword settings of an ``inference.chat.JsonCaller`` (for ``**kwargs: Unpack[...]``)."""
 
     response_format: ResponseFormatKind
     max_concurrency: int
@@ -484,145 +406,3 @@ class CallSettings(TypedDict, total=False):
 class BudgetExhausted(EngineError):
     """A task's time budget ran out: before a call could start, or during one (which was
     cancelled). The message says which budget and how large it was."""
-
-
-class JsonCaller:
-    """An engine that asks an OpenAI-compatible model for one JSON object per task.
-
-    ``client`` is built by the caller (base_url, api_key, timeout, max_retries); ``model``
-    the model id; ``schema_name``/``schema`` the strict ``json_schema`` output format (or
-    ``response_format="json_object"``; ``auto`` resolves with ``server``, the server's kind:
-    :func:`resolve_response_format`; the attribute ``response_format`` holds what is sent).
-    ``max_output_tokens``, ``output_token_param``, ``temperature`` and ``max_concurrency``
-    (calls in flight per event loop) as for the audit engine; on llama.cpp every call asks
-    for the prompt cache. ``deadline_seconds`` (None: no limit) bounds the wall time of all
-    the calls of one task (a log from :meth:`new_log`: the first call and its retry), so a
-    slow server cannot hold a clarification or calibration request longer than that.
-    Raises ``ValueError`` for out-of-range settings.
-    """
-
-    def __init__(
-        self,
-        client: openai.AsyncOpenAI,
-        model: str,
-        schema_name: str,
-        schema: dict[str, Any],
-        *,
-        response_format: ResponseFormatKind = "json_schema",
-        max_concurrency: int = 4,
-        max_output_tokens: int = 1024,
-        temperature: float | None = None,
-        output_token_param: OutputTokenParam = "max_completion_tokens",
-        server: ServerKind = "unknown",
-        deadline_seconds: float | None = None,
-    ) -> None:
-        check_call_settings(model, response_format, output_token_param, max_output_tokens)
-        if deadline_seconds is not None and not deadline_seconds > 0:
-            raise ValueError("deadline_seconds must be > 0")
-        self.deadline_seconds = deadline_seconds
-        self.client = client
-        self.model = model
-        self.schema_name = schema_name
-        self.schema = schema
-        self.server: ServerKind = server
-        self.response_format: WireFormat = resolve_response_format(response_format, server)
-        self.max_output_tokens = max_output_tokens
-        self.temperature = temperature
-        self.output_token_param: OutputTokenParam = output_token_param
-        self.max_concurrency = max_concurrency
-        self._limiter = LoopLimiter(max_concurrency)
-
-    def response_format_param(self, schema: dict[str, Any] | None = None) -> ResponseFormat:
-        """The ``response_format`` request parameter (``schema``: this call's JSON Schema in
-        place of ``self.schema``; ignored in ``json_object`` mode)."""
-        if self.response_format == "json_object":
-            return {"type": "json_object"}
-        chosen = self.schema if schema is None else schema
-        return {
-            "type": "json_schema",
-            "json_schema": {"name": self.schema_name, "strict": True, "schema": chosen},
-        }
-
-    async def complete(
-        self,
-        messages: Sequence[dict[str, str]],
-        tally: TokenTally,
-        max_output_tokens: int | None = None,
-        schema: dict[str, Any] | None = None,
-    ) -> ChatAnswer:
-        """One chat completion with these settings (:func:`chat_completion`); its usage is
-        added to ``tally``. ``max_output_tokens`` (default: the setting) is this call's
-        output cap; ``schema`` (default: ``self.schema``) this call's output schema. Raises
-        ``EngineError`` (:class:`PromptTooLong` for a context-length 400)."""
-        return await chat_completion(
-            self.client,
-            self.model,
-            messages,
-            self.response_format_param(schema),
-            output_token_param=self.output_token_param,
-            max_output_tokens=max_output_tokens or self.max_output_tokens,
-            temperature=self.temperature,
-            limiter=self._limiter,
-            tally=tally,
-            server=self.server,
-        )
-
-    def new_log(self) -> CallLog:
-        """The log of one task, its deadline ``deadline_seconds`` from now."""
-        if self.deadline_seconds is None:
-            return CallLog()
-        return CallLog(
-            deadline=time.monotonic() + self.deadline_seconds,
-            deadline_seconds=self.deadline_seconds,
-        )
-
-    async def call(
-        self,
-        messages: Sequence[dict[str, str]],
-        log: CallLog,
-        kind: str,
-        max_output_tokens: int | None = None,
-    ) -> ChatAnswer:
-        """One chat completion, recorded in ``log`` as ``kind`` (``max_output_tokens`` as for
-        :meth:`complete`) and counted in ``log.started_calls``. Raises
-        :class:`BudgetExhausted` when ``log``'s deadline has passed, or passes during the
-        call (which is cancelled), and ``EngineError`` for API failures."""
-        remaining = log.deadline - time.monotonic()
-        spent = f"the request's time budget ({log.deadline_seconds or math.inf:g} s) ran out"
-        if remaining <= 0:
-            raise BudgetExhausted(f"{spent} before the {kind} call")
-        log.started_calls += 1
-        try:
-            answer = await asyncio.wait_for(
-                self.complete(messages, log, max_output_tokens),
-                None if math.isinf(remaining) else remaining,
-            )
-        except TimeoutError:
-            raise BudgetExhausted(f"{spent} during the {kind} call") from None
-        log.calls.append((kind, answer))
-        return answer
-
-    async def call_checked(
-        self,
-        messages: Sequence[dict[str, str]],
-        log: CallLog,
-        check: Checker[_T],
-        constraint: str,
-        kind: str,
-    ) -> tuple[_T | None, str | None, list[str]]:
-        """Call (recorded as ``kind``), read the answer with ``check`` and, when it is not
-        usable, retry ONCE in the same conversation with the problems and ``constraint``
-        appended (:func:`problems_message`; recorded as ``retry``). Returns the last
-        ``check`` result (problems with the API key masked). Raises ``EngineError`` when
-        the API fails."""
-        answer = await self.call(messages, log, kind)
-        value, failure, problems = check(answer)
-        if value is None:
-            retry = retry_conversation(messages, answer, problems_message(problems, constraint))
-            answer = await self.call(retry, log, "retry")
-            value, failure, problems = check(answer)
-        return value, failure, [mask_secret(self.client, p) for p in problems]
-
-    def mask(self, text: str | None) -> str | None:
-        """``text`` with the client's API key masked (:func:`mask_secret`)."""
-        return mask_secret(self.client, text)

@@ -5,20 +5,20 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from processors.engines.base import AuditEngine
-from processors.engines.local import LocalEngine
-from processors.redaction import Redactor
-from refusal_audit.config import ConfigError, Settings
-from refusal_audit.llm.discovery import (
+from inference.discovery import (
     ServerInfo,
     choose_context,
     concurrency,
     describe,
     discover,
 )
+from processors.engines.base import AuditEngine
+from processors.engines.local import LocalEngine
+from processors.redaction import Redactor
+from refusal_audit.config import ConfigError, Settings
 
 if TYPE_CHECKING:
-    import openai
+    from inference.chat import Client
 
 log = logging.getLogger("refusal_audit.engines")
 
@@ -52,10 +52,11 @@ MIN_DISCOVERED_CONTEXT = 1024
 tokens per event; the static prompt is several thousand)."""
 
 
-def openai_client(settings: Settings) -> openai.AsyncOpenAI:
+def openai_client(settings: Settings) -> Client:
     """The ``openai.AsyncOpenAI`` client of the openai_* settings (base URL, key, timeout,
-    retries). Raises ``ConfigError`` when neither a key nor a base URL is configured."""
-    import openai
+    retries; ``inference.chat.make_client``). Raises ``ConfigError`` when neither a key nor
+    a base URL is configured."""
+    from inference.chat import make_client
 
     key = settings.openai_key()
     if not key and not settings.openai_base_url:
@@ -63,16 +64,16 @@ def openai_client(settings: Settings) -> openai.AsyncOpenAI:
             "engine openai needs an API key (openai_api_key, openai_api_key_file or "
             "$OPENAI_API_KEY) or an openai_base_url of a server that needs none"
         )
-    return openai.AsyncOpenAI(
-        api_key=key or "unused",
-        base_url=settings.openai_base_url,
-        timeout=settings.openai_timeout_seconds,
-        max_retries=settings.openai_max_retries,
+    return make_client(
+        key or "unused",
+        settings.openai_base_url,
+        settings.openai_timeout_seconds,
+        settings.openai_max_retries,
     )
 
 
 def llm_server(settings: Settings, model: str | None = None) -> ServerInfo:
-    """Ask the configured server what it is (``refusal_audit.llm.discovery.discover``: its
+    """Ask the configured server what it is (``inference.discovery.discover``: its
     kind and context size for ``model``, default ``openai_model``). Never raises for what
     the server does; raises ``ConfigError`` when the key file cannot be read."""
     return discover(settings.openai_base_url, settings.openai_key(), model or settings.openai_model)
@@ -97,7 +98,7 @@ def _openai_engine(settings: Settings) -> AuditEngine:
     """The audit engine on the configured server: its kind, context and slots discovered
     once here, the context window chosen (setting, server, default) and logged with its
     source, the calls in flight capped at the server's slots."""
-    from processors.engines.openai_engine import OpenAIEngine
+    from inference.audit_engine import OpenAIEngine
 
     client = openai_client(settings)
     info = llm_server(settings)

@@ -1,9 +1,10 @@
-"""The refusal cascade's encoder head: its artifact, and the cascade the application builds.
+"""The refusal cascade the application builds, with its encoder head's shipped artifact.
 
 The head (``processors.refusal_cascade``) is stored like the other trained models: ``<stem>.npz``
 (arrays, read without pickle) and ``<stem>.json`` (spec, content hash, training summary),
-verified on load. :func:`build_cascade` loads it with its encoder once per process when the
-setting ``prefilter_cascade_band`` is not empty; the encoder is fetched at install time
+verified on load (``inference.model_files.load_head``; ``save_head`` writes it).
+:func:`build_cascade` loads it with its encoder once per process when the setting
+``prefilter_cascade_band`` is not empty; the encoder is fetched at install time
 (``refusal-audit encoders fetch``), never at run time.
 """
 
@@ -11,85 +12,17 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-from processors.refusal_cascade import Cascade, CascadeBand, EncoderHead, head_width
-from processors.refusal_model import (
-    ModelArtifactError,
-    check_hash,
-    content_hash,
-    read_artifact,
-    write_artifact,
-)
+from inference.model_files import load_head
+from processors.refusal_cascade import Cascade, CascadeBand, EncoderHead
+from processors.refusal_model import ModelArtifactError
 from refusal_audit.config import ConfigError, Settings
 from refusal_audit.encoders.catalog import EncoderError
 from refusal_audit.encoders.runtime import OnnxEncoder
 
 #: Stem of the head shipped in the package (``python -m refusal_audit.training.refusal_cascade``).
 HEAD_STEM = Path(__file__).resolve().parents[1] / "models" / "refusal_cascade_head"
-FORMAT_VERSION = 1
 _WHAT = "refusal cascade head"
-
-
-def _spec(threshold: float, encoder: str, dim: int) -> dict[str, Any]:
-    return {
-        "format_version": FORMAT_VERSION,
-        "threshold": threshold,
-        "encoder": encoder,
-        "dim": dim,
-        "width": head_width(dim),
-    }
-
-
-def save_head(
-    stem: Path,
-    weights: np.ndarray[Any, Any],
-    bias: float,
-    threshold: float,
-    encoder: str,
-    dim: int,
-    extra: dict[str, Any],
-) -> str:
-    """Write the head artifact ``stem``.npz / ``stem``.json; return its content hash.
-
-    Raises ``ValueError`` when ``weights`` is not of shape ``(head_width(dim),)``.
-    """
-    spec = _spec(threshold, encoder, dim)
-    if weights.shape != (spec["width"],):
-        raise ValueError(f"weights shape {weights.shape}, the head needs ({spec['width']},)")
-    arrays: dict[str, np.ndarray[Any, Any]] = {
-        "weights": weights.astype(np.float32),
-        "bias": np.array([bias], dtype=np.float64),
-    }
-    return write_artifact(stem, spec, arrays, extra)
-
-
-def load_head(stem: Path) -> EncoderHead:
-    """Load and verify the head ``stem``. Raises ``ModelArtifactError`` naming the file and
-    the fault (missing, unreadable, a spec this code does not read, wrong shapes, content
-    hash mismatch)."""
-    meta, arrays = read_artifact(stem, _WHAT)
-    spec = meta["spec"]
-    if spec.get("format_version") != FORMAT_VERSION:
-        found = spec.get("format_version")
-        raise ModelArtifactError(f"{_WHAT} format {found!r}, this code reads {FORMAT_VERSION}")
-    try:
-        dim = int(spec["dim"])
-        threshold = float(spec["threshold"])
-        encoder = str(spec["encoder"])
-        weights = np.asarray(arrays["weights"])
-        bias = np.asarray(arrays["bias"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ModelArtifactError(f"{_WHAT} {stem}: incomplete spec or arrays: {exc}") from exc
-    if spec != _spec(threshold, encoder, dim) or not 0.0 < threshold < 1.0:
-        raise ModelArtifactError(f"{_WHAT} {stem}: spec {spec} does not fit this code")
-    if weights.dtype != np.float32 or weights.shape != (head_width(dim),) or bias.shape != (1,):
-        raise ModelArtifactError(f"{_WHAT} {stem}: arrays of the wrong dtype or shape")
-    digest = content_hash(spec, {"weights": weights, "bias": bias})
-    check_hash(stem, _WHAT, meta.get("content_hash"), digest)
-    return EncoderHead(weights.astype(np.float64), float(bias[0]), threshold, encoder, dim, digest)
 
 
 @lru_cache(maxsize=4)

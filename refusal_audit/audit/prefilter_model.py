@@ -6,9 +6,10 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
+from inference.model_files import load_category_model
+from inference.model_files import load_refusal_model as load_model
 from processors.category_model import CategoryModel
-from processors.category_model import load_model as load_category_model
-from processors.refusal_model import ModelArtifactError, RefusalModel, load_model
+from processors.refusal_model import ModelArtifactError, RefusalModel
 from refusal_audit.config import ConfigError
 
 #: Stem of the artifact shipped in the package (``.npz`` arrays, ``.json`` metadata, ``.md``

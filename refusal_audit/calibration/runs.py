@@ -134,7 +134,7 @@ def build_variant_engine(cfg: Settings, name: str | None = None) -> VariantEngin
     if chosen == "local":
         return LocalVariantEngine()
     if chosen == "openai":
-        from processors.calibration.openai_variants import OpenAIVariantEngine
+        from inference.variants import OpenAIVariantEngine
         from refusal_audit.audit.engines import llm_call_options, openai_client
 
         model = cfg.calibrate_model or cfg.openai_model

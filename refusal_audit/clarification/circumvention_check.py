@@ -3,19 +3,16 @@ the encoder it needs, if any) into a ``CircumventionCheck``."""
 
 from __future__ import annotations
 
-import json
 import zipfile
 from functools import lru_cache
 from pathlib import Path
 
-import numpy as np
-
+from inference import model_files
 from processors.clarification.circumvention_model import (
     RULES_CHECK,
     CircumventionArtifactError,
     CircumventionCheck,
     CircumventionModel,
-    model_from_arrays,
 )
 from refusal_audit.config import ConfigError, Settings
 
@@ -35,10 +32,7 @@ def load_circumvention_model(stem: Path = CIRCUMVENTION_STEM) -> CircumventionMo
     """
     stem = stem.with_suffix("") if stem.suffix in {".npz", ".json", ".md"} else stem
     try:
-        meta = json.loads(stem.with_suffix(".json").read_text(encoding="utf-8"))
-        with np.load(stem.with_suffix(".npz"), allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-        return model_from_arrays(meta, arrays)
+        return model_files.load_circumvention_model(stem)
     except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
         raise ConfigError(
             f"cannot load the circumvention model {stem}: {exc}. Rebuild it with "

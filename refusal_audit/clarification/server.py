@@ -37,7 +37,7 @@ from refusal_audit.config import ConfigError, Settings
 from refusal_audit.secret_files import random_secret_file
 
 if TYPE_CHECKING:
-    from processors.clarification.openai_questions import OpenAIQuestionEngine
+    from inference.questions import OpenAIQuestionEngine
 
 TOKEN_FILE = "clarify-api.token"
 STORE_FILE = "clarify.sqlite3"
@@ -109,7 +109,7 @@ def _question_engine(cfg: Settings, name: str | None) -> LocalQuestionEngine | O
     if chosen == "local":
         return LocalQuestionEngine()
     if chosen == "openai":
-        from processors.clarification.openai_questions import OpenAIQuestionEngine
+        from inference.questions import OpenAIQuestionEngine
 
         model = cfg.clarify_question_model or cfg.openai_model
         return OpenAIQuestionEngine(openai_client(cfg), model, **llm_call_options(cfg, model))
@@ -122,7 +122,7 @@ def build_judge(cfg: Settings) -> CircumventionJudge | None:
     ``ConfigError`` for a missing openai key."""
     if cfg.clarify_judge_engine == "off":
         return None
-    from processors.clarification.judge import OpenAIJudge
+    from inference.judge import OpenAIJudge
 
     model = cfg.clarify_judge_model or cfg.clarify_question_model or cfg.openai_model
     return OpenAIJudge(openai_client(cfg), model, **llm_call_options(cfg, model))

@@ -9,7 +9,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from processors.refusal_model import FAMILIES, artifact_paths, save_model
+from inference.model_files import save_refusal_model as save_model
+from processors.refusal_model import FAMILIES, artifact_paths
 from refusal_audit.training.labels import load_refusal_examples
 from refusal_audit.training.refusal import (
     SEED,

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 from sklearn.model_selection import StratifiedKFold
 
-from processors.category_model import CATEGORY_CLASSES, save_model
+from inference.model_files import save_category_model as save_model
+from processors.category_model import CATEGORY_CLASSES
 from processors.refusal_model import artifact_paths
 from processors.stats import wilson_interval
 from refusal_audit.training import triage_eval

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize
 
+from inference.model_files import write_circumvention_model
 from processors.clarification.circumvention_model import (
     FORMAT_VERSION,
     POOLING,
@@ -358,10 +359,7 @@ def build(
             "weight": float(verdict_weight),
             "own_fold": _verdict_fold(dev_params, extra, q_extra, cv["threshold"]),
         }
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = stem.with_suffix(".npz"), stem.with_suffix(".json"), stem.with_suffix(".md")
-    np.savez(paths[0], **arrays)  # type: ignore[arg-type]
-    paths[1].write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    paths = (*write_circumvention_model(stem, meta, arrays), stem.with_suffix(".md"))
     paths[2].write_text(_card(meta, w, names), encoding="utf-8")
     return CircumventionBuild(model_from_arrays(meta, arrays), *paths, cv)
 

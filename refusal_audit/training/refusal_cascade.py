@@ -162,7 +162,7 @@ def build_head(shared_data: Path, stem: Path, encoder: TextEncoder, every: int =
     """Fit the head on every ``every``-th labelled row of each source and write ``stem``.npz /
     .json / .md. Raises ``FileNotFoundError`` / ``ValueError`` for missing or bad shared data,
     ``ValueError`` when the rows hold one class only, ``OSError`` for a failed write."""
-    from refusal_audit.audit.prefilter_cascade import save_head
+    from inference.model_files import save_head
 
     rows = load_refusal_examples(shared_data)
     if every > 1:

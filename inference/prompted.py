@@ -1,15 +1,16 @@
-"""What the clarification service's LLM engines share: the question engine
-(``processors.clarification.openai_questions``) and the circumvention judge
-(``processors.clarification.judge``) each fill one versioned prompt (``prompts.clarify``)
-and ask for one JSON object of their schema, through ``processors.engines.llm_call``."""
+"""What the prompted LLM engines share: the clarification question engine
+(``inference.questions``), the circumvention judge (``inference.judge``) and the
+calibration variant engine (``inference.variants``) each fill one versioned prompt
+(``prompts.clarify``, ``prompts.calibrate``) and ask for one JSON object of their schema,
+through ``inference.chat.JsonCaller`` (moved from ``processors.clarification.llm``,
+issue 26)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import openai
-
-from processors.engines.llm_call import CallSettings, JsonCaller
+from inference.chat import Client, JsonCaller
+from processors.engines.llm_call import CallSettings
 from prompts.clarify import ClarifyPrompt
 
 if TYPE_CHECKING:  # annotations only (typing.Unpack is Python 3.12+)
@@ -38,7 +39,7 @@ class PromptedCaller(JsonCaller):
 
     def __init__(
         self,
-        client: openai.AsyncOpenAI,
+        client: Client,
         model: str,
         *,
         prompt: ClarifyPrompt | None = None,

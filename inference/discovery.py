@@ -1,7 +1,8 @@
 """Ask an OpenAI-compatible server what it is and how large its context is (issue 24).
 
-The LLM engines are pure (``processors/``); this module does the I/O when an engine is built
-(``refusal_audit.audit.engines``), once per engine:
+The engines' prompts and checks are pure (``processors/``); this module does the I/O when
+an engine is built (``refusal_audit.audit.engines``), once per engine (issue 26 moved it
+here from ``refusal_audit.llm.discovery``; its logger keeps that name):
 
 1. ``GET <root>/props`` (root = the base URL without its trailing ``/v1``): llama.cpp's
    server answers with ``default_generation_settings.n_ctx``, the context of ONE slot (the
