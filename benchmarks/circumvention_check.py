@@ -43,7 +43,7 @@ from processors.clarification.circumvention_model import (
 from processors.clarification.circumvention_rubric import set_features
 from processors.text_encoder import TextEncoder
 from refusal_audit.clarification.circumvention_check import load_circumvention_model
-from refusal_audit.clarification.evaluate import corpus_set, score_fixture
+from refusal_audit.clarification.evaluation import corpus_set, score_fixture
 from refusal_audit.training import circumvention as training
 from refusal_audit.training.circumvention_corpus import DevSet, load_dev
 

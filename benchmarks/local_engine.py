@@ -1,6 +1,6 @@
 """Benchmark of the offline pipeline on the real labelled logs in ../shared/data.
 
-Runs ``refusal-audit eval``'s own code (``refusal_audit.audit.evaluate.run_eval``, the pre-filter
+Runs ``refusal-audit eval``'s own code (``refusal_audit.audit.evaluation.run_eval``, the pre-filter
 and the ``local`` engine, nothing stored) on:
 
 - XSTest, both completion files (GPT-4 and Llama-2): refusal detection against the human
@@ -37,7 +37,7 @@ import orjson
 from rich.console import Console
 
 from refusal_audit.audit.batch import BatchOptions
-from refusal_audit.audit.evaluate import run_eval
+from refusal_audit.audit.evaluation import run_eval
 from refusal_audit.audit.run_report import fmt_interval, print_eval
 from refusal_audit.config import Settings, load_settings
 

@@ -18,7 +18,7 @@ from processors.clarification.judge import (
     JudgeResult,
 )
 from processors.engines.base import EngineError
-from prompts.clarify import load_judge_template
+from prompts.clarification import load_judge_template
 from schemas.clarification import QuestionSet
 
 log = logging.getLogger("processors.clarification.judge")
@@ -31,7 +31,7 @@ class OpenAIJudge(PromptedCaller, JudgeHarness):
 
     Arguments as for ``inference.prompted.PromptedCaller`` (``max_output_tokens``
     default 512: enough for a verdict); ``prompt`` defaults to
-    ``prompts.clarify.load_judge_template()``. Raises ``ValueError`` for out-of-range
+    ``prompts.clarification.load_judge_template()``. Raises ``ValueError`` for out-of-range
     settings.
     """
 

@@ -1,7 +1,7 @@
 """What the prompted LLM engines share: the clarification question engine
 (``inference.questions``), the circumvention judge (``inference.judge``) and the
 calibration variant engine (``inference.variants``) each fill one versioned prompt
-(``prompts.clarify``, ``prompts.calibrate``) and ask for one JSON object of their schema,
+(``prompts.clarification``, ``prompts.calibration``) and ask for one JSON object of their schema,
 through ``inference.chat.JsonCaller`` (moved from ``processors.clarification.llm``,
 issue 26)."""
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from inference.chat import Client, JsonCaller
 from processors.engines.llm_call import CallSettings
-from prompts.clarify import ClarifyPrompt
+from prompts.clarification import ClarifyPrompt
 
 if TYPE_CHECKING:  # annotations only (typing.Unpack is Python 3.12+)
     from typing_extensions import Unpack

@@ -17,7 +17,7 @@ from processors.clarification.openai_questions import (
     QuestionHarness,
 )
 from processors.engines.base import EngineError
-from prompts.clarify import load_clarify_template
+from prompts.clarification import load_clarify_template
 from schemas.clarification import CIRCUMVENTION_REASONS
 
 log = logging.getLogger("processors.clarification.openai_questions")
@@ -30,7 +30,7 @@ class OpenAIQuestionEngine(PromptedCaller, QuestionHarness):
 
     Arguments as for ``inference.prompted.PromptedCaller`` (the audit engine's
     call settings; ``max_output_tokens`` default 1280); ``prompt`` defaults to
-    ``prompts.clarify.load_clarify_template()``. Raises ``ValueError`` for out-of-range
+    ``prompts.clarification.load_clarify_template()``. Raises ``ValueError`` for out-of-range
     settings.
     """
 

@@ -20,7 +20,7 @@ from processors.calibration.openai_variants import (
 )
 from processors.engines.base import EngineError
 from processors.engines.llm_call import cut, problems_message, retry_conversation
-from prompts.calibrate import load_calibrate_template
+from prompts.calibration import load_calibrate_template
 from schemas.calibration import CalibrationEscalation, CalibrationOutput
 
 log = logging.getLogger("processors.calibration.openai_variants")
@@ -34,7 +34,7 @@ class OpenAIVariantEngine(PromptedCaller, VariantHarness):
     Arguments as for ``inference.prompted.PromptedCaller`` (the audit engine's
     call settings; ``max_output_tokens`` default 8192, the cap of each call's allowance
     :meth:`output_tokens_for`, sized to the spectrum's styles); ``prompt`` defaults to
-    ``prompts.calibrate.load_calibrate_template()``; ``auditor`` (default a new
+    ``prompts.calibration.load_calibrate_template()``; ``auditor`` (default a new
     ``LocalEngine``) judges offered alternatives in the regression check. Raises
     ``ValueError`` for out-of-range settings.
     """

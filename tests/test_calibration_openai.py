@@ -20,7 +20,7 @@ from processors.calibration.openai_variants import (
     VARIANTS_JSON_SCHEMA,
 )
 from processors.calibration.run import calibrate
-from prompts.calibrate import PLACEHOLDERS, load_calibrate_template
+from prompts.calibration import PLACEHOLDERS, load_calibrate_template
 from schemas.calibration import DEFAULT_SPECTRUM, CalibrationRequest, CalibrationRun
 from schemas.policy import PolicyBundle
 

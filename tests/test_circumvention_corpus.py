@@ -9,7 +9,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from refusal_audit.clarification.evaluate import read_labelled, score_fixture
+from refusal_audit.clarification.evaluation import read_labelled, score_fixture
 from schemas.clarification import QuestionSet
 
 CORPUS = Path(__file__).resolve().parents[1] / "datasets" / "circumvention"

@@ -35,7 +35,7 @@ from processors.clarification.local_questions import LocalQuestionEngine
 from processors.clarification.openai_questions import QUESTIONS_SCHEMA_NAME
 from processors.clarification.trail import checks_of, judge_of, step_row
 from processors.engines.local import LocalEngine
-from prompts.clarify import JUDGE_PLACEHOLDERS, load_judge_template
+from prompts.clarification import JUDGE_PLACEHOLDERS, load_judge_template
 from refusal_audit.clarification.server import build_judge
 from refusal_audit.config import Settings
 from schemas.clarification import (

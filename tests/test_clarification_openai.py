@@ -19,7 +19,7 @@ from processors.clarification.openai_questions import (
     RETRY_CONSTRAINT,
 )
 from processors.engines.local import LocalEngine
-from prompts.clarify import PLACEHOLDERS, load_clarify_template
+from prompts.clarification import PLACEHOLDERS, load_clarify_template
 from schemas.clarification import ClarificationRequest, EscalationReason, Outcome
 from schemas.policy import PolicyBundle
 

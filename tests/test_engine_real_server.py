@@ -218,7 +218,7 @@ def test_discovery_of_an_unreachable_server_or_none_asks_nothing() -> None:
 def test_a_small_discovered_context_is_a_clear_start_up_error(
     fake_openai: FakeOpenAIServer, tmp_path: Path
 ) -> None:
-    from refusal_audit.audit.evaluate import MemorySink
+    from refusal_audit.audit.evaluation import MemorySink
 
     fake_openai.as_llama_cpp(8_192)  # SmolLM2's trained context: the prompt alone is ~7,000
     cfg = settings(fake_openai, data_dir=tmp_path)
@@ -440,7 +440,7 @@ def test_budget_settings_reach_the_engine(fake_openai: FakeOpenAIServer) -> None
 
 def test_steps_reach_the_metrics_and_eval(fake_openai: FakeOpenAIServer, tmp_path: Path) -> None:
     from refusal_audit.audit.engines import close_engine
-    from refusal_audit.audit.evaluate import MemorySink, run_eval
+    from refusal_audit.audit.evaluation import MemorySink, run_eval
     from refusal_audit.audit.run_report import print_eval
     from refusal_audit.streaming.worker_web import record_metrics
     from streams.metrics import WorkerMetrics
@@ -525,7 +525,7 @@ def test_max_tokens_is_sized_to_the_batch(
 def test_the_allowance_covers_the_measured_assessments(tmp_path: Path) -> None:
     """The source of OUTPUT_TOKENS_*: the local engine's assessments of the example log, as
     wire JSON indented by 2 (json_object answers often are), in o200k tokens."""
-    from refusal_audit.audit.evaluate import MemorySink
+    from refusal_audit.audit.evaluation import MemorySink
 
     cfg = Settings(engine="local", data_dir=tmp_path)  # type: ignore[call-arg]
     sink = MemorySink()

@@ -16,7 +16,7 @@ from processors.evaluation import (
     evaluate,
     labels_from_attributes,
 )
-from refusal_audit.audit.evaluate import eval_item
+from refusal_audit.audit.evaluation import eval_item
 from refusal_audit.audit.run_report import print_eval
 from schemas.events import ClassifierSignal, RefusalEvent, StoredEvent
 

@@ -484,8 +484,8 @@ FILE_IO_FUNCTIONS = {
 FILE_IO_ALLOWED = frozenset(
     {
         "prompts/loader.py",
-        "prompts/clarify.py",
-        "prompts/calibrate.py",
+        "prompts/clarification.py",
+        "prompts/calibration.py",
         "processors/stopwords.py",
         "schemas/export.py",
     }
@@ -567,7 +567,7 @@ def test_io_in_a_pure_layer_is_reported(module_path: str, source: str, expected:
 
 def test_pure_io_passes_templates_and_calls_named_like_io() -> None:
     template = "from pathlib import Path\ndef f(p):\n    return Path(p).read_bytes()\n"
-    assert pure_io(REPO / "prompts" / "clarify.py", template) == []
+    assert pure_io(REPO / "prompts" / "clarification.py", template) == []
     assert pure_io(REPO / "inference" / "model_files.py", template) == []
     opened = "def f(flow, request, now):\n    return flow.open(request, now)\n"
     assert pure_io(REPO / "processors" / "clarification" / "flow.py", opened) == []

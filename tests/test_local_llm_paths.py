@@ -39,7 +39,7 @@ from processors.clarification.routing import classify
 from processors.engines.local import LocalEngine
 from refusal_audit.audit.batch import BatchOptions, build_pipeline, file_source
 from refusal_audit.audit.engines import close_engine
-from refusal_audit.audit.evaluate import MemorySink
+from refusal_audit.audit.evaluation import MemorySink
 from refusal_audit.calibration.runs import run_calibrations
 from refusal_audit.clarification.server import build_clarifier, build_judge
 from refusal_audit.config import Settings

@@ -21,7 +21,7 @@ from processors.prefilter import (
 from processors.refusal_model import ModelArtifactError
 from refusal_audit.audit import prefilter_model
 from refusal_audit.audit.batch import build_pipeline
-from refusal_audit.audit.evaluate import MemorySink
+from refusal_audit.audit.evaluation import MemorySink
 from refusal_audit.audit.prefilter_model import SHIPPED_STEM, load_shipped_model
 from refusal_audit.config import ConfigError, load_settings
 from refusal_audit.training import labels

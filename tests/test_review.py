@@ -213,7 +213,7 @@ def test_reviewed_events_export_as_labels_eval_reads(
     warehouse: Warehouse, audited: list[dict[str, Any]], tmp_path: Path
 ) -> None:
     from refusal_audit.audit.batch import BatchOptions
-    from refusal_audit.audit.evaluate import run_eval
+    from refusal_audit.audit.evaluation import run_eval
     from refusal_audit.review.verdict_files import labelled_events
 
     rows = []

@@ -7,7 +7,7 @@ counting, JSON decoding, the retry turn and API-key masking; the prompt plumbing
 makes the calls; this module holds what needs no network (:class:`VariantHarness`: the
 prompt values, each call's allowance, the check of an answer) and the schema:
 
-1. The prompt is ``prompts/calibrate_v1.md`` (``prompts.calibrate``), filled with the
+1. The prompt is ``prompts/calibrate_v1.md`` (``prompts.calibration``), filled with the
    request (REQUEST), the raw refusal (REFUSAL), the triggered clause (POLICY_CLAUSE: id,
    stance, title and text) and the spectrum (SPECTRUM: one line per style with its label,
    base and description).

@@ -8,7 +8,7 @@ usage counting, JSON decoding, retry turn and API-key masking). The judge,
 (:class:`JudgeHarness`: the messages, the check of an answer, the verdict), the schema and
 the :class:`CircumventionJudge` protocol:
 
-1. The prompt is ``prompts/clarify_judge_v1.md`` (``prompts.clarify.load_judge_template``),
+1. The prompt is ``prompts/clarify_judge_v1.md`` (``prompts.clarification.load_judge_template``),
    filled with the (redacted) request (USER_INPUT), the refusal (REFUSAL_REASON) and the
    numbered question texts (QUESTIONS). The guardrail notes are not shown: the judge rates
    what the user would see.
@@ -43,7 +43,7 @@ from processors.engines.llm_call import (
     decode_json_object,
     describe_error,
 )
-from prompts.clarify import ClarifyPrompt
+from prompts.clarification import ClarifyPrompt
 from schemas.audit import EngineUsage
 from schemas.clarification import (
     NOTE_MAX_CHARS,

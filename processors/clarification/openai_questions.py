@@ -6,7 +6,7 @@ turn and API-key masking). The engine, ``inference.questions.OpenAIQuestionEngin
 the calls; this module holds what needs no network (:class:`QuestionHarness`: the prompt
 values, the check of an answer) and the schema:
 
-1. The prompt is ``prompts/clarify_v1.md`` (``prompts.clarify``), filled with the request
+1. The prompt is ``prompts/clarify_v1.md`` (``prompts.clarification``), filled with the request
    (USER_INPUT), the refusal and its category (REFUSAL_REASON), the ambiguities found in
    the request (AMBIGUITY_DESCRIPTION), the bundle's clauses most relevant to the request
    (POLICY_CONTEXT: the cited clause and the best BM25 matches of the audit engine's clause

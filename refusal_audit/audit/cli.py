@@ -124,7 +124,7 @@ def eval_command(
     ),
 ) -> None:
     """Measure the pre-filter and an engine against the labels of labelled files (no storage)."""
-    from refusal_audit.audit.evaluate import run_eval
+    from refusal_audit.audit.evaluation import run_eval
 
     cfg = settings()
     options = input_options(files, input_format, mapping, event_time, None, None)

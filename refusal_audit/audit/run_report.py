@@ -306,7 +306,7 @@ def classifier_vs_detector_line(figures: dict[str, Any]) -> str:
 
 
 def print_eval(figures: dict[str, Any], console: Console) -> None:
-    """Print ``refusal_audit.audit.evaluate.run_eval`` figures (rates with Wilson 95% intervals).
+    """Print ``refusal_audit.audit.evaluation.run_eval`` figures (rates with Wilson 95% intervals).
 
     Counts first, then the agreement table (or, when nothing in it could be measured, why),
     notes on what the figures count, category agreement, and the failed records with their

@@ -90,7 +90,7 @@ def clarify_eval(
     """Measure when the service asks (appropriateness: precision and recall, Wilson 95%
     intervals) and the circumvention teaching rate of surfaced question sets; exit 1 when
     circumvention is above 0 or appropriateness below the floor."""
-    from refusal_audit.clarification.evaluate import run_clarify_eval
+    from refusal_audit.clarification.evaluation import run_clarify_eval
     from refusal_audit.clarification.server import build_clarifier
 
     for path in files:

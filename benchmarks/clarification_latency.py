@@ -17,7 +17,7 @@ owned) by this process, so every answer waits for its ``clarification_steps`` ro
 ``--concurrency N``: N clients at once (N threads, each with its own connection), to see
 concurrent steps share the trail's inserts (group commit); the default is sequential.
 
-Run: ``python benchmarks/clarify_latency.py [--requests 1000] [--store memory|sqlite]
+Run: ``python benchmarks/clarification_latency.py [--requests 1000] [--store memory|sqlite]
 [--trail] [--concurrency 1]``.
 """
 

@@ -1,6 +1,6 @@
 """Load the refusal-calibration prompt (``prompts/calibrate_v1.md``).
 
-Same file format and loader as the clarification prompts (``prompts.clarify``: maintainer
+Same file format and loader as the clarification prompts (``prompts.clarification``: maintainer
 notes, a static system part after ``<!-- system -->``, a user part after ``<!-- user -->``
 holding each of :data:`PLACEHOLDERS` exactly once; filled-in text has every ``</`` written
 ``<\\/``). The version is the sha256 of the file's bytes, first 12 hex digits.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from prompts.clarify import ClarifyPrompt, parse_clarify_template
+from prompts.clarification import ClarifyPrompt, parse_clarify_template
 from prompts.loader import template_version
 
 DEFAULT_CALIBRATE_TEMPLATE = Path(__file__).resolve().with_name("calibrate_v1.md")
