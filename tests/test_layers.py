@@ -384,15 +384,10 @@ IO_LIBRARIES = {
     "openai": ("refusal_audit/",),
 }
 #: Where the rule is broken today, named so no new place joins them; each is issue 26 work
-#: left: the hand-written consumer loops and Kafka clients of the rooms move to one loop and
-#: one client factory in streams/, and the LLM calls leave processors/ for an I/O layer.
+#: left: the LLM calls leave processors/ for an I/O layer. (The rooms' Kafka clients and
+#: consumer loops moved to ``streams.clients`` and ``streams.consumer_loop``.)
 IO_DEBT = frozenset(
     {
-        ("confluent_kafka", "refusal_audit/alerts/cli.py"),
-        ("confluent_kafka", "refusal_audit/calibration/kafka.py"),
-        ("confluent_kafka", "refusal_audit/clarification/kafka.py"),
-        ("confluent_kafka", "refusal_audit/streaming/cli.py"),
-        ("confluent_kafka", "refusal_audit/streaming/warehouse_sink.py"),
         ("openai", "processors/clarification/llm.py"),
         ("openai", "processors/engines/llm_call.py"),
         ("openai", "processors/engines/openai_engine.py"),

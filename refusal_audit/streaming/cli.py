@@ -23,11 +23,11 @@ from types import FrameType
 from typing import Any
 
 import typer
-from confluent_kafka import KafkaException
 from rich.markup import escape
 
 from refusal_audit.cli_common import err, fail_usage, settings
 from refusal_audit.config import ConfigError, Settings
+from streams.clients import KafkaException
 
 EXIT_CRASH = 70
 
@@ -136,10 +136,10 @@ def detector_pass(cfg: Settings, store: Any) -> Callable[[datetime], object]:
     from streams.topics import Topics
 
     topics = Topics.from_prefix(cfg.kafka_topic_prefix)
-    writer = TopicWriter(make_producer(cfg.kafka_bootstrap_servers))
+    writer = TopicWriter(make_producer(cfg.kafka()))
     publisher = AlertPublisher(
         store, writer, topics,
-        lambda: read_alerts(cfg.kafka_bootstrap_servers, topics.alert_topics()),
+        lambda: read_alerts(cfg.kafka(), topics.alert_topics()),
     )  # fmt: skip
     publisher.recover()
     baselines = BaselinePublisher(writer, topics.drift_baselines)
