@@ -328,14 +328,19 @@ def require_topics(brokers: Brokers, names: Iterable[str]) -> None:
         require_topic(admin, name)
 
 
-def stop_on_signals(stop: Callable[[], None], name: str, logger: logging.Logger) -> None:
-    """Make SIGTERM and SIGINT call ``stop`` (the loop returns after the message in hand),
-    logged as ``<name>: <SIGNAL> received, stopping after the message in hand``; a second
-    signal ends the process at once, uncommitted. Call from the main thread."""
+def stop_on_signals(
+    stop: Callable[[], None],
+    name: str,
+    logger: logging.Logger,
+    what: str = "stopping after the message in hand",
+) -> None:
+    """Make SIGTERM and SIGINT call ``stop`` (a loop returns after the message in hand),
+    logged as ``<name>: <SIGNAL> received, <what>``; a second signal ends the process at
+    once, uncommitted. Call from the main thread. The service consumers' commands and the
+    worker's and sink's (``what``: ``stopping``) use it."""
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
-        logger.info("%s: %s received, stopping after the message in hand", name,
-                    signal.Signals(signum).name)  # fmt: skip
+        logger.info("%s: %s received, %s", name, signal.Signals(signum).name, what)
         stop()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)

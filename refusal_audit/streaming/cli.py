@@ -14,12 +14,10 @@ from __future__ import annotations
 import logging
 import logging.config
 import os
-import signal
 import sys
 import threading
 from collections.abc import Callable
 from datetime import datetime
-from types import FrameType
 from typing import Any
 
 import typer
@@ -34,18 +32,10 @@ EXIT_CRASH = 70
 
 def _stop_on_signals(name: str) -> threading.Event:
     """An event set by the first SIGTERM/SIGINT (the second one ends the process at once)."""
+    from streams.consumer_loop import stop_on_signals
+
     stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        logging.getLogger("refusal_audit").info(
-            "%s: %s received, stopping", name, signal.Signals(signum).name
-        )
-        stop.set()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop_on_signals(stop.set, name, logging.getLogger("refusal_audit"), "stopping")
     return stop
 
 
