@@ -101,7 +101,7 @@ def topics_create() -> None:
         cfg.kafka_topic_prefix, cfg.kafka_topic_partitions, cfg.kafka_replication_factor
     )
     try:
-        status = create_topics(admin_client(cfg.kafka_bootstrap_servers), specs)
+        status = create_topics(admin_client(cfg.kafka()), specs)
     except TopicError as exc:
         raise fail_usage(str(exc)) from exc
     render(
@@ -169,10 +169,10 @@ def produce(
         raise fail_usage(str(exc)) from exc
     topic = Topics.from_prefix(cfg.kafka_topic_prefix).input
     try:
-        require_topic(admin_client(cfg.kafka_bootstrap_servers), topic)
+        require_topic(admin_client(cfg.kafka()), topic)
     except TopicError as exc:
         raise fail_usage(str(exc)) from exc
-    writer = TopicWriter(make_producer(cfg.kafka_bootstrap_servers))
+    writer = TopicWriter(make_producer(cfg.kafka()))
     with batch_progress() as progress:
         task = progress.add_task(f"producing to {topic}", total=record_total(files, sources))
         report = replay(sources, writer, topic, raw=raw, on_record=lambda: progress.advance(task))
@@ -252,9 +252,7 @@ def alerts_tail(
     except ValueError as exc:
         raise fail_usage(str(exc)) from exc
     try:
-        consumer = alert_consumer(
-            cfg.kafka_bootstrap_servers, topic_names, from_beginning, quiet=True
-        )
+        consumer = alert_consumer(cfg.kafka(), topic_names, from_beginning, quiet=True)
     except TailError as exc:
         raise fail_usage(str(exc)) from exc
     try:

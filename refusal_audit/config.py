@@ -14,7 +14,7 @@ import re
 import tomllib
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic.fields import FieldInfo
@@ -34,6 +34,9 @@ from refusal_audit.encoders.settings import EncoderSettings
 from refusal_audit.report.settings import ReportSettings
 from refusal_audit.review.settings import ReviewSettings
 from refusal_audit.streaming.settings import StreamingSettings
+
+if TYPE_CHECKING:
+    from streams.clients import KafkaConfig
 
 DEFAULT_CONFIG_FILE = Path("refusal-audit.toml")
 _config_file: ContextVar[Path | None] = ContextVar("refusal_audit_config_file", default=None)
@@ -152,6 +155,14 @@ class Settings(
             return self.engine
         configured = self.openai_base_url or self.openai_api_key or self.openai_api_key_file
         return "openai" if configured else "local"
+
+    def kafka(self) -> KafkaConfig:
+        """How every Kafka client of the application reaches the brokers
+        (``streams.clients.KafkaConfig``): built here and nowhere else, from
+        ``kafka_bootstrap_servers`` (the Kafka client library is imported on first use)."""
+        from streams.clients import KafkaConfig
+
+        return KafkaConfig(self.kafka_bootstrap_servers)
 
     def openai_key(self) -> str | None:
         """The API key: the setting, else the key file's first line, else $OPENAI_API_KEY.

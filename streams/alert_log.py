@@ -9,28 +9,24 @@ from __future__ import annotations
 
 import logging
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 from pydantic import ValidationError
 
 from schemas.alerts import Alert
+from streams import clients
+from streams.clients import Brokers
 
 log = logging.getLogger("refusal_audit.alerts")
 
 
-def read_alerts(bootstrap_servers: str, topics: list[str], timeout: float = 10.0) -> list[Alert]:
+def read_alerts(brokers: Brokers, topics: list[str], timeout: float = 10.0) -> list[Alert]:
     """All valid alerts on ``topics`` (oldest first per partition).
 
     A topic that does not exist holds no alerts (logged). Raises
     ``confluent_kafka.KafkaException`` when the broker cannot be reached.
     """
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": "refusal-audit-alert-reconcile",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "logger": log,
-        }
+    consumer = clients.consumer(
+        brokers, "refusal-audit-alert-reconcile", **{"enable.partition.eof": True, "logger": log}
     )
     try:
         metadata = consumer.list_topics(timeout=timeout)

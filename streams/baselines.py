@@ -19,10 +19,12 @@ from collections.abc import Mapping
 from datetime import datetime
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from processors.drift import WindowCounts, counts_from_dict, counts_to_dict
-from streams.producer import KAFKA_LOGGER, TopicWriter
+from streams import clients
+from streams.clients import Brokers
+from streams.producer import TopicWriter
 
 log = logging.getLogger("refusal_audit.baselines")
 
@@ -58,14 +60,11 @@ class BaselineReader:
     :meth:`poll` from one thread. Raises ``KafkaException`` from the constructor when the
     consumer cannot be created."""
 
-    def __init__(self, bootstrap_servers: str, topic: str) -> None:
+    def __init__(self, brokers: Brokers, topic: str) -> None:
         self.topic = topic
         self.baselines: dict[str, WindowCounts] = {}
         self.skipped = 0
-        self._consumer = Consumer({
-            "bootstrap.servers": bootstrap_servers, "group.id": "refusal-audit-baselines",
-            "enable.auto.commit": False, "logger": KAFKA_LOGGER,
-        })  # fmt: skip
+        self._consumer = clients.consumer(brokers, "refusal-audit-baselines")
         self._assigned = False
 
     def _assign(self) -> bool:

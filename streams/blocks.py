@@ -22,9 +22,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
-from streams.producer import KAFKA_LOGGER
+from streams import clients
+from streams.clients import STREAM_READER, Brokers
 
 log = logging.getLogger("refusal_audit.blocks")
 
@@ -82,7 +90,7 @@ class BlockReader:
 
     def __init__(
         self,
-        bootstrap_servers: str,
+        bootstrap_servers: Brokers,
         group_id: str,
         topics: list[str],
         limits: BlockLimits,
@@ -90,19 +98,10 @@ class BlockReader:
     ) -> None:
         self.limits = limits
         self.generation = 0
-        conf: dict[str, Any] = {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": group_id,
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "fetch.max.bytes": 64 * 1024 * 1024,
-            "max.poll.interval.ms": 600_000,
-            "logger": KAFKA_LOGGER,
-            **extra,
-        }
-        self.consumer = Consumer(conf)
+        self.consumer = clients.consumer(
+            bootstrap_servers, group_id, **STREAM_READER,
+            **{"fetch.max.bytes": 64 * 1024 * 1024, **extra},
+        )  # fmt: skip
         self.consumer.subscribe(topics, on_assign=self._changed, on_revoke=self._changed,
                                 on_lost=self._changed)  # fmt: skip
 
@@ -148,6 +147,21 @@ class BlockReader:
         deduplicated insert makes that harmless)."""
         self.consumer.commit(offsets=block.offsets(), asynchronous=False)
 
+    def commit_stored(self, block: Block, logger: logging.Logger) -> None:
+        """Commit the stored block's offsets. A failed commit that is not fatal (the group
+        coordinator moved during a broker restart, a rebalance) is logged on ``logger`` and
+        passed over: the block is stored, the next block's commit covers its offsets, and a
+        block read again after a crash is deduplicated. Raises ``KafkaException`` when fatal
+        (fenced)."""
+        try:
+            self.commit(block)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if not isinstance(error, KafkaError) or error.fatal():
+                raise
+            logger.warning("the block is stored but its offsets not committed (%s): the next "
+                           "commit covers them", error)  # fmt: skip
+
     def lag(self) -> int:
         """Records behind the high watermark, over the assigned partitions."""
         total = 0
@@ -161,6 +175,12 @@ class BlockReader:
     def close(self) -> None:
         """Leave the group."""
         self.consumer.close()
+
+
+def written_at(msg: Message) -> int | None:
+    """The message's timestamp (ms since the epoch), None when it has none."""
+    kind, stamp = msg.timestamp()
+    return stamp if kind != TIMESTAMP_NOT_AVAILABLE else None
 
 
 def by_partition(block: Block, topic: str) -> Iterator[tuple[int, list[Message]]]:

@@ -13,6 +13,9 @@ session times out. ``leave_group`` therefore sends the LeaveGroup request of KIP
 version 3, the member named by its instance id, as Kafka's
 ``Admin.removeMembersFromConsumerGroup`` does) once the consumer has stopped; aiokafka only
 implements versions 0-1, which cannot name a static member.
+
+``group_members`` lists a group's live members through an admin client of
+``streams.clients`` (the clarification service refuses to start beside a live instance).
 """
 
 from __future__ import annotations
@@ -25,16 +28,50 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from aiokafka import AIOKafkaClient
 from aiokafka import errors as kafka_errors
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Array, Int16, Int32, Schema, String
+from confluent_kafka import KafkaError, KafkaException
+
+from streams.topics import TopicError
 
 log = logging.getLogger("refusal_audit.worker")
 
 GROUP_COORDINATOR = 0  # FindCoordinator key type of a consumer group
+
+_COORDINATOR_NOT_READY = frozenset({
+    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+})  # fmt: skip
+
+
+class GroupError(TopicError):
+    """A consumer group could not be described (the message says which and why); a
+    ``streams.topics.TopicError``, as every broker problem met before a service starts."""
+
+
+def group_members(admin: Any, group: str, timeout: float = 30.0) -> list[str]:
+    """The members of consumer group ``group`` (``client_id@host``; empty when the group is
+    empty or unknown), asked of ``admin`` (``streams.clients.admin``). A coordinator that is
+    not ready yet (a fresh broker, a moved coordinator) is asked again for up to ``timeout``
+    seconds. Raises :class:`GroupError` when the broker cannot describe the group."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            future = admin.describe_consumer_groups([group], request_timeout=10.0)[group]
+            description = future.result(timeout=15.0)
+            return [f"{m.client_id}@{m.host}" for m in description.members or []]
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            code = error.code() if isinstance(error, KafkaError) else None
+            if code not in _COORDINATOR_NOT_READY or time.monotonic() > deadline:
+                raise GroupError(f"cannot describe consumer group {group!r}: {exc}") from exc
+        except Exception as exc:  # TimeoutError
+            raise GroupError(f"cannot describe consumer group {group!r}: {exc}") from exc
+        time.sleep(0.5)
 
 
 def group_instance_id(static: bool, given: str | None, data_dir: Path) -> str | None:

@@ -13,21 +13,25 @@ second.
 
 from __future__ import annotations
 
-import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from streams.logs import RepeatFilter, TransientRetryFilter
+from streams.clients import KAFKA_LOGGER, Brokers, producer
 
 Headers = list[tuple[str, str | bytes | None]]
 
-
-KAFKA_LOGGER = logging.getLogger("refusal_audit.kafka")
-KAFKA_LOGGER.addFilter(TransientRetryFilter())  # start-up retries are not warnings
-KAFKA_LOGGER.addFilter(RepeatFilter(prefixes=None))
+__all__ = [
+    "KAFKA_LOGGER",
+    "DeliveryError",
+    "DeliveryTracker",
+    "TopicWriter",
+    "make_producer",
+    "produce_and_wait",
+]
 
 
 class DeliveryError(RuntimeError):
@@ -47,23 +51,14 @@ class DeliveryError(RuntimeError):
         self.unconfirmed = unconfirmed
 
 
-def make_producer(bootstrap_servers: str, **extra: Any) -> Producer:
-    """An idempotent producer (``enable.idempotence``, ``acks=all``) for ``bootstrap_servers``.
-
-    ``extra`` overrides librdkafka settings (e.g. ``{"linger.ms": 20}``). librdkafka logs go
-    to the ``KAFKA_LOGGER`` Python logger unless ``extra`` names another ``logger``.
+def make_producer(brokers: Brokers, **extra: Any) -> Producer:
+    """An idempotent producer (``enable.idempotence``, ``acks=all``) for ``brokers`` (a
+    ``streams.clients.KafkaConfig`` or a bootstrap string), built by
+    ``streams.clients.producer``. ``extra`` overrides librdkafka settings (e.g.
+    ``{"linger.ms": 20}``). librdkafka logs go to the ``KAFKA_LOGGER`` Python logger unless
+    ``extra`` names another ``logger``.
     """
-    config: dict[str, Any] = {
-        "bootstrap.servers": bootstrap_servers,
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 5,
-        "compression.type": "lz4",
-        "message.timeout.ms": 120_000,  # rides out a broker restart of about a minute
-        "logger": KAFKA_LOGGER,
-    }
-    config.update(extra)
-    return Producer(config)
+    return producer(brokers, **extra)
 
 
 @dataclass
@@ -145,3 +140,49 @@ class TopicWriter:
                 unconfirmed=remaining,
             )
         return tracker.delivered
+
+
+def produce_and_wait(
+    producer: Producer,
+    messages: list[tuple[str, bytes]],
+    key: bytes,
+    timeout: float,
+    what: str,
+) -> None:
+    """Produce ``messages`` (topic, value) keyed by ``key`` and wait up to ``timeout``
+    seconds for the broker to confirm every one. Thread-safe: each call waits for its own
+    messages' delivery reports, whichever thread serves them. Raises ``DeliveryError``
+    naming the messages as ``output(s) <what>`` (unconfirmed, refused, or a produce error).
+    """
+    reports: list[KafkaError | None] = []
+
+    def report(err: KafkaError | None, _msg: Message) -> None:
+        reports.append(err)
+
+    try:
+        for topic, value in messages:
+            while True:
+                try:
+                    producer.produce(topic, value=value, key=key, on_delivery=report)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+        deadline = time.monotonic() + timeout
+        while len(reports) < len(messages):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DeliveryError(
+                    f"{len(messages) - len(reports)} output(s) {what} "
+                    f"not confirmed within {timeout:g} s",
+                    unconfirmed=len(messages) - len(reports),
+                )
+            if producer.flush(min(left, 1.0)) == 0 and len(reports) < len(messages):
+                time.sleep(0.001)  # another thread is serving our delivery reports
+    except KafkaException as exc:
+        raise DeliveryError(f"producing the outputs {what}: {exc}") from exc
+    failed = [err for err in reports if err is not None]
+    if failed:
+        raise DeliveryError(
+            f"the broker refused {len(failed)} output(s) {what}: {failed[0]}",
+            failed=len(failed),
+        )

@@ -29,7 +29,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from streams.producer import KAFKA_LOGGER
+from streams import clients
+from streams.clients import KAFKA_LOGGER, Brokers, KafkaConfig
 
 CONNECT_TIMEOUT = 10.0
 UNREACHABLE_TIMEOUT = 30.0
@@ -59,7 +60,7 @@ def _describe(exc: KafkaException) -> str:
 
 
 def alert_consumer(
-    bootstrap_servers: str,
+    brokers: Brokers,
     topics: Sequence[str],
     from_beginning: bool,
     timeout: float = CONNECT_TIMEOUT,
@@ -74,18 +75,13 @@ def alert_consumer(
     connection is logged about 20 times a second): for callers that report broker
     problems themselves, as ``alerts tail`` does through ``TailError``.
     """
-    config: dict[str, Any] = {
-        "bootstrap.servers": bootstrap_servers,
-        # never joined (partitions are assigned, not subscribed); nothing is committed
-        "group.id": f"refusal-audit-tail-{uuid.uuid4().hex[:12]}",
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "enable.partition.eof": False,
-        "logger": KAFKA_LOGGER,
-    }
+    kafka = KafkaConfig.of(brokers)
+    bootstrap_servers = kafka.bootstrap_servers
+    extra: dict[str, Any] = {"enable.auto.offset.store": False, "enable.partition.eof": False}
     if quiet:
-        config["log_level"] = 0
-    consumer = Consumer(config)
+        extra["log_level"] = 0
+    # never joined (partitions are assigned, not subscribed); nothing is committed
+    consumer = clients.consumer(kafka, f"refusal-audit-tail-{uuid.uuid4().hex[:12]}", **extra)
     try:
         try:
             metadata = consumer.list_topics(timeout=timeout)

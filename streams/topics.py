@@ -19,7 +19,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from streams.producer import KAFKA_LOGGER
+from streams.clients import Brokers, admin
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -168,16 +168,15 @@ def topic_specs(prefix: str, partitions: int, replication_factor: int) -> list[T
     ]
 
 
-def admin_client(bootstrap_servers: str, **extra: Any) -> AdminClient:
-    """A confluent-kafka AdminClient for ``bootstrap_servers``.
+def admin_client(brokers: Brokers, **extra: Any) -> AdminClient:
+    """A confluent-kafka AdminClient for ``brokers`` (a ``streams.clients.KafkaConfig`` or a
+    bootstrap string), built by ``streams.clients.admin``.
 
     librdkafka's log lines go to the ``refusal_audit.kafka`` Python logger (not raw to
     stderr) unless ``extra`` names another ``logger``; they are forwarded when the client
     is polled (``existing_topics`` and ``create_topics`` do).
     """
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, **extra}
-    logger = config.pop("logger", KAFKA_LOGGER)
-    return AdminClient(config, logger=logger)
+    return admin(brokers, **extra)
 
 
 def existing_topics(admin: AdminClient, timeout: float = 10.0) -> set[str]:

@@ -49,7 +49,15 @@ from tenacity import (
     wait_exponential,
 )
 
-from streams.producer import KAFKA_LOGGER, Headers
+from streams.clients import (
+    STREAM_READER,
+    STREAM_SESSION_TIMEOUT_MS,
+    Brokers,
+    build_consumer,
+    consumer_config,
+    transactional_producer_config,
+)
+from streams.producer import Headers
 from streams.txn_producer import ProducerStuck, TxnProducer
 
 log = logging.getLogger("refusal_audit.transactional")
@@ -104,7 +112,7 @@ class StreamConfig:
     a recovery (a new producer, the consumer rewound) may keep failing before
     :class:`TransactionFatal` (``recovery_seconds``)."""
 
-    bootstrap_servers: str
+    bootstrap_servers: Brokers
     group_id: str
     topics: Sequence[str]
     transactional_id: str
@@ -160,32 +168,18 @@ class TransactionalStream:
         self.offsets_unreadable_since: float | None = None
         self._on_assignment = on_assignment
         self._lock = threading.Lock()
-        consumer_conf: dict[str, Any] = {
-            "bootstrap.servers": cfg.bootstrap_servers,
-            "group.id": cfg.group_id,
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "partition.assignment.strategy": "range",
-            "session.timeout.ms": 30_000,
-            "max.poll.interval.ms": 600_000,
-            "logger": KAFKA_LOGGER,
-        }
+        consumer_conf = consumer_config(
+            cfg.bootstrap_servers, cfg.group_id, **STREAM_READER,
+            **{"partition.assignment.strategy": "range",
+               "session.timeout.ms": STREAM_SESSION_TIMEOUT_MS},
+        )  # fmt: skip
         if cfg.group_instance_id:
             consumer_conf["group.instance.id"] = cfg.group_instance_id
         consumer_conf.update(cfg.consumer_extra)
-        producer_conf: dict[str, Any] = {
-            "bootstrap.servers": cfg.bootstrap_servers,
-            "transactional.id": cfg.transactional_id,
-            "transaction.timeout.ms": cfg.transaction_timeout_ms,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 5,
-            "compression.type": "lz4",
-            "logger": KAFKA_LOGGER,
-        }
-        producer_conf.update(cfg.producer_extra)
+        producer_conf = transactional_producer_config(
+            cfg.bootstrap_servers, cfg.transactional_id, cfg.transaction_timeout_ms,
+            **cfg.producer_extra,
+        )  # fmt: skip
         # aborts whatever a predecessor with this transactional id left open (fencing it)
         self.txn = TxnProducer(producer_conf, cfg.transaction_timeout_ms / 1000)
         self._txn_began = 0.0  # monotonic time the open transaction began
@@ -195,7 +189,7 @@ class TransactionalStream:
         self.consumer_renewals = 0
 
     def _subscribed(self) -> Consumer:
-        consumer = Consumer(self._consumer_conf)
+        consumer = build_consumer(self._consumer_conf)
         consumer.subscribe(
             list(self.cfg.topics), on_assign=self._assigned, on_revoke=self._revoked,
             on_lost=self._revoked,

@@ -39,6 +39,8 @@ from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, Producer
 
+from streams.clients import build_producer
+
 log = logging.getLogger("refusal_audit.transactional")
 
 T = TypeVar("T")
@@ -84,7 +86,7 @@ class TxnProducer:
         # a producer whose init_transactions timed out goes on acquiring its producer id in
         # the background (librdkafka): call init again on it, never build a second one that
         # the first would fence when the broker is back
-        producer = self._pending or Producer({**self._conf, "error_cb": self._on_error})
+        producer = self._pending or build_producer({**self._conf, "error_cb": self._on_error})
         self._pending = producer
         timeout = self.init_timeout
         self._guarded(producer, "init_transactions", lambda p: p.init_transactions(timeout),

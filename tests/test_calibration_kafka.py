@@ -30,16 +30,15 @@ from typer.testing import CliRunner
 
 from processors.calibration.ab_sim import SCENARIOS, simulate
 from refusal_audit.audit.batch import run_batch
-from refusal_audit.calibration.kafka import (
-    DEAD_LETTER_CODES,
+from refusal_audit.calibration.calibrator import Calibrator
+from refusal_audit.calibration.consumers import (
     ABConsumer,
     CalibrateConsumer,
-    Calibrator,
     ConsumeError,
     LoopOptions,
     LoopStats,
-    run_id_for,
 )
+from refusal_audit.calibration.decoders import DEAD_LETTER_CODES, run_id_for
 from refusal_audit.cli import app
 from refusal_audit.config import Settings
 from schemas.calibration import ABEvent, CalibrationRun

@@ -121,8 +121,7 @@ def alerts_evaluate(
     store = open_store(cfg)
     try:
         if publish or store_only:
-            from confluent_kafka import KafkaException
-
+            from streams.clients import KafkaException
             from streams.producer import DeliveryError, TopicWriter, make_producer
             from streams.topics import Topics
 
@@ -131,11 +130,9 @@ def alerts_evaluate(
                 from streams.alert_log import read_alerts
 
                 topics = Topics.from_prefix(cfg.kafka_topic_prefix)
-                publisher.writer = TopicWriter(make_producer(cfg.kafka_bootstrap_servers))
+                publisher.writer = TopicWriter(make_producer(cfg.kafka()))
                 publisher.topics = topics
-                publisher.read_topics = lambda: read_alerts(
-                    cfg.kafka_bootstrap_servers, topics.alert_topics()
-                )
+                publisher.read_topics = lambda: read_alerts(cfg.kafka(), topics.alert_topics())
             try:
                 run = run_detectors(cfg, publisher, now=now, windows=windows)
             except (DeliveryError, KafkaException) as exc:

@@ -1,5 +1,5 @@
 """``refusal-audit calibrate consume|produce`` and ``refusal-audit ab consume|produce``: the
-Kafka paths of refusal-style calibration (``refusal_audit.calibration.kafka``; registered on
+Kafka paths of refusal-style calibration (``refusal_audit.calibration.consumers``; registered on
 ``calibration.cli.calibrate_app`` and ``calibration.cli.ab_app`` when ``refusal_audit.cli``
 imports this module).
 
@@ -16,9 +16,7 @@ or not delivered; 2 usage error (a file or the topic missing).
 from __future__ import annotations
 
 import logging
-import signal
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
 import typer
@@ -36,7 +34,7 @@ from refusal_audit.cli_common import (
 from refusal_audit.config import ConfigError, Settings
 
 if TYPE_CHECKING:
-    from refusal_audit.calibration.kafka import ConsumerLoop
+    from refusal_audit.calibration.consumers import WarehouseConsumer
     from refusal_audit.streaming.owner import OwnerServer
     from warehouse.store import Warehouse
 
@@ -79,7 +77,7 @@ def _open(cfg: Settings, owner_port: int) -> tuple[Warehouse, OwnerServer | None
 
 
 def _topics(cfg: Settings, roles: list[str]) -> None:
-    from refusal_audit.calibration.kafka import check_topics
+    from refusal_audit.calibration.consumers import check_topics
     from streams.topics import TopicError
 
     try:
@@ -88,22 +86,13 @@ def _topics(cfg: Settings, roles: list[str]) -> None:
         raise fail_usage(str(exc)) from exc
 
 
-def _consume(name: str, loop: ConsumerLoop) -> None:
+def _consume(name: str, loop: WarehouseConsumer) -> None:
     """Run ``loop`` with SIGTERM/SIGINT stopping it after the message in hand (a second
     signal ends the process at once, uncommitted); exit 70 on ``ConsumeError``."""
-    from refusal_audit.calibration.kafka import EXIT_CRASH, ConsumeError
+    from refusal_audit.calibration.consumers import EXIT_CRASH, ConsumeError
+    from streams.consumer_loop import stop_on_signals
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        logging.getLogger("refusal_audit.calibrate").info(
-            "%s: %s received, stopping after the message in hand", name,
-            signal.Signals(signum).name,
-        )  # fmt: skip
-        loop.stop()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop_on_signals(loop.stop, name, logging.getLogger("refusal_audit.calibrate"))
     try:
         stats = loop.run()
     except ConsumeError as exc:
@@ -138,7 +127,8 @@ def calibrate_consume(
     <prefix>calibrate): calibrate each with the configured engine and suite, store the run
     and publish it on <prefix>calibrate.runs, then commit (at least once; a redelivered
     request keeps its run). Bad requests go to <prefix>dead-letters with their reason."""
-    from refusal_audit.calibration.kafka import CalibrateConsumer, Calibrator, LoopOptions
+    from refusal_audit.calibration.calibrator import Calibrator
+    from refusal_audit.calibration.consumers import CalibrateConsumer, LoopOptions
 
     service_logging()
     cfg = settings()
@@ -176,7 +166,7 @@ def ab_consume(
     and store them in the warehouse's ab_event_log table, one insert per batch, then commit (at
     least once; a redelivered event counts once). Invalid events go to <prefix>dead-letters
     with their reason."""
-    from refusal_audit.calibration.kafka import ABConsumer, LoopOptions
+    from refusal_audit.calibration.consumers import ABConsumer, LoopOptions
 
     service_logging()
     cfg = settings()
@@ -192,7 +182,7 @@ def ab_consume(
 
 
 def _produce(files: list[Path], role: str, raw: bool, what: str) -> None:
-    from refusal_audit.calibration.kafka import event_key, produce_file, request_key
+    from refusal_audit.calibration.produce_files import event_key, produce_file, request_key
     from streams.producer import TopicWriter, make_producer
     from streams.topics import Topics
 
@@ -203,7 +193,7 @@ def _produce(files: list[Path], role: str, raw: bool, what: str) -> None:
     _topics(cfg, [role])
     topic = getattr(Topics.from_prefix(cfg.kafka_topic_prefix), role)
     key_of = request_key if role == "calibrate_requests" else event_key
-    writer = TopicWriter(make_producer(cfg.kafka_bootstrap_servers))
+    writer = TopicWriter(make_producer(cfg.kafka()))
     failed = False
     for path in files:
         try:

@@ -49,28 +49,17 @@ recognised as a repeat and writes the row and publishes the outputs again.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
-import os
-import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    TopicPartition,
-)
 from pydantic import BaseModel, ValidationError
 
-from processors.adapters import SourceRecord
-from processors.intake import make_dead_letter
 from processors.redaction import Redactor
 from refusal_audit.clarification.service import (
     ClarifyService,
@@ -87,21 +76,29 @@ from schemas.clarification import (
     ConversationState,
     ReevaluationOutcome,
 )
-from streams.producer import KAFKA_LOGGER, TopicWriter, make_producer
-from streams.sink import dead_letter_message, kafka_location, original_record
-from streams.topics import TopicError, Topics, admin_client, require_topic
+from schemas.deadletter import DeadLetter
+from streams.clients import SERVICE_SESSION_TIMEOUT_MS, Brokers, Message
+from streams.consumer_loop import (
+    EXIT_CRASH,
+    ConsumerLoop,
+    Handled,
+    LoopConfig,
+    Rejected,
+    dead_letter,
+    require_topics,
+)
+from streams.membership import group_members
+from streams.producer import DeliveryError, make_producer, produce_and_wait
+from streams.sink import OriginalRecord
+from streams.state_topic import read_to_end
+from streams.topics import TopicError, Topics, admin_client
 
 log = logging.getLogger("refusal_audit.clarify")
 
-EXIT_CRASH = 70
 RESTORE_TIMEOUT = 120.0
-SESSION_TIMEOUT_MS = 10_000
-"""The service consumer's ``session.timeout.ms``: how long the broker keeps a member that
-stopped heartbeating (a killed instance) in the group. librdkafka's default is 45 s; 10 s
-shortens the wait of a restart after a SIGKILL (heartbeats come from librdkafka's own
-thread, so a busy event loop does not miss them)."""
 MEMBER_WAIT_MARGIN = 5.0
-"""Seconds beyond ``SESSION_TIMEOUT_MS`` that ``check_single_instance`` waits for a
+"""Seconds beyond the service consumer's session timeout
+(``streams.clients.SERVICE_SESSION_TIMEOUT_MS``) that ``check_single_instance`` waits for a
 group's members to leave."""
 
 
@@ -122,65 +119,15 @@ class KafkaStateStore:
     ``RESTORE_TIMEOUT`` seconds.
     """
 
-    def __init__(self, bootstrap_servers: str, topic: str, timeout: float = 30.0) -> None:
+    def __init__(self, brokers: Brokers, topic: str, timeout: float = 30.0) -> None:
         self.topic = topic
         self.timeout = timeout
         self._states: dict[str, ConversationState] = {}
         self._lock = threading.Lock()
-        self._producer = make_producer(bootstrap_servers, **{"linger.ms": 0})
-        self.restored = self._restore(bootstrap_servers)
-
-    def _restore(self, bootstrap_servers: str) -> int:
-        consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap_servers,
-                "group.id": "refusal-audit-clarify-restore",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "isolation.level": "read_committed",
-            },
-            logger=KAFKA_LOGGER,
+        self._producer = make_producer(brokers, **{"linger.ms": 0})
+        self.restored = read_to_end(
+            brokers, topic, "refusal-audit-clarify-restore", self._apply, RESTORE_TIMEOUT
         )
-        try:
-            metadata = consumer.list_topics(self.topic, timeout=10)
-            found = metadata.topics.get(self.topic)
-            if found is None or found.error is not None or not found.partitions:
-                raise TopicError(
-                    f"topic {self.topic!r} does not exist; create the topics with "
-                    "`refusal-audit topics create`"
-                )
-            pending: dict[int, int] = {}
-            assign = []
-            for partition in found.partitions:
-                low, high = consumer.get_watermark_offsets(
-                    TopicPartition(self.topic, partition), timeout=10
-                )
-                if high > low:
-                    pending[partition] = high
-                    assign.append(TopicPartition(self.topic, partition, OFFSET_BEGINNING))
-            consumer.assign(assign)
-            deadline = time.monotonic() + RESTORE_TIMEOUT
-            read = 0
-            while pending:
-                if time.monotonic() > deadline:
-                    raise TopicError(f"could not read {self.topic!r} within {RESTORE_TIMEOUT} s")
-                msg = consumer.poll(1.0)
-                if msg is None:
-                    continue
-                error = msg.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        pending.pop(msg.partition() or 0, None)
-                        continue
-                    raise TopicError(f"reading {self.topic!r}: {error}")
-                read += 1
-                self._apply(msg)
-                partition, offset = msg.partition() or 0, msg.offset() or 0
-                if offset + 1 >= pending.get(partition, 0):
-                    pending.pop(partition, None)
-            return read
-        finally:
-            consumer.close()
 
     def _apply(self, msg: Message) -> None:
         key = msg.key()
@@ -259,49 +206,21 @@ class KafkaOutputs:
     an idempotent producer of its own (``acks=all``). ``publish`` is thread-safe: each call
     waits for its own messages' delivery reports, whichever thread serves them."""
 
-    def __init__(self, bootstrap_servers: str, topics: Topics, timeout: float = 30.0) -> None:
+    def __init__(self, brokers: Brokers, topics: Topics, timeout: float = 30.0) -> None:
         self.topics = topics
         self.timeout = timeout
-        self._producer = make_producer(bootstrap_servers, **{"linger.ms": 0})
+        self._producer = make_producer(brokers, **{"linger.ms": 0})
 
     def publish(self, conversation_id: str, result: StepResult) -> None:
         """See ``StepOutputs``: produce the step's messages (``step_messages``) and wait up to
-        ``timeout`` seconds for the broker to confirm every one. Raises
-        ``OutputsUnavailableError``."""
-        key = conversation_id.encode()
+        ``timeout`` seconds for the broker to confirm every one
+        (``streams.producer.produce_and_wait``). Raises ``OutputsUnavailableError``."""
         messages = step_messages(self.topics, result)
-        reports: list[KafkaError | None] = []
-
-        def report(err: KafkaError | None, _msg: Message) -> None:
-            reports.append(err)
-
         try:
-            for topic, value in messages:
-                while True:
-                    try:
-                        self._producer.produce(topic, value=value, key=key, on_delivery=report)
-                        break
-                    except BufferError:
-                        self._producer.poll(0.1)
-            deadline = time.monotonic() + self.timeout
-            while len(reports) < len(messages):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise OutputsUnavailableError(
-                        f"{len(messages) - len(reports)} output(s) of {conversation_id!r} "
-                        f"not confirmed within {self.timeout:g} s"
-                    )
-                if self._producer.flush(min(left, 1.0)) == 0 and len(reports) < len(messages):
-                    time.sleep(0.001)  # another thread is serving our delivery reports
-        except KafkaException as exc:
-            raise OutputsUnavailableError(
-                f"producing the outputs of {conversation_id!r}: {exc}"
-            ) from exc
-        failed = [err for err in reports if err is not None]
-        if failed:
-            raise OutputsUnavailableError(
-                f"the broker refused {len(failed)} output(s) of {conversation_id!r}: {failed[0]}"
-            )
+            produce_and_wait(self._producer, messages, conversation_id.encode(), self.timeout,
+                             f"of {conversation_id!r}")  # fmt: skip
+        except DeliveryError as exc:
+            raise OutputsUnavailableError(str(exc)) from exc
 
     def close(self) -> None:
         """Flush the producer."""
@@ -320,37 +239,8 @@ def required_topics(topics: Topics) -> list[str]:
 def check_topics(cfg: Settings) -> Topics:
     """The topic names; raises ``TopicError`` when the broker or a topic is missing."""
     topics = Topics.from_prefix(cfg.kafka_topic_prefix)
-    admin = admin_client(cfg.kafka_bootstrap_servers)
-    for name in required_topics(topics):
-        require_topic(admin, name)
+    require_topics(cfg.kafka(), required_topics(topics))
     return topics
-
-
-_COORDINATOR_NOT_READY = frozenset({
-    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
-    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-})  # fmt: skip
-
-
-def group_members(admin: Any, group: str, timeout: float = 30.0) -> list[str]:
-    """The members of consumer group ``group`` (``client_id@host``; empty when the group is
-    empty or unknown). A coordinator that is not ready yet (a fresh broker, a moved
-    coordinator) is asked again for up to ``timeout`` seconds. Raises ``TopicError`` when
-    the broker cannot describe the group."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            future = admin.describe_consumer_groups([group], request_timeout=10.0)[group]
-            description = future.result(timeout=15.0)
-            return [f"{m.client_id}@{m.host}" for m in description.members or []]
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            code = error.code() if isinstance(error, KafkaError) else None
-            if code not in _COORDINATOR_NOT_READY or time.monotonic() > deadline:
-                raise TopicError(f"cannot describe consumer group {group!r}: {exc}") from exc
-        except Exception as exc:  # TimeoutError
-            raise TopicError(f"cannot describe consumer group {group!r}: {exc}") from exc
-        time.sleep(0.5)
 
 
 def check_single_instance(
@@ -367,8 +257,8 @@ def check_single_instance(
     consumer has joined the group, i.e. during the state restore) both pass this check
     (docs/clarification.md)."""
     group = cfg.clarify_consumer_group
-    admin = admin if admin is not None else admin_client(cfg.kafka_bootstrap_servers)
-    wait = wait if wait is not None else SESSION_TIMEOUT_MS / 1000 + MEMBER_WAIT_MARGIN
+    admin = admin if admin is not None else admin_client(cfg.kafka())
+    wait = wait if wait is not None else SERVICE_SESSION_TIMEOUT_MS / 1000 + MEMBER_WAIT_MARGIN
     deadline = time.monotonic() + wait
     members = group_members(admin, group)
     if members:
@@ -387,41 +277,34 @@ def check_single_instance(
         )
 
 
-class _DeadLetter(Exception):
-    def __init__(self, code: str, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = reason
-
-
 def _decode(model: type[BaseModel], raw: bytes | None, limit: int) -> Any:
-    """``raw`` as ``model``; raises ``_DeadLetter`` with a reason naming fields, never
+    """``raw`` as ``model``; raises ``Rejected`` with a reason naming fields, never
     their values."""
     if raw is None:
-        raise _DeadLetter("tombstone", "the message has no value")
+        raise Rejected("tombstone", "the message has no value")
     if len(raw) > limit:
-        raise _DeadLetter("oversized", f"the message has {len(raw)} bytes; the limit is {limit}")
+        raise Rejected("oversized", f"the message has {len(raw)} bytes; the limit is {limit}")
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_input=False, include_context=False)
         if any(e["type"] == "json_invalid" for e in errors) or not raw.strip():
-            raise _DeadLetter("not_json", "the message is not valid JSON") from None
+            raise Rejected("not_json", "the message is not valid JSON", "decode") from None
         fields = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or model.__name__}: {e['msg']}" for e in errors
         )
-        raise _DeadLetter("invalid_request", f"not a {model.__name__}: {fields}"[:2000]) from None
+        raise Rejected("invalid_request", f"not a {model.__name__}: {fields}"[:2000]) from None
 
 
 def _check_key(key: bytes | None, conversation_id: str) -> None:
-    """Raise ``_DeadLetter`` unless the message key is ``conversation_id`` (UTF-8): the key
+    """Raise ``Rejected`` unless the message key is ``conversation_id`` (UTF-8): the key
     places every message of a conversation on one partition, in order, so a keyless message
     (``missing_key``) or one keyed otherwise (``key_mismatch``) could overtake or be
     overtaken by its conversation's other messages. The reason never shows either value."""
     if key is None:
-        raise _DeadLetter("missing_key", "the message has no key; key it with its conversation_id")
+        raise Rejected("missing_key", "the message has no key; key it with its conversation_id")
     if key != conversation_id.encode():
-        raise _DeadLetter("key_mismatch", "the message key is not the body's conversation_id")
+        raise Rejected("key_mismatch", "the message key is not the body's conversation_id")
 
 
 class KafkaLoop:
@@ -429,9 +312,11 @@ class KafkaLoop:
     step's results on its ``outputs`` (:class:`KafkaOutputs`, set by ``clarify serve
     --kafka``) before it returns, the loop sends dead letters.
 
-    ``run`` is a coroutine for the service's event loop (the HTTP app's), so HTTP calls and
-    Kafka messages go through the same per-conversation locks. Polling, confirming and
-    committing run in threads. Anything unexpected ends the process with status 70, unacked.
+    The loop is ``streams.consumer_loop.ConsumerLoop`` one message at a time, in a thread;
+    each message's step runs on the service's event loop (the HTTP app's), so HTTP calls and
+    Kafka messages go through the same per-conversation locks. Anything unexpected ends the
+    process with status 70, unacked (``exit_on_error``), and so does a commit refused by a
+    rebalance (``reassigned_commit_ok`` false).
     """
 
     def __init__(self, cfg: Settings, service: ClarifyService, topics: Topics) -> None:
@@ -445,59 +330,50 @@ class KafkaLoop:
         self.max_bytes = cfg.clarify_max_body_bytes
         # dead letters are redacted like everything the service stores (its redactor)
         self.redactor: Redactor | None = service.redactor
-        self.writer = TopicWriter(make_producer(cfg.kafka_bootstrap_servers))
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": cfg.kafka_bootstrap_servers,
-                "group.id": cfg.clarify_consumer_group,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-                "session.timeout.ms": SESSION_TIMEOUT_MS,
-            },
-            logger=KAFKA_LOGGER,
-        )
-        self.stopping = threading.Event()
+        config = LoopConfig(
+            name="clarify", group=cfg.clarify_consumer_group,
+            topics=(topics.clarify_requests, topics.clarify_answers, topics.clarify_outcomes),
+            dead_letter_topic=topics.dead_letters, batch_size=1, batch_wait=0.5,
+            exit_on_error=True, reassigned_commit_ok=False, log_assignments=False,
+        )  # fmt: skip
+        self.loop = ConsumerLoop(cfg.kafka(), config, self, log)
+        self._events: asyncio.AbstractEventLoop | None = None
         self.processed = 0
-        self.dead_letters = 0
 
     async def run(self) -> None:
         """Consume until ``stop``; crashes the process (status 70) on an unexpected error."""
-        self.consumer.subscribe(
-            [self.topics.clarify_requests, self.topics.clarify_answers,
-             self.topics.clarify_outcomes]
-        )  # fmt: skip
-        log.info("clarify: consuming %s, %s, %s (group %s)", self.topics.clarify_requests,
-                 self.topics.clarify_answers, self.topics.clarify_outcomes,
-                 self.cfg.clarify_consumer_group)  # fmt: skip
+        self._events = asyncio.get_running_loop()
         try:
-            while not self.stopping.is_set():
-                msg = await asyncio.to_thread(self.consumer.poll, 0.5)
-                if msg is None:
-                    continue
-                if msg.error() is not None:
-                    log.warning("clarify: consumer error: %s", msg.error())
-                    continue
-                try:
-                    await self.handle(msg)
-                    await asyncio.to_thread(self.writer.confirm)
-                    await asyncio.to_thread(self.consumer.commit, message=msg, asynchronous=False)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # the message stays uncommitted
-                    crash(msg, exc)
-        finally:
-            await asyncio.to_thread(self.consumer.close)
+            await asyncio.to_thread(self.loop.run)
+        except asyncio.CancelledError:
+            self.loop.stop()
+            raise
 
     def stop(self) -> None:
         """Ask ``run`` to return after the message in hand."""
-        self.stopping.set()
+        self.loop.stop()
 
-    async def handle(self, msg: Message) -> None:
+    def handle(self, batch: Sequence[Message]) -> Handled:
+        """The loop's handler (in its thread): each message's step on the service's event
+        loop (:meth:`step`); its dead letter, if any, for the loop to send."""
+        assert self._events is not None, "run() sets the event loop"
+        letters: list[tuple[DeadLetter, OriginalRecord]] = []
+        for done, msg in enumerate(batch):
+            future = asyncio.run_coroutine_threadsafe(self.step(msg), self._events)
+            try:
+                letter = future.result()
+            except concurrent.futures.CancelledError:  # the event loop is shutting down
+                self.loop.stop()
+                return Handled([], letters, done)  # the message in hand is not committed
+            if letter is not None:
+                letters.append(letter)
+        return Handled([], letters, len(batch))
+
+    async def step(self, msg: Message) -> tuple[DeadLetter, OriginalRecord] | None:
         """Process one message: the service stores the step, its trail row (on its ``trail``)
-        and confirms its outputs (on its ``outputs``), or a dead letter is queued on
-        ``writer``. Raises on a state store, trail or output failure (the caller must not
-        commit)."""
+        and confirms its outputs (on its ``outputs``); return the message's dead letter
+        (``streams.consumer_loop.dead_letter``) or None. Raises on a state store, trail or
+        output failure (the caller must not commit)."""
         topic = msg.topic() or ""
         try:
             if topic == self.topics.clarify_requests:
@@ -513,15 +389,15 @@ class KafkaLoop:
                 _check_key(msg.key(), outcome.conversation_id)
                 await self._retry(lambda: self.service.outcome(outcome.conversation_id, outcome))
             else:
-                raise _DeadLetter("unknown_topic", f"not a clarification topic: {topic}")
+                raise Rejected("unknown_topic", f"not a clarification topic: {topic}")
             self.processed += 1
-        except _DeadLetter as exc:
-            self._dead_letter(msg, "validate" if exc.code != "not_json" else "decode",
-                              exc.code, exc.reason)  # fmt: skip
+            return None
+        except Rejected as exc:
+            return self._dead_letter(msg, exc)
         except ServiceError as exc:
             if exc.status >= 500:
                 raise
-            self._dead_letter(msg, "validate", exc.code, exc.message)
+            return self._dead_letter(msg, Rejected(exc.code, exc.message))
 
     async def _retry(self, call: Any) -> Any:
         """``call()`` again once after a ``concurrent_update`` (another writer won)."""
@@ -532,22 +408,11 @@ class KafkaLoop:
                 raise
             return await call()
 
-    def _dead_letter(self, msg: Message, stage: Any, code: str, reason: str) -> None:
-        partition, offset = msg.partition() or 0, msg.offset() or 0
-        record = SourceRecord(
-            msg.topic() or "", kafka_location(partition, offset), msg.value() or b"",
-            tombstone=msg.value() is None,
+    def _dead_letter(self, msg: Message, rejected: Rejected) -> tuple[DeadLetter, OriginalRecord]:
+        return dead_letter(
+            msg, rejected, datetime.now(UTC), name="clarify", logger=log,
+            redactor=self.redactor, max_raw_bytes=self.cfg.dead_letter_max_raw_bytes,
         )  # fmt: skip
-        letter = make_dead_letter(
-            record, stage, code, reason, datetime.now(UTC), redactor=self.redactor,
-            max_raw_bytes=self.cfg.dead_letter_max_raw_bytes,
-        )  # fmt: skip
-        original = original_record(msg.key(), msg.headers(), msg.value())
-        value, key, out_headers = dead_letter_message(letter, original)
-        self.writer.send(self.topics.dead_letters, value, key, out_headers)
-        self.dead_letters += 1
-        log.warning("clarify: dead letter %s from %s %s: %s", code, record.source,
-                    record.location, reason)  # fmt: skip
 
 
 def _json(model: ClarificationResponse) -> bytes:
@@ -556,17 +421,6 @@ def _json(model: ClarificationResponse) -> bytes:
 
 def _dumps(value: dict[str, Any]) -> bytes:
     return orjson.dumps(value)
-
-
-def crash(msg: Message, exc: BaseException) -> None:
-    """Log and exit at once (status 70) without committing ``msg``. Does not return."""
-    log.critical(
-        "clarify: stopping without committing %s partition %s offset %s: %s: %s",
-        msg.topic(), msg.partition(), msg.offset(), type(exc).__name__, exc, exc_info=exc,
-    )  # fmt: skip
-    logging.shutdown()
-    sys.stderr.flush()
-    os._exit(EXIT_CRASH)
 
 
 __all__ = [

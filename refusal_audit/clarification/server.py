@@ -74,7 +74,7 @@ def build_store(cfg: Settings, kafka: bool = False) -> StateStore:
         from streams.topics import Topics
 
         topic = Topics.from_prefix(cfg.kafka_topic_prefix).clarify_state
-        return KafkaStateStore(cfg.kafka_bootstrap_servers, topic)
+        return KafkaStateStore(cfg.kafka(), topic)
     path = store_path(cfg)
     try:
         return SqliteStore(path)
@@ -280,7 +280,7 @@ def serve(
 
         topics = check_topics(cfg)
         check_single_instance(cfg)  # before the state is read: one instance per state topic
-        outputs = KafkaOutputs(cfg.kafka_bootstrap_servers, topics)
+        outputs = KafkaOutputs(cfg.kafka(), topics)
     service = build_service(cfg, kafka=kafka)
     service.outputs = outputs
     warehouse = trail = slot = None

@@ -14,38 +14,28 @@ from __future__ import annotations
 import logging
 import logging.config
 import os
-import signal
 import sys
 import threading
 from collections.abc import Callable
 from datetime import datetime
-from types import FrameType
 from typing import Any
 
 import typer
-from confluent_kafka import KafkaException
 from rich.markup import escape
 
 from refusal_audit.cli_common import err, fail_usage, settings
 from refusal_audit.config import ConfigError, Settings
+from streams.clients import KafkaException
 
 EXIT_CRASH = 70
 
 
 def _stop_on_signals(name: str) -> threading.Event:
     """An event set by the first SIGTERM/SIGINT (the second one ends the process at once)."""
+    from streams.consumer_loop import stop_on_signals
+
     stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        logging.getLogger("refusal_audit").info(
-            "%s: %s received, stopping", name, signal.Signals(signum).name
-        )
-        stop.set()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop_on_signals(stop.set, name, logging.getLogger("refusal_audit"), "stopping")
     return stop
 
 
@@ -136,10 +126,10 @@ def detector_pass(cfg: Settings, store: Any) -> Callable[[datetime], object]:
     from streams.topics import Topics
 
     topics = Topics.from_prefix(cfg.kafka_topic_prefix)
-    writer = TopicWriter(make_producer(cfg.kafka_bootstrap_servers))
+    writer = TopicWriter(make_producer(cfg.kafka()))
     publisher = AlertPublisher(
         store, writer, topics,
-        lambda: read_alerts(cfg.kafka_bootstrap_servers, topics.alert_topics()),
+        lambda: read_alerts(cfg.kafka(), topics.alert_topics()),
     )  # fmt: skip
     publisher.recover()
     baselines = BaselinePublisher(writer, topics.drift_baselines)

@@ -130,7 +130,7 @@ class TransactionalWorker:
         restart is ridden through (``TransactionalStream.recover``) for up to
         ``worker_recovery_seconds``."""
         topics = Topics.from_prefix(cfg.kafka_topic_prefix)
-        admin = admin_client(cfg.kafka_bootstrap_servers)
+        admin = admin_client(cfg.kafka())
         for name in (topics.input, topics.stored_events, topics.assessments,
                      topics.audit_batches, topics.review_queue, topics.dead_letters):  # fmt: skip
             require_topic(admin, name)
@@ -139,7 +139,7 @@ class TransactionalWorker:
         pipeline.flush_every = max(pipeline.flush_every, 2 * cfg.worker_take_max + 1)
         name = instance or worker_identity(cfg)
         stream_cfg = StreamConfig(
-            bootstrap_servers=cfg.kafka_bootstrap_servers,
+            bootstrap_servers=cfg.kafka(),
             group_id=cfg.kafka_consumer_group,
             topics=[topics.input],
             transactional_id=f"{cfg.kafka_consumer_group}.{name}",
@@ -154,7 +154,7 @@ class TransactionalWorker:
                                max_text_chars=cfg.max_text_chars)  # fmt: skip
         log.info("transactional worker %s joined group %s", name, cfg.kafka_consumer_group)
         worker = cls(cfg, pipeline, topics, stream, decode, metrics)
-        worker.baselines = BaselineReader(cfg.kafka_bootstrap_servers, topics.drift_baselines)
+        worker.baselines = BaselineReader(cfg.kafka(), topics.drift_baselines)
         worker.baselines.catch_up()
         pipeline.baselines = dict(worker.baselines.baselines)
         return worker

@@ -52,7 +52,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Message
 from pydantic import BaseModel, ValidationError
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
 
@@ -68,7 +67,8 @@ from refusal_audit.streaming.sink_rules import (
 from schemas.audit import BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
 from schemas.events import StoredEvent
-from streams.blocks import Block, BlockLimits, BlockReader
+from streams.blocks import Block, BlockLimits, BlockReader, written_at
+from streams.clients import Message
 from streams.membership import group_instance_id, leave_group
 from streams.sink import (
     CONTENT_FINGERPRINT_HEADER,
@@ -107,12 +107,6 @@ class SinkStats:
         self.rows[table] = self.rows.get(table, 0) + n
 
 
-def _written_at(msg: Message) -> int | None:
-    """The message's timestamp (ms since the epoch), None when it has none."""
-    kind, stamp = msg.timestamp()
-    return stamp if kind != TIMESTAMP_NOT_AVAILABLE else None
-
-
 def _header(msg: Message, name: str) -> str | None:
     """The first value of header ``name`` (UTF-8, undecodable bytes replaced), None without."""
     headers = msg.headers() or []
@@ -140,7 +134,7 @@ def _origin(msg: Message) -> InputOrigin | None:
 
 def _undecodable(msg: Message, why: str) -> DeadLetter:
     value = msg.value() or b""
-    written = _written_at(msg)  # a redelivered message gives the same row
+    written = written_at(msg)  # a redelivered message gives the same row
     created = datetime.now(UTC) if written is None else EPOCH + timedelta(milliseconds=written)
     location = kafka_location(msg.partition() or 0, msg.offset() or 0)
     ident = hashlib.blake2b(f"{msg.topic()}|{location}".encode() + value, digest_size=16)
@@ -240,7 +234,7 @@ class WarehouseSink:
         topics = Topics.from_prefix(cfg.kafka_topic_prefix)
         names = [topics.stored_events, topics.assessments, topics.audit_batches,
                  topics.dead_letters]  # fmt: skip
-        admin = admin_client(cfg.kafka_bootstrap_servers)
+        admin = admin_client(cfg.kafka())
         for name in names:
             require_topic(admin, name)
         group = f"{cfg.kafka_consumer_group}-sink"
@@ -252,7 +246,7 @@ class WarehouseSink:
                                                            * 1000)}  # fmt: skip
         if instance is not None:
             extra["group.instance.id"] = instance
-        reader = BlockReader(cfg.kafka_bootstrap_servers, group, names, limits, **extra)
+        reader = BlockReader(cfg.kafka(), group, names, limits, **extra)
         sink = cls(store, reader, topics)
         sink.leave = (cfg.kafka_bootstrap_servers, group, instance) if instance else None
         return sink
@@ -272,7 +266,7 @@ class WarehouseSink:
         """Decode ``block`` (what cannot be decoded becomes a ``sink_decode`` dead letter)."""
         t, rows = self.topics, _Rows()
         for msg, event in self._decode(block, t.stored_events, StoredEvent, rows.undecodable):
-            written = _written_at(msg)
+            written = written_at(msg)
             rows.copies.append(Located(msg.partition() or 0, msg.offset() or 0, msg.value() or b"",
                                        ms(event.ingested_at) if written is None else written,
                                        event, _origin(msg)))  # fmt: skip
@@ -402,14 +396,7 @@ class WarehouseSink:
         coordinator moved during a broker restart, a rebalance) is logged and passed over:
         the block is stored, the next block's commit covers its offsets, and a block read
         again after a crash is deduplicated. Raises ``KafkaException`` when fatal (fenced)."""
-        try:
-            self.reader.commit(block)
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            if not isinstance(error, KafkaError) or error.fatal():
-                raise
-            log.warning("the block is stored but its offsets not committed (%s): the next "
-                        "commit covers them", error)  # fmt: skip
+        self.reader.commit_stored(block, log)
 
     def close(self) -> None:
         """Leave the group (the store is the caller's); a static member leaves explicitly,

@@ -146,7 +146,7 @@ def build_context(cfg: Settings, wrap_sink: Callable[[Sink], Sink] | None = None
     faust_data_dir(cfg)
     check_web_port(cfg)
     topics = Topics.from_prefix(cfg.kafka_topic_prefix)
-    admin = admin_client(cfg.kafka_bootstrap_servers)
+    admin = admin_client(cfg.kafka())
     for name in (
         topics.input,
         topics.assessments,
@@ -162,7 +162,7 @@ def build_context(cfg: Settings, wrap_sink: Callable[[Sink], Sink] | None = None
     store = Warehouse.open(cfg)
     owner = OwnerSlot.attach(cfg, store.client, cfg.worker_web_host, cfg.worker_web_port)
     store.on_retry = lambda table: metrics.warehouse_retries.labels(table).inc()
-    writer = TopicWriter(make_producer(cfg.kafka_bootstrap_servers))
+    writer = TopicWriter(make_producer(cfg.kafka()))
     inner: Sink = wrap_sink(store) if wrap_sink is not None else store
     sink = StreamSink(
         inner,
@@ -434,7 +434,7 @@ def check_health(ctx: WorkerContext) -> dict[str, Any]:
     """Broker and warehouse reachability (blocking; run off the loop)."""
     status: dict[str, Any] = {}
     try:
-        topics = admin_client(ctx.settings.kafka_bootstrap_servers).list_topics(timeout=3)
+        topics = admin_client(ctx.settings.kafka()).list_topics(timeout=3)
         status["broker"] = {"ok": ctx.topics.input in topics.topics}
     except Exception as exc:  # reported, not raised
         status["broker"] = {"ok": False, "error": str(exc)}

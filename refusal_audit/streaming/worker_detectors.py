@@ -53,12 +53,12 @@ class DetectorRunner:
         self.topics = topics
         self.metrics = metrics
         self.pipeline = pipeline
-        writer = TopicWriter(make_producer(cfg.kafka_bootstrap_servers))
+        writer = TopicWriter(make_producer(cfg.kafka()))
         self.publisher = AlertPublisher(warehouse, writer, topics, self.read_topics)
 
     def read_topics(self) -> list[Alert]:
         """Every alert on the alert topics (blocking). Raises ``KafkaException``/``KeyError``."""
-        return read_alerts(self.cfg.kafka_bootstrap_servers, self.topics.alert_topics())
+        return read_alerts(self.cfg.kafka(), self.topics.alert_topics())
 
     def reconcile(self) -> int:
         """Store alerts that reached the topics but not the table (blocking; at start-up).
