@@ -10,6 +10,7 @@ import logging
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -26,6 +27,9 @@ from rich.text import Text
 from refusal_audit.config import ConfigError, Settings, load_settings
 from warehouse.client import WarehouseError
 from warehouse.store import Warehouse
+
+if TYPE_CHECKING:
+    from refusal_audit.audit.batch import BatchOptions
 
 # Outside a terminal (CI logs, pipes) rich would wrap at 80 columns and cut table cells.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -105,3 +109,24 @@ def batch_progress() -> Progress:
         console=err,
         transient=False,
     )
+
+
+def input_options(
+    files: list[Path],
+    input_format: str | None,
+    mapping: str | None,
+    event_time: datetime | None,
+    model: str | None,
+    product: str | None,
+) -> BatchOptions:
+    """Check the input files exist and the input options are valid (``audit``, ``eval``,
+    ``produce``); exit 2 otherwise."""
+    from refusal_audit.audit.batch import BatchOptions
+
+    for path in files:
+        if not path.is_file():
+            raise fail_usage(f"input file not found (or not a file): {path}")
+    try:
+        return BatchOptions.build(input_format, mapping, event_time, model, product)
+    except ValueError as exc:
+        raise fail_usage(str(exc)) from exc

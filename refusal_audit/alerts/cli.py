@@ -14,6 +14,7 @@ import orjson
 import typer
 
 from refusal_audit.cli_common import (
+    EXIT_FAILURES,
     EXIT_USAGE,
     as_utc,
     console,
@@ -212,3 +213,40 @@ def alerts_evaluate(
     if publish or store_only:
         msg += f"; {len(published)} new alert(s) {'published' if publish else 'stored'}"
     err.print(msg)
+
+
+def alerts_tail(
+    kind: list[str] = typer.Option(
+        ["drift", "policy-gap"], "--kind", "-k", help="Alert kind(s): drift, policy-gap."
+    ),
+    from_beginning: bool = typer.Option(False, help="Start at the oldest retained alert."),
+    max_messages: int | None = typer.Option(None, "--max", min=1, help="Stop after N alerts."),
+    idle_timeout: float | None = typer.Option(
+        None, min=0.0, help="Stop after this many seconds without an alert."
+    ),
+) -> None:
+    """Print alerts from the alert topics as JSON lines (for piping into a pager).
+
+    Exit codes: 0 stopped by --max or --idle-timeout; 1 the broker was lost while tailing
+    (unreachable for 30 s, or when the idle timeout ran out); 2 usage error, the broker
+    cannot be reached at the start (10 s), or an alert topic does not exist.
+    """
+    from streams.tail import TailError, alert_consumer, tail
+    from streams.topics import Topics
+
+    cfg = settings()
+    try:
+        topic_names = Topics.from_prefix(cfg.kafka_topic_prefix).alert_topics(tuple(kind))
+    except ValueError as exc:
+        raise fail_usage(str(exc)) from exc
+    try:
+        consumer = alert_consumer(cfg.kafka(), topic_names, from_beginning, quiet=True)
+    except TailError as exc:
+        raise fail_usage(str(exc)) from exc
+    try:
+        for item in tail(consumer, max_messages, idle_timeout):
+            console.file.write(orjson.dumps(item).decode() + "\n")
+            console.file.flush()
+    except TailError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(EXIT_FAILURES) from exc

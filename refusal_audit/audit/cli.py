@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import typer
 
-from refusal_audit.audit.batch import BatchOptions, run_batch
+from refusal_audit.audit.batch import run_batch
 from refusal_audit.audit.run_report import print_eval, print_report, report_json
 from refusal_audit.cli_common import (
     EXIT_FAILURES,
@@ -21,30 +21,13 @@ from refusal_audit.cli_common import (
     console,
     err,
     fail_usage,
+    input_options,
     open_store,
     settings,
 )
 from refusal_audit.config import ConfigError
 from refusal_audit.output import OutputFormat, render
 from warehouse.client import WarehouseError
-
-
-def input_options(
-    files: list[Path],
-    input_format: str | None,
-    mapping: str | None,
-    event_time: datetime | None,
-    model: str | None,
-    product: str | None,
-) -> BatchOptions:
-    """Check the input files exist and the input options are valid; exit 2 otherwise."""
-    for path in files:
-        if not path.is_file():
-            raise fail_usage(f"input file not found (or not a file): {path}")
-    try:
-        return BatchOptions.build(input_format, mapping, event_time, model, product)
-    except ValueError as exc:
-        raise fail_usage(str(exc)) from exc
 
 
 def audit(

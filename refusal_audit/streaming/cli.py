@@ -18,14 +18,25 @@ import sys
 import threading
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import typer
 from rich.markup import escape
 
-from refusal_audit.cli_common import err, fail_usage, settings
+from refusal_audit.cli_common import (
+    EXIT_FAILURES,
+    batch_progress,
+    console,
+    err,
+    fail_usage,
+    input_options,
+    settings,
+)
 from refusal_audit.config import ConfigError, Settings
+from refusal_audit.output import OutputFormat, render
 from streams.clients import KafkaException
+from warehouse.client import WarehouseError
 
 EXIT_CRASH = 70
 
@@ -202,3 +213,119 @@ def sink(
         if owner is not None:
             owner.close()
         store.close()
+
+
+def migrate() -> None:
+    """Create the warehouse database and apply pending DDL migrations."""
+    from warehouse.connect import connect
+    from warehouse.migrate import migrate as apply
+
+    cfg = settings()
+    password = cfg.warehouse_password.get_secret_value() if cfg.warehouse_password else None
+    try:
+        client = connect(cfg.resolved_warehouse_dsn, cfg.warehouse_database, password)
+        applied = apply(client, cfg.warehouse_database)
+    except WarehouseError as exc:
+        raise fail_usage(f"cannot migrate the warehouse: {exc}") from exc
+    console.print(f"applied: {', '.join(applied) if applied else 'nothing (up to date)'}")
+
+
+topics_app = typer.Typer(help="Provision and list the Kafka topics.", no_args_is_help=True)
+
+
+@topics_app.command("create")
+def topics_create() -> None:
+    """Create the missing topics (idempotent: existing topics are left as they are)."""
+    from streams.topics import TopicError, admin_client, create_topics, topic_specs
+
+    cfg = settings()
+    specs = topic_specs(
+        cfg.kafka_topic_prefix, cfg.kafka_topic_partitions, cfg.kafka_replication_factor
+    )
+    try:
+        status = create_topics(admin_client(cfg.kafka()), specs)
+    except TopicError as exc:
+        raise fail_usage(str(exc)) from exc
+    render(
+        ["topic", "role", "status", "partitions", "config"],
+        [(s.name, s.role, status[s.name], s.partitions, dict(s.config)) for s in specs],
+        OutputFormat.table,
+        console,
+    )
+
+
+def worker(
+    loglevel: str = typer.Option("info", help="Log level (logs are JSON lines on stderr)."),
+    outputs: str = typer.Option(
+        "topics",
+        "--outputs",
+        help="topics (default): a transactional worker writing only to the result topics, "
+        "exactly once per window, for any number of workers (`refusal-audit sink` loads them "
+        "into the warehouse); warehouse: one process that stores into ClickHouse itself and "
+        "publishes (the faust worker; one worker per embedded store, no sink).",
+    ),
+) -> None:
+    """Run the streaming worker: consume refusal events, audit them, and write the results
+    to the result topics (default) or straight into the warehouse."""
+    from refusal_audit.streaming.worker import run_worker
+    from streams.topics import TopicError
+
+    if outputs not in ("warehouse", "topics"):
+        raise fail_usage(f"--outputs must be warehouse or topics, not {outputs!r}")
+    cfg = settings()
+    if outputs == "topics":
+        from refusal_audit.streaming.cli import run_topics_worker
+
+        run_topics_worker(cfg, loglevel)
+        return
+    try:
+        run_worker(cfg, loglevel)
+    except (TopicError, WarehouseError, ConfigError) as exc:
+        raise fail_usage(f"worker not started: {exc}") from exc
+
+
+def produce(
+    files: list[Path] = typer.Argument(..., metavar="FILE", help="Refusal log files to replay."),
+    input_format: str | None = typer.Option(None, "--format", "-f", help="As for `audit`."),
+    mapping: str | None = typer.Option(None, "--map", help="As for `audit`."),
+    event_time: datetime | None = typer.Option(
+        None, "--event-time", formats=["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d"], help="As for `audit`."
+    ),
+    model: str | None = typer.Option(None, help="Model id for records without one."),
+    product: str | None = typer.Option(None, help="Product for records without one."),
+    raw: bool = typer.Option(False, help="Send JSON Lines records byte for byte, unvalidated."),
+) -> None:
+    """Replay log files into the input topic (key: conversation id, else log id)."""
+    from refusal_audit.audit.batch import file_source, record_total
+    from refusal_audit.streaming.replay import replay
+    from streams.producer import TopicWriter, make_producer
+    from streams.topics import TopicError, Topics, admin_client, require_topic
+
+    cfg = settings()
+    options = input_options(files, input_format, mapping, event_time, model, product)
+    try:
+        sources = [file_source(path, options, cfg) for path in files]
+    except ConfigError as exc:
+        raise fail_usage(str(exc)) from exc
+    topic = Topics.from_prefix(cfg.kafka_topic_prefix).input
+    try:
+        require_topic(admin_client(cfg.kafka()), topic)
+    except TopicError as exc:
+        raise fail_usage(str(exc)) from exc
+    writer = TopicWriter(make_producer(cfg.kafka()))
+    with batch_progress() as progress:
+        task = progress.add_task(f"producing to {topic}", total=record_total(files, sources))
+        report = replay(sources, writer, topic, raw=raw, on_record=lambda: progress.advance(task))
+    console.print(
+        f"sent {report.sent}, delivered {report.delivered}, undelivered {report.undelivered} "
+        f"(failed {report.failed}, unconfirmed {report.unconfirmed}), "
+        f"rejected {len(report.rejected)}"
+    )
+    for failure in report.rejected[:20]:
+        console.print(
+            f"  {failure.source} {failure.location}: {failure.reason_code}: {failure.reason}"
+        )
+    for error in report.delivery_errors:
+        err.print(f"[red]delivery failed:[/red] {error}")
+    if report.rejected or report.undelivered:
+        raise typer.Exit(EXIT_FAILURES)
