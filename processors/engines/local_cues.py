@@ -20,6 +20,7 @@ from processors.regex_gates import (
     text_keys,
     word_start_keys,
 )
+from processors.scanning import Candidates, PatternSet
 
 
 @dataclass(frozen=True)
@@ -832,6 +833,22 @@ def _named_entities(request: str) -> list[str]:
 _SEARCHED_CUES = tuple(c for c in CUES if c.family != "named_entity")
 _NAMED_ENTITY_CUE = next((c for c in CUES if c.family == "named_entity"), None)
 
+# One multi-pattern database per text the cues read ((side, case_sensitive): the lower-cased
+# or the raw request or response), scanned once per text (processors.scanning); a cue not
+# among the text's candidates cannot match it and is not searched.
+_TEXT_KEYS = tuple(dict.fromkeys((c.side, c.case_sensitive) for c in _SEARCHED_CUES))
+_SCAN_SETS = {
+    key: PatternSet([c.pattern for c in _SEARCHED_CUES if (c.side, c.case_sensitive) == key])
+    for key in _TEXT_KEYS
+}
+_SCAN_SLOTS = tuple(
+    [
+        c for c in _SEARCHED_CUES if (c.side, c.case_sensitive) == (cue.side, cue.case_sensitive)
+    ].index(cue)
+    for cue in _SEARCHED_CUES
+)
+"""Index of each searched cue in the database of its text."""
+
 
 def find_cues(request: str, response: str) -> list[tuple[Cue, str]]:
     """All cues that fire, as ``(cue, matched text)`` in :data:`CUES` order.
@@ -844,8 +861,16 @@ def find_cues(request: str, response: str) -> list[tuple[Cue, str]]:
     texts = {"request": request, "response": response}
     lowered = {"request": request.lower(), "response": response.lower()}
     word_keys: dict[tuple[str, bool], Keys] = {}  # text_keys per searched text
-    for cue in _SEARCHED_CUES:
+    candidates: dict[tuple[str, bool], Candidates] = {}
+    for cue, slot in zip(_SEARCHED_CUES, _SCAN_SLOTS, strict=True):
         text = (texts if cue.case_sensitive else lowered)[cue.side]
+        text_key = (cue.side, cue.case_sensitive)
+        if text_key in candidates:
+            may_match = candidates[text_key]
+        else:
+            may_match = candidates[text_key] = _SCAN_SETS[text_key].candidates(text)
+        if may_match is not None and slot not in may_match:
+            continue  # the one-pass scan rules a match out
         keys = cue.keys
         if keys is not None:  # processors.regex_gates.keyed_search, inlined (hot loop)
             known = word_keys.get((cue.side, cue.case_sensitive))
