@@ -329,8 +329,8 @@ class PatternSet:
             for i, pattern in enumerate(self.patterns):
                 try:
                     expression = prefilter_expression(pattern, not self.substrings).encode("ascii")
-                    if re.match(expression, b""):  # matches everywhere: no information
-                        raise Untranslatable("matches the empty text")
+                    if _re2.compile(expression, _options()).fullmatch(b""):
+                        raise Untranslatable("matches the empty text: no information")
                     engine.Add(expression)
                 except (Untranslatable, re.error, _re2.error):
                     always.add(i)
