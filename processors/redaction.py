@@ -547,7 +547,8 @@ def redact_event(event: RefusalEvent, redactor: Redactor) -> tuple[RefusalEvent,
 
     def run(text: str) -> str:
         result = redactor.redact(text)
-        totals.update(result.counts)
+        if result.counts:  # most texts hold no PII: skip the Counter update
+            totals.update(result.counts)
         return result.text
 
     update = {
