@@ -231,6 +231,21 @@ def test_expressions_widen_python_only_constructs() -> None:
     assert scanning.PatternSet([re.compile("abc")]).candidates("xyz") == set()
 
 
+def test_a_failed_scan_means_search_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When RE2 gives up on a text (no sentinel in its answer), the candidates are ``None``."""
+    import re
+
+    patterns = scanning.PatternSet([re.compile("abc")])
+    assert patterns.candidates("xabc") == {0}
+
+    class GaveUp:
+        def Match(self, data: bytes) -> None:  # RE2's answer when its DFA runs out of memory
+            return None
+
+    monkeypatch.setattr(patterns, "_set", GaveUp())
+    assert patterns.candidates("xabc") is None
+
+
 def test_fallback_without_re2(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
