@@ -1,6 +1,8 @@
 """PII redaction, applied before any text is stored or sent to a model.
 
-Pure and deterministic: the standard library's :mod:`re` and :mod:`ipaddress` only, no I/O.
+Pure and deterministic: the standard library's :mod:`re` and :mod:`ipaddress`, no I/O; a
+one-pass multi-pattern scan (:mod:`processors.scanning`) only skips detector patterns that
+cannot match a text.
 
 Kinds (the names of ``RedactionKind`` below) and their placeholders:
 
@@ -69,6 +71,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
+from processors.scanning import Candidates, PatternSet
 from schemas.events import RefusalEvent
 
 RedactionKind = Literal["email", "phone", "card", "gov_id", "ip", "address"]
@@ -241,6 +244,33 @@ _YEAR_CONTEXT_RE = re.compile(r"(?i)\b(?:in|since|by|from|until|of|year|circa|be
 
 # --------------------------------------------------------------------------- detectors
 
+#: Every detector pattern a detector runs over the whole text, in one multi-pattern database
+#: (processors.scanning): one scan of a text says which of them may match it, and only those
+#: run (``finditer`` of a pattern that cannot match yields nothing: the spans are the same).
+_DETECTOR_PATTERNS: tuple[re.Pattern[str], ...] = (
+    _CARD_RUN_RE,
+    _SSN_RE,
+    _ITIN_RE,
+    _NINO_RE,
+    _DNI_RE,
+    _BARE_SSN_RE,
+    _SIN_RE,
+    _EMAIL_RE,
+    _IPV4_RE,
+    _IPV6_RE,
+    *_PHONE_RES,
+    _BARE_PHONE_RE,
+    _ADDRESS_RE,
+)
+_SCAN = PatternSet(_DETECTOR_PATTERNS)
+
+
+def _finditer(pattern: re.Pattern[str], text: str, may: Candidates) -> Iterator[re.Match[str]]:
+    """``pattern.finditer(text)``, or nothing when the scan ``may`` rules a match out."""
+    if may is not None and _SCAN.slot(pattern) not in may:
+        return iter(())
+    return pattern.finditer(text)
+
 
 def _digits(s: str) -> int:
     return sum(c.isdigit() for c in s)
@@ -251,14 +281,14 @@ def _before(text: str, start: int, width: int = 60) -> str:
     return text[max(line_start, start - width) : start]
 
 
-def _emails(text: str) -> Iterator[PiiSpan]:
-    for m in _EMAIL_RE.finditer(text):
+def _emails(text: str, may: Candidates = None) -> Iterator[PiiSpan]:
+    for m in _finditer(_EMAIL_RE, text, may):
         yield PiiSpan(m.start(), m.end(), "email")
 
 
-def _phones(text: str) -> Iterator[PiiSpan]:
+def _phones(text: str, may: Candidates = None) -> Iterator[PiiSpan]:
     for pattern in _PHONE_RES:
-        for m in pattern.finditer(text):
+        for m in _finditer(pattern, text, may):
             value = m.group()
             core = re.sub(r"(?i)[ \t]*(?:x|ext\.?|extension)[ \t]*\d+$", "", value)
             n = _digits(core.replace("(0)", ""))
@@ -270,7 +300,7 @@ def _phones(text: str) -> Iterator[PiiSpan]:
                     yield PiiSpan(m.start(), m.end(), "phone")
             elif 10 <= n <= 11:
                 yield PiiSpan(m.start(), m.end(), "phone")
-    for m in _BARE_PHONE_RE.finditer(text):
+    for m in _finditer(_BARE_PHONE_RE, text, may):
         if _PHONE_CONTEXT_RE.search(_before(text, m.start())):
             yield PiiSpan(m.start(), m.end(), "phone")
 
@@ -285,8 +315,8 @@ def _card_like(groups: list[int]) -> bool:
     return groups in ([4, 6, 5], [4, 6, 4])
 
 
-def _cards(text: str) -> Iterator[PiiSpan]:
-    for m in _CARD_RUN_RE.finditer(text):
+def _cards(text: str, may: Candidates = None) -> Iterator[PiiSpan]:
+    for m in _finditer(_CARD_RUN_RE, text, may):
         if _digits(m.group()) < 13:
             continue
         if re.search(r"(?i)\bisbn(?:-1[03])?:?\s*$", _before(text, m.start(), 12)):
@@ -321,23 +351,23 @@ def _cards(text: str) -> Iterator[PiiSpan]:
             i = found[2] + 1
 
 
-def _gov_ids(text: str) -> Iterator[PiiSpan]:
+def _gov_ids(text: str, may: Candidates = None) -> Iterator[PiiSpan]:
     for pattern in (_SSN_RE, _ITIN_RE, _NINO_RE):
-        for m in pattern.finditer(text):
+        for m in _finditer(pattern, text, may):
             yield PiiSpan(m.start(), m.end(), "gov_id")
-    for m in _DNI_RE.finditer(text):
+    for m in _finditer(_DNI_RE, text, may):
         if _dni_valid(m.group()):
             yield PiiSpan(m.start(), m.end(), "gov_id")
-    for m in _BARE_SSN_RE.finditer(text):
+    for m in _finditer(_BARE_SSN_RE, text, may):
         if _SSN_CONTEXT_RE.search(_before(text, m.start())):
             yield PiiSpan(m.start(), m.end(), "gov_id")
-    for m in _SIN_RE.finditer(text):
+    for m in _finditer(_SIN_RE, text, may):
         if luhn_valid(m.group()) and _SIN_CONTEXT_RE.search(_before(text, m.start())):
             yield PiiSpan(m.start(), m.end(), "gov_id")
 
 
-def _ips(text: str) -> Iterator[PiiSpan]:
-    for m in _IPV4_RE.finditer(text):
+def _ips(text: str, may: Candidates = None) -> Iterator[PiiSpan]:
+    for m in _finditer(_IPV4_RE, text, may):
         if _VERSION_CONTEXT_RE.search(_before(text, m.start(), 20)):
             continue
         try:
@@ -345,7 +375,7 @@ def _ips(text: str) -> Iterator[PiiSpan]:
         except ValueError:
             continue
         yield PiiSpan(m.start(), m.end(), "ip")
-    for m in _IPV6_RE.finditer(text):
+    for m in _finditer(_IPV6_RE, text, may):
         value = m.group()
         if not any(c.isdigit() for c in value):
             continue
@@ -356,8 +386,8 @@ def _ips(text: str) -> Iterator[PiiSpan]:
         yield PiiSpan(m.start(), m.end(), "ip")
 
 
-def _addresses(text: str) -> Iterator[PiiSpan]:
-    for m in _ADDRESS_RE.finditer(text):
+def _addresses(text: str, may: Candidates = None) -> Iterator[PiiSpan]:
+    for m in _finditer(_ADDRESS_RE, text, may):
         num = m.group("num")
         if (
             len(num) == 4
@@ -390,10 +420,13 @@ def _candidates(text: str) -> list[PiiSpan]:
     digits = len(_DIGIT_RE.findall(text)) if _DIGIT_RE.search(text) else 0
     if not digits and not has_at:
         return []
+    may = _SCAN.candidates(text)
+    if may is not None and not may:
+        return []
     spans: list[PiiSpan] = []
     for detect in _DETECTORS:
         if has_at if detect is _emails else digits >= _MIN_DIGITS[detect]:
-            spans.extend(detect(text))
+            spans.extend(detect(text, may))
     return spans
 
 
@@ -514,7 +547,8 @@ def redact_event(event: RefusalEvent, redactor: Redactor) -> tuple[RefusalEvent,
 
     def run(text: str) -> str:
         result = redactor.redact(text)
-        totals.update(result.counts)
+        if result.counts:  # most texts hold no PII: skip the Counter update
+            totals.update(result.counts)
         return result.text
 
     update = {

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from processors.regex_gates import Gate, gated_search, required_literals
+from processors.scanning import PatternSet
 
 RefusalKind = Literal["full", "partial", "none"]
 
@@ -260,6 +261,19 @@ _COMPLIANCE_CUES: tuple[_Cue, ...] = (
     ),
 )
 
+#: The refusal cues, then the compliance cues, in one multi-pattern database whose
+#: candidates cover every piece of the scanned text (the opening and the rest of ``norm``).
+_SCAN = PatternSet([c.pattern for c in (*_REFUSAL_CUES, *_COMPLIANCE_CUES)], substrings=True)
+
+_COMPLIANCE_SLOTS = tuple(range(len(_REFUSAL_CUES), len(_REFUSAL_CUES) + len(_COMPLIANCE_CUES)))
+
+
+def _plain_search(pattern: re.Pattern[str], gate: Gate | None, text: str) -> re.Match[str] | None:
+    """``pattern.search(text)``, ``gate`` unused (the scan already ruled the other cues out)."""
+    del gate
+    return pattern.search(text)
+
+
 # Refusal cues that refuse outright; a refusal carried only by softer hedges ("I must point
 # out ...", "As an AI ...") followed by a long body is a partial one (it answers something).
 _HARD_CUES = frozenset(
@@ -345,22 +359,34 @@ def read_cues(response: str) -> CueReading:
     if not norm:
         return CueReading("", "", (), 0.0, 0.0, 0)
     opening, rest = _split_opening(norm)
+    # One scan of norm says which cues may match any piece of it (the opening, the rest:
+    # processors.scanning); only those are searched. Without the engine, every cue is (its
+    # literal gate first). A cue that does not fire adds 0.0: skipping it changes nothing.
+    may_match = _SCAN.candidates(norm)
+    if may_match is None:
+        refusal, compliance, search = _REFUSAL_CUES, _COMPLIANCE_CUES, gated_search
+    else:
+        refusal = tuple(_REFUSAL_CUES[i] for i in sorted(may_match) if i < len(_REFUSAL_CUES))
+        compliance = tuple(
+            c for c, i in zip(_COMPLIANCE_CUES, _COMPLIANCE_SLOTS, strict=True) if i in may_match
+        )
+        search = _plain_search
 
     evidence = 0.0
     cues: list[str] = []
-    for cue in _REFUSAL_CUES:
+    for cue in refusal:
         w = 0.0
-        if cue.opening_weight and gated_search(cue.pattern, cue.gate, opening):
+        if cue.opening_weight and search(cue.pattern, cue.gate, opening):
             w = cue.opening_weight
             cues.append(cue.name)
-        elif cue.rest_weight and gated_search(cue.pattern, cue.gate, rest):
+        elif cue.rest_weight and search(cue.pattern, cue.gate, rest):
             w = cue.rest_weight
             cues.append(f"{cue.name}@later")
         evidence += w
     refusal_evidence = evidence
 
-    for cue in _COMPLIANCE_CUES:
-        if gated_search(cue.pattern, cue.gate, opening):
+    for cue in compliance:
+        if search(cue.pattern, cue.gate, opening):
             evidence += cue.opening_weight
             cues.append(cue.name)
 

@@ -53,6 +53,7 @@ from functools import cached_property, lru_cache
 from typing import Literal
 
 from processors.refusal_cues import CueReading, read_cues
+from processors.scanning import Candidates, PatternSet
 from processors.stopwords import english_stop_words
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
@@ -391,6 +392,19 @@ def _form_match(qtype: str, norm: str, opening: str, response: str, list_items: 
     return len(norm) >= 200
 
 
+#: The patterns the measures below search in the normalised response or in pieces of it
+#: (its opening, body, sentences, clauses), in one multi-pattern database scanned once per
+#: response (processors.scanning); a measure whose pattern cannot match anywhere in it is
+#: decided without searching (the value a search finding nothing gives).
+_NORM_SCAN = PatternSet(
+    [_NEGATION, _DEFLECTION_OPENER, _CLARIFICATION, _SUBJECTIVE, _REDIRECT, _LECTURE, _DIGITS,
+     _DELIVERY, _IMPERATIVE],
+    substrings=True,
+)  # fmt: skip
+#: The same for the raw response (first :data:`_MAX_CHARS` characters).
+_RESPONSE_SCAN = PatternSet([_PERSONA, _TURN, _CODE], substrings=True)
+
+
 class PairReading:
     """What :func:`read_request_pair` measures on one (request, response) pair, each measure
     computed when first read (the pre-filter reads only the ones its decision needs).
@@ -411,6 +425,24 @@ class PairReading:
         self._request_words = content_words(request)
         #: Whether the request has any content word.
         self.has_request = bool(self._request_words)
+
+    @cached_property
+    def _norm_may(self) -> Candidates:
+        return _NORM_SCAN.candidates(self._norm)
+
+    @cached_property
+    def _response_may(self) -> Candidates:
+        return _RESPONSE_SCAN.candidates(self._response)
+
+    def _can(self, pattern: re.Pattern[str]) -> bool:
+        """Whether ``pattern`` may match in the normalised response (or a piece of it)."""
+        may = self._norm_may
+        return may is None or _NORM_SCAN.slot(pattern) in may
+
+    def _can_raw(self, pattern: re.Pattern[str]) -> bool:
+        """Whether ``pattern`` may match in the raw response (or a piece of it)."""
+        may = self._response_may
+        return may is None or _RESPONSE_SCAN.slot(pattern) in may
 
     @cached_property
     def qtype(self) -> str:
@@ -435,7 +467,7 @@ class PairReading:
     def negated_restatement(self) -> bool:
         """Action request that one of the response's first :data:`_RESTATEMENT_SENTENCES`
         sentences negates while restating a third of it."""
-        if self.qtype not in _ACTION_TYPES:
+        if self.qtype not in _ACTION_TYPES or not self._can(_NEGATION):
             return False
         head = _SENTENCE_END.split(self._norm, maxsplit=_RESTATEMENT_SENTENCES)
         return any(
@@ -446,29 +478,29 @@ class PairReading:
     @cached_property
     def deflection_opener(self) -> bool:
         """Sympathy, lecture or redirect opener."""
-        return bool(_DEFLECTION_OPENER.search(self._opening))
+        return self._can(_DEFLECTION_OPENER) and bool(_DEFLECTION_OPENER.search(self._opening))
 
     @cached_property
     def clarification(self) -> bool:
         """Asks the user to clarify (first 1,500 characters)."""
-        return bool(_CLARIFICATION.search(self._norm[:1500]))
+        return self._can(_CLARIFICATION) and bool(_CLARIFICATION.search(self._norm[:1500]))
 
     @cached_property
     def subjective(self) -> bool:
         """Calls the question subjective or unanswerable (first 1,500 characters)."""
-        return bool(_SUBJECTIVE.search(self._norm[:1500]))
+        return self._can(_SUBJECTIVE) and bool(_SUBJECTIVE.search(self._norm[:1500]))
 
     @cached_property
     def redirect_professional(self) -> bool:
         """Sends the user to a professional, authority or hotline."""
-        return bool(_REDIRECT.search(self._norm))
+        return self._can(_REDIRECT) and bool(_REDIRECT.search(self._norm))
 
     @cached_property
     def lecture(self) -> float:
         """Lecture phrases per sentence, capped at 1; a phrase made of the request's own
         content words ("illegal" when asked how to report illegal dumping) does not count."""
-        if not self._norm:
-            return 0.0
+        if not self._norm or not self._can(_LECTURE):
+            return 0.0  # (no phrase found: 0 per sentence)
         sentences = max(1, len(_SENTENCE_END.split(self._norm)))
         found = [
             m for m in _LECTURE.finditer(self._norm)
@@ -488,21 +520,29 @@ class PairReading:
         norm = self._norm
         return bool(
             self._cues.list_items >= 3
-            or _CODE.search(self._response)
+            or (self._can_raw(_CODE) and _CODE.search(self._response))
             or (self.qtype == "write" and len(norm) >= 60 and self._response.count("\n") >= 3)
-            or (self.qtype in ("what", "how") and len(_DIGITS.findall(self._body)) >= 3)
-            or (self.qtype == "how" and _imperative_steps(norm) >= 2)
+            or (
+                self.qtype in ("what", "how")
+                and self._can(_DIGITS)
+                and len(_DIGITS.findall(self._body)) >= 3
+            )
+            or (self.qtype == "how" and self._can(_IMPERATIVE) and _imperative_steps(norm) >= 2)
         )
 
     @cached_property
     def persona_delivery(self) -> bool:
         """A later speaker segment or post-turn text delivers (:func:`_persona_delivery`)."""
-        return self.has_request and _persona_delivery(self._response, self._request_words)
+        return (
+            self.has_request
+            and (self._can_raw(_PERSONA) or self._can_raw(_TURN))  # else no segment starts
+            and _persona_delivery(self._response, self._request_words)
+        )
 
     @cached_property
     def answer_sentence(self) -> bool:
         """The response holds an answer sentence (:func:`_answer_sentence`)."""
-        return _answer_sentence(self._norm)
+        return self._can(_DELIVERY) and _answer_sentence(self._norm)
 
     @cached_property
     def form_match(self) -> bool:

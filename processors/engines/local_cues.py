@@ -20,6 +20,7 @@ from processors.regex_gates import (
     text_keys,
     word_start_keys,
 )
+from processors.scanning import PatternSet
 
 
 @dataclass(frozen=True)
@@ -832,17 +833,38 @@ def _named_entities(request: str) -> list[str]:
 _SEARCHED_CUES = tuple(c for c in CUES if c.family != "named_entity")
 _NAMED_ENTITY_CUE = next((c for c in CUES if c.family == "named_entity"), None)
 
+# One multi-pattern set per text the cues read ((side, case_sensitive): the lower-cased
+# or the raw request or response), scanned once per text (processors.scanning); a cue not
+# among the text's candidates cannot match it and is not searched.
+_TEXT_KEYS = tuple(dict.fromkeys((c.side, c.case_sensitive) for c in _SEARCHED_CUES))
+_SCAN_MEMBERS = {
+    key: tuple(i for i, c in enumerate(_SEARCHED_CUES) if (c.side, c.case_sensitive) == key)
+    for key in _TEXT_KEYS
+}
+"""The index in :data:`_SEARCHED_CUES` of each member of each text's set."""
+_SCAN_SETS = {
+    key: PatternSet([_SEARCHED_CUES[i].pattern for i in members])
+    for key, members in _SCAN_MEMBERS.items()
+}
 
-def find_cues(request: str, response: str) -> list[tuple[Cue, str]]:
-    """All cues that fire, as ``(cue, matched text)`` in :data:`CUES` order.
 
-    The ``named_entity`` family is computed by :func:`_named_entities`, and counts only when
-    no private-person-data cue fired (a named figure asked about is evidence of a public or
-    fictional person; "my coworker's address" is not).
-    """
+def _scanned_cues(texts: dict[str, str], lowered: dict[str, str]) -> list[Cue] | None:
+    """The searched cues that may match, in :data:`CUES` order, from one scan of each text
+    (``None`` when the scanner is off: search every cue)."""
+    chosen: list[int] = []
+    for (side, case_sensitive), members in _SCAN_MEMBERS.items():
+        text = (texts if case_sensitive else lowered)[side]
+        may_match = _SCAN_SETS[side, case_sensitive].candidates(text)
+        if may_match is None:
+            return None
+        chosen.extend(members[i] for i in may_match)
+    return [_SEARCHED_CUES[i] for i in sorted(chosen)]
+
+
+def _gated_hits(texts: dict[str, str], lowered: dict[str, str]) -> list[tuple[Cue, str]]:
+    """Every searched cue that fires, each searched behind its literal gate or word keys
+    (processors.regex_gates): the path without the scanner."""
     hits: list[tuple[Cue, str]] = []
-    texts = {"request": request, "response": response}
-    lowered = {"request": request.lower(), "response": response.lower()}
     word_keys: dict[tuple[str, bool], Keys] = {}  # text_keys per searched text
     for cue in _SEARCHED_CUES:
         text = (texts if cue.case_sensitive else lowered)[cue.side]
@@ -869,7 +891,33 @@ def find_cues(request: str, response: str) -> list[tuple[Cue, str]]:
                     continue  # no gate literal in the text: the pattern cannot match
             m = cue.pattern.search(text)
         if m is not None:
-            hits.append((cue, " ".join(m.group(0).split())[:60]))
+            hits.append((cue, _shown(m)))
+    return hits
+
+
+def _shown(match: re.Match[str]) -> str:
+    """The matched text as a hit shows it: whitespace runs collapsed, at most 60 characters."""
+    return " ".join(match.group(0).split())[:60]
+
+
+def find_cues(request: str, response: str) -> list[tuple[Cue, str]]:
+    """All cues that fire, as ``(cue, matched text)`` in :data:`CUES` order.
+
+    The ``named_entity`` family is computed by :func:`_named_entities`, and counts only when
+    no private-person-data cue fired (a named figure asked about is evidence of a public or
+    fictional person; "my coworker's address" is not).
+    """
+    texts = {"request": request, "response": response}
+    lowered = {"request": request.lower(), "response": response.lower()}
+    scanned = _scanned_cues(texts, lowered)
+    if scanned is None:
+        hits = _gated_hits(texts, lowered)
+    else:  # the scan ruled the other cues out: search these directly
+        hits = []
+        for cue in scanned:
+            m = cue.pattern.search((texts if cue.case_sensitive else lowered)[cue.side])
+            if m is not None:
+                hits.append((cue, _shown(m)))
     families = {c.family for c, _ in hits}
     if "private_data" not in families and "private_relation" not in families:
         names = _named_entities(request)
