@@ -15,6 +15,7 @@ publisher (``refusal_audit.alerts.publisher``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -146,8 +147,27 @@ def evaluate_windows(
     last = max([*(s + config.window for s in starts), *(b[1] for b in bounds.values())])
     counts = config.counts(client, database, first, last)
     out = []
+    for window, base, evaluation in evaluate_counts(counts, starts, config):
+        alerts = [to_alert(f, window, base, database, config, now) for f in evaluation.alerts]
+        out.append(WindowEvaluation(window, base, evaluation, alerts))
+    return out
+
+
+def evaluate_counts(
+    counts: Mapping[datetime, Mapping[Scope, WindowCounts]],
+    starts: Sequence[datetime],
+    config: DriftConfig,
+) -> list[tuple[TimeWindow, TimeWindow, Evaluation]]:
+    """The detectors over counts already read: ``(window, baseline, evaluation)`` per start.
+
+    ``counts`` maps window starts (aligned, UTC) to the counts per finest scope, and must
+    cover each window and its baseline (``baseline_bounds``); ``starts`` are the windows
+    to evaluate. Pure: ``evaluate_windows`` reads the counts from the warehouse and calls it,
+    ``benchmarks/alert_operating_curve.py`` calls it on resampled streams.
+    """
+    out = []
     for s in starts:
-        b0, b1, n = bounds[s]
+        b0, b1, n = baseline_bounds(s, config)
         current = counts.get(s, {})
         baseline: dict[Scope, WindowCounts] = {}
         first_seen: dict[Scope, datetime] = {}
@@ -168,9 +188,7 @@ def evaluate_windows(
         )
         evaluation = run_detectors(current, baseline, n, config.detectors, active)
         window = TimeWindow(start=s, end=s + config.window)
-        base = TimeWindow(start=b0, end=b1)
-        alerts = [to_alert(f, window, base, database, config, now) for f in evaluation.alerts]
-        out.append(WindowEvaluation(window, base, evaluation, alerts))
+        out.append((window, TimeWindow(start=b0, end=b1), evaluation))
     return out
 
 
