@@ -172,7 +172,8 @@ class Pool:
 
     def category_shares(self, w: np.ndarray) -> np.ndarray:
         """Category distribution under item weights ``w``."""
-        return np.bincount(self.cats, weights=w, minlength=len(self.names)) / w.sum()
+        shares: np.ndarray = np.bincount(self.cats, weights=w, minlength=len(self.names))
+        return np.asarray(shares / w.sum())
 
 
 # --- shifts as reweightings of the pool ----------------------------------------------------
@@ -322,8 +323,8 @@ def run_detectors(
     """Evaluate hourly windows ``first`` .. ``last - 1`` (hours from T0) at the defaults, one
     at a time; yields ``(window end, findings)`` per window."""
     config = DriftConfig()
-    for h in range(first, last):
-        [(window, _, evaluation)] = evaluate_counts(counts, [T0 + h * HOUR], config)
+    starts = [T0 + h * HOUR for h in range(first, last)]
+    for window, _, evaluation in evaluate_counts(counts, starts, config):
         yield window.end, evaluation.findings
 
 
@@ -338,7 +339,7 @@ def stationary(
     hours = WARMUP_HOURS + weeks * 7 * 24
     scopes = scopes_of(n_scopes)
     counts = as_counts({s: stream(pool, rng, hours, rate, review_share) for s in scopes})
-    results = run_detectors(counts, WARMUP_HOURS, hours)
+    results = list(run_detectors(counts, WARMUP_HOURS, hours))
     alerts: Counter[str] = Counter()
     tested: Counter[str] = Counter()
     windows: Counter[str] = Counter()
@@ -431,6 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--review-share", type=float, default=0.2)
     parser.add_argument("--seed", type=int, default=28)
     parser.add_argument("--quick", action="store_true", help="fewer streams (a smoke run)")
+    parser.add_argument("--no-shifts", action="store_true", help="stationary streams only")
     parser.add_argument("--label", default="", help="a name for this run in the JSON")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -478,9 +480,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {'shift':24} {'where':5} " + " ".join(f"{f'{r}/h':>22}" for r in rates[1:]))
     shift_rows = []
     runs = max(2, args.runs // 4) if args.quick else args.runs
-    for shift in SHIFTS:
+    for shift in () if args.no_shifts else SHIFTS:
         for where in ("one", "all"):
-            cells = []
+            parts: list[str] = []
             for rate in rates[1:]:
                 delays = [
                     shifted_run(
@@ -509,11 +511,11 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 shift_rows.append(row)
                 med = f"{row['median_delay_h']:.0f}" if hit else "-"
-                cells.append(
+                parts.append(
                     f"{row['within_6h']:>4.0%} {row['within_24h']:>4.0%} "
                     f"{len(hit) / runs:>4.0%} {med:>5}"
                 )
-            print(f"  {shift.label:24} {where:5} " + "  ".join(f"{c:>20}" for c in cells))
+            print(f"  {shift.label:24} {where:5} " + "  ".join(f"{c:>20}" for c in parts))
             sys.stdout.flush()
     print(f"  ({time.monotonic() - t:.0f} s in all)")
     out = json.loads(args.out.read_text()) if args.out.is_file() else {}

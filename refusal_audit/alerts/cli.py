@@ -32,6 +32,13 @@ EARLIEST = datetime(1970, 2, 1, tzinfo=UTC)
 LATEST = datetime(2299, 1, 1, tzinfo=UTC)
 
 
+def _period(seconds: int) -> str:
+    """``1h``, ``6h``, ``1d``, ``7d``: the period a finding tested (ending with its window)."""
+    if seconds % 86400 == 0:
+        return f"{seconds // 86400}d"
+    return f"{seconds // 3600}h" if seconds % 3600 == 0 else f"{seconds}s"
+
+
 def alerts_list(
     kind: list[str] = typer.Option([], "--kind", "-k", help=f"Alert kind(s): {', '.join(KINDS)}."),
     severity: str | None = typer.Option(None, help="warning or critical."),
@@ -163,6 +170,7 @@ def alerts_evaluate(
                 "scope": f.scope.key,
                 "kind": f.kind,
                 "status": f.status,
+                "resolution_seconds": f.resolution * cfg.alerts_window_seconds,
                 "severity": f.severity if f.status == "alert" else "",
                 "statistic": f.statistic_name,
                 "value": f.statistic,
@@ -177,7 +185,7 @@ def alerts_evaluate(
         for record in rows:
             console.file.write(orjson.dumps(record).decode() + "\n")
     elif rows:
-        columns = ["window", "scope", "kind", "status", "severity", "effect", "q", "note"]
+        columns = ["window", "scope", "kind", "status", "period", "severity", "effect", "q", "note"]
         render(
             columns,
             [
@@ -186,6 +194,7 @@ def alerts_evaluate(
                     r["scope"],
                     r["kind"],
                     r["status"],
+                    _period(int(str(r["resolution_seconds"]))),
                     r["severity"],
                     f"{r['effect']:.3g} {r['effect_name']}".strip(),
                     "-" if r["q_value"] is None else f"{r['q_value']:.2g}",
