@@ -349,7 +349,7 @@ def stationary(
             all_scopes.add(f.scope)
             windows[f.kind] += 1
             tested[f.kind] += f.status != "insufficient_data"
-            if f.status == "alert":
+            if f.status == "alert" and not f.continued:
                 alerts[f.kind] += 1
     per = {k: alerts[k] / (len(all_scopes) * weeks) for k in DRIFT_KINDS}  # per scope per week
     finest = {
@@ -406,7 +406,7 @@ def shifted_run(
     counts = as_counts(series)
     for end, findings in run_detectors(counts, start, hours):
         for f in findings:
-            if f.status != "alert" or f.kind != shift.detector:
+            if f.status != "alert" or f.continued or f.kind != shift.detector:
                 continue
             if where == "one" and f.scope != scopes[0]:
                 continue

@@ -206,7 +206,9 @@ class Finding:
     ``severity`` (set when it alerts) as in the module docstring; ``late`` the window's late
     events in this scope; ``resolution`` how many windows the tested period spans (1: the
     evaluated window alone; more: the trailing period ending with it, see
-    ``evaluate_series``).
+    ``evaluate_series``); ``continued`` marks an alerting finding at a resolution over 1
+    whose test also fired for the period ending one window earlier: the same evidence but
+    one window, so not a new alert (``Evaluation.alerts`` leaves it out).
     """
 
     kind: AlertKind
@@ -229,6 +231,7 @@ class Finding:
     severity: Literal["warning", "critical"] = "warning"
     late: int = 0
     resolution: int = 1
+    continued: bool = False
 
 
 def alpha_for(false_alarms: float, window_seconds: int, period_seconds: int = 28 * 86400) -> float:
@@ -481,8 +484,8 @@ class Evaluation:
 
     @property
     def alerts(self) -> list[Finding]:
-        """Findings whose status is ``alert``."""
-        return [f for f in self.findings if f.status == "alert"]
+        """Findings whose status is ``alert``, but for ``continued`` ones."""
+        return [f for f in self.findings if f.status == "alert" and not f.continued]
 
 
 def evaluate(
@@ -660,6 +663,69 @@ def _not_tested(kind: AlertKind, scope: Scope, views: Sequence[_View], trials: s
     )  # fmt: skip
 
 
+def _view(
+    series: CountSeries,
+    end: int,
+    members: Sequence[Scope],
+    k: int,
+    baseline_windows: int,
+    max_baseline: int | None,
+    pinned: tuple[int, int] | None,
+) -> _View:
+    """The scope made of ``members`` at resolution ``k`` for the period ending at ``end``."""
+    p0, b0, b1 = period_bounds(end, k, baseline_windows, max_baseline=max_baseline, pinned=pinned)
+    if pinned is None:
+        firsts = [series.first_seen(m, b0, b1) for m in members]
+        known = [b1 - f for f in firsts if f is not None]
+        active = max(known) if known else b1 - b0
+    else:
+        active = b1 - b0
+    return _View(
+        resolution=k,
+        cur=pooled(series.total(m, p0, end) for m in members),
+        base=pooled(series.total(m, b0, b1) for m in members),
+        periods=active / k,
+    )
+
+
+def _fires_alone(f: Finding, s: DetectorSettings) -> bool:
+    """Whether ``f`` (not adjusted) passes its own test: p <= alpha (and <= fdr) and the effect
+    threshold, or the rule for a new category."""
+    if f.kind == "new_category":
+        return f.status == "alert"
+    if f.p_value is None or f.status == "insufficient_data":
+        return False
+    rising = f.effect > 0 or f.kind not in RISE_ONLY
+    return f.p_value <= min(s.alpha, s.fdr) and abs(f.effect) >= f.effect_threshold and rising
+
+
+def _continues(
+    f: Finding,
+    series: CountSeries,
+    end: int,
+    members: Sequence[Scope],
+    settings: DetectorSettings,
+    baseline_windows: int,
+    max_baseline: int | None,
+    pinned: tuple[int, int] | None,
+) -> bool:
+    """Whether the alerting finding ``f`` (resolution > 1) repeats the same test's alert for
+    the period ending one window earlier (which holds all but one window of its evidence)."""
+    if end - 1 < f.resolution:
+        return False
+    v = _view(series, end - 1, members, f.resolution, baseline_windows, max_baseline, pinned)
+    loose = replace(settings, min_events=1)
+    if f.kind == "category_mix_drift":
+        before = [category_mix(f.scope, v.cur, v.base, loose)]
+    elif f.kind == "volume_anomaly":
+        before = [volume(f.scope, v.cur, v.base, v.periods, loose)]
+    elif f.kind == "new_category":
+        before = [g for g in new_categories(f.scope, v.cur, v.base, loose) if g.moved == f.moved]
+    else:
+        before = [rate_shift(f.kind, f.scope, v.cur, v.base, loose)]
+    return any(_fires_alone(g, settings) and (g.effect > 0) == (f.effect > 0) for g in before)
+
+
 def evaluate_series(
     series: CountSeries,
     end: int,
@@ -688,25 +754,10 @@ def evaluate_series(
     loose = replace(settings, min_events=1)
     findings: list[Finding] = []
     for scope, members in rollup_scopes(series.scopes).items():
-        views = []
-        for k in sorted(set(resolutions)):
-            p0, b0, b1 = period_bounds(
-                end, k, baseline_windows, max_baseline=max_baseline, pinned=pinned
-            )
-            if pinned is None:
-                firsts = [series.first_seen(m, b0, b1) for m in members]
-                known = [b1 - f for f in firsts if f is not None]
-                active = max(known) if known else b1 - b0
-            else:
-                active = b1 - b0
-            views.append(
-                _View(
-                    resolution=k,
-                    cur=pooled(series.total(m, p0, end) for m in members),
-                    base=pooled(series.total(m, b0, b1) for m in members),
-                    periods=active / k,
-                )
-            )
+        views = [
+            _view(series, end, members, k, baseline_windows, max_baseline, pinned)
+            for k in sorted(set(resolutions))
+        ]
         found: list[Finding] = []
         by_refusals = _choose(views, "refusals", settings.min_events)
         kinds: list[AlertKind] = ["category_mix_drift", *RATE_DETECTORS]
@@ -742,7 +793,21 @@ def evaluate_series(
                 for f in found
             ]
         findings.extend(found)
-    return Evaluation(adjust(findings, settings))
+    adjusted = adjust(findings, settings)
+    groups = rollup_scopes(series.scopes)
+    return Evaluation(
+        [
+            replace(f, continued=True, note=f"continues the alert of {f.resolution} window(s) "
+                    "ending one window earlier")
+            if f.status == "alert"
+            and f.resolution > 1
+            and _continues(
+                f, series, end, groups[f.scope], settings, baseline_windows, max_baseline, pinned
+            )
+            else f
+            for f in adjusted
+        ]
+    )  # fmt: skip
 
 
 def adjust(findings: Sequence[Finding], settings: DetectorSettings) -> list[Finding]:

@@ -104,6 +104,14 @@ def alerts_evaluate(
     window: list[datetime] = typer.Option(
         [], "--window", "-w", help="Evaluate the window holding this time (repeatable)."
     ),
+    until: datetime | None = typer.Option(
+        None, help="With one --window: evaluate every window from it to the one holding this."
+    ),
+    replay: bool = typer.Option(
+        False,
+        help="Historical replay: count every event in the window of its event time, however"
+        " late it was stored (no grace-period rule); needs --window.",
+    ),
     publish: bool = typer.Option(
         False, help="Also track policy gaps, send new alerts to their topics and store them."
     ),
@@ -117,14 +125,35 @@ def alerts_evaluate(
     Without --window: the latest closed windows (``alerts_lookback_windows``). Exit 2 when
     the warehouse cannot be read or, with --publish, the broker or topics are unavailable.
     """
-    from refusal_audit.alerts.drift import DriftConfig, evaluate_windows
+    from refusal_audit.alerts.drift import (
+        REPLAY_GRACE_SECONDS,
+        DriftConfig,
+        evaluate_windows,
+        replay_windows,
+    )
     from refusal_audit.alerts.publisher import AlertPublisher, run_detectors
 
     cfg = settings()
     now = as_utc(at) or datetime.now(UTC)
     windows = [w for w in (as_utc(x) for x in window) if w is not None] or None
-    if any(not (EARLIEST <= w <= LATEST) for w in [now, *(windows or [])]):
-        raise fail_usage(f"--at and --window must lie between {EARLIEST:%Y} and {LATEST:%Y}")
+    last = as_utc(until)
+    if any(
+        not (EARLIEST <= w <= LATEST) for w in [now, *(windows or []), *([last] if last else [])]
+    ):
+        raise fail_usage(
+            f"--at, --window and --until must lie between {EARLIEST:%Y} and {LATEST:%Y}"
+        )
+    if replay and not windows:
+        raise fail_usage("--replay needs --window (the windows to evaluate)")
+    if last is not None:
+        if windows is None or len(windows) != 1:
+            raise fail_usage("--until needs exactly one --window (the first window)")
+        try:
+            windows = replay_windows(windows[0], last, cfg.alerts_window_seconds)
+        except ValueError as exc:
+            raise fail_usage(str(exc)) from exc
+    if replay:  # by event time: the settings' validation caps the grace period, not the views
+        cfg = cfg.model_copy(update={"alerts_grace_seconds": REPLAY_GRACE_SECONDS})
     store = open_store(cfg)
     try:
         if publish or store_only:
@@ -212,7 +241,7 @@ def alerts_evaluate(
             "window they arrived in)"
         )
     grace = timedelta(seconds=cfg.alerts_grace_seconds)
-    for e in evaluations:
+    for e in evaluations if not replay else ():
         if e.window.end + grace > now:
             err.print(
                 f"[yellow]note:[/yellow] window {e.window.start:%Y-%m-%d %H:%M} is still open "

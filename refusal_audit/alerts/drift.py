@@ -36,6 +36,10 @@ from warehouse.client import Client
 from warehouse.drift import evidence_query, window_counts
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+REPLAY_GRACE_SECONDS = 2**31 - 1
+"""The grace period of replay mode (``alerts evaluate --replay``): about 68 years, so every
+event counts in the window of its event time however late it was stored (the arrival-time
+rule is off); the views take it as any other grace period."""
 MAX_BASELINE_SECONDS = 28 * 86400
 """A trailing baseline spans at most this (but one period at least): 4 weeks for the weekly
 resolution, 24 days for the daily one with the default 24 baseline windows."""
@@ -95,6 +99,17 @@ class DriftConfig:
             start=start,
             end=end,
         )
+
+
+def replay_windows(start: datetime, until: datetime, window_seconds: int) -> list[datetime]:
+    """Starts of every window from the one holding ``start`` to the one holding ``until``
+    (inclusive). Raises ``ValueError`` for naive datetimes, ``until`` before ``start`` or
+    more than 100,000 windows."""
+    first, last = window_start(start, window_seconds), window_start(until, window_seconds)
+    n = int((last - first).total_seconds()) // window_seconds + 1
+    if n < 1 or n > 100_000:
+        raise ValueError(f"{n} windows from {start} to {until}: give 1 to 100,000")
+    return [first + timedelta(seconds=window_seconds * i) for i in range(n)]
 
 
 def window_start(t: datetime, window_seconds: int) -> datetime:
