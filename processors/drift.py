@@ -206,9 +206,9 @@ class Finding:
     ``severity`` (set when it alerts) as in the module docstring; ``late`` the window's late
     events in this scope; ``resolution`` how many windows the tested period spans (1: the
     evaluated window alone; more: the trailing period ending with it, see
-    ``evaluate_series``); ``continued`` marks an alerting finding at a resolution over 1
-    whose test also fired for the period ending one window earlier: the same evidence but
-    one window, so not a new alert (``Evaluation.alerts`` leaves it out).
+    ``evaluate_series``); ``continued`` marks an alerting finding at a resolution k over 1
+    whose test also fired for a period ending less than k windows earlier: overlapping
+    evidence, so not a new alert (``Evaluation.alerts`` leaves it out).
     """
 
     kind: AlertKind
@@ -709,21 +709,27 @@ def _continues(
     max_baseline: int | None,
     pinned: tuple[int, int] | None,
 ) -> bool:
-    """Whether the alerting finding ``f`` (resolution > 1) repeats the same test's alert for
-    the period ending one window earlier (which holds all but one window of its evidence)."""
-    if end - 1 < f.resolution:
-        return False
-    v = _view(series, end - 1, members, f.resolution, baseline_windows, max_baseline, pinned)
+    """Whether the alerting finding ``f`` (resolution k > 1) repeats an alert of the same test
+    whose evidence overlaps its own: the test fired for a period of k windows ending 1 to
+    k - 1 windows earlier (newest first, so a sustained change checks one period)."""
     loose = replace(settings, min_events=1)
-    if f.kind == "category_mix_drift":
-        before = [category_mix(f.scope, v.cur, v.base, loose)]
-    elif f.kind == "volume_anomaly":
-        before = [volume(f.scope, v.cur, v.base, v.periods, loose)]
-    elif f.kind == "new_category":
-        before = [g for g in new_categories(f.scope, v.cur, v.base, loose) if g.moved == f.moved]
-    else:
-        before = [rate_shift(f.kind, f.scope, v.cur, v.base, loose)]
-    return any(_fires_alone(g, settings) and (g.effect > 0) == (f.effect > 0) for g in before)
+    for back in range(1, f.resolution):
+        if end - back < f.resolution:
+            return False
+        v = _view(series, end - back, members, f.resolution, baseline_windows, max_baseline, pinned)
+        if f.kind == "category_mix_drift":
+            before = [category_mix(f.scope, v.cur, v.base, loose)]
+        elif f.kind == "volume_anomaly":
+            before = [volume(f.scope, v.cur, v.base, v.periods, loose)]
+        elif f.kind == "new_category":
+            before = [
+                g for g in new_categories(f.scope, v.cur, v.base, loose) if g.moved == f.moved
+            ]
+        else:
+            before = [rate_shift(f.kind, f.scope, v.cur, v.base, loose)]
+        if any(_fires_alone(g, settings) and (g.effect > 0) == (f.effect > 0) for g in before):
+            return True
+    return False
 
 
 def evaluate_series(
@@ -797,8 +803,8 @@ def evaluate_series(
     groups = rollup_scopes(series.scopes)
     return Evaluation(
         [
-            replace(f, continued=True, note=f"continues the alert of {f.resolution} window(s) "
-                    "ending one window earlier")
+            replace(f, continued=True, note="continues an alert of the same test over "
+                    f"{f.resolution} windows ending less than {f.resolution} windows earlier")
             if f.status == "alert"
             and f.resolution > 1
             and _continues(
