@@ -174,11 +174,15 @@ class DetectorSettings:
     Benjamini-Hochberg false-discovery rate; ``js_threshold`` minimum Jensen-Shannon distance
     for a category-mix alert; ``rate_shift_pp`` minimum absolute rate change in percentage
     points; ``volume_ratio`` minimum rate ratio (or its inverse, for drops); ``new_category_min``
-    refusals a new category needs; ``min_expected`` Cochran's minimum expected cell count.
+    refusals a new category needs; ``min_expected`` Cochran's minimum expected cell count;
+    ``alpha`` the level each test's raw p-value must also reach (set from the false-alarm
+    budget per scope and detector, ``alpha_for``: 0.5 false alerts in 28 days of hourly
+    evaluations by default).
     """
 
     min_events: int = 300
     fdr: float = 0.05
+    alpha: float = 0.5 / (28 * 24)
     js_threshold: float = 0.1
     rate_shift_pp: float = 5.0
     volume_ratio: float = 1.5
@@ -200,7 +204,11 @@ class Finding:
     the rates with Wilson 95% intervals where the detector is about a rate; ``examples`` log
     ids of the window that show the change; ``note`` why a finding is ``insufficient_data``;
     ``severity`` (set when it alerts) as in the module docstring; ``late`` the window's late
-    events in this scope.
+    events in this scope; ``resolution`` how many windows the tested period spans (1: the
+    evaluated window alone; more: the trailing period ending with it, see
+    ``evaluate_series``); ``continued`` marks an alerting finding at a resolution k over 1
+    whose test also fired for a period ending less than k windows earlier: overlapping
+    evidence, so not a new alert (``Evaluation.alerts`` leaves it out).
     """
 
     kind: AlertKind
@@ -222,6 +230,18 @@ class Finding:
     note: str = ""
     severity: Literal["warning", "critical"] = "warning"
     late: int = 0
+    resolution: int = 1
+    continued: bool = False
+
+
+def alpha_for(false_alarms: float, window_seconds: int, period_seconds: int = 28 * 86400) -> float:
+    """The per-test level for at most ``false_alarms`` expected false alerts per scope and
+    detector in ``period_seconds`` when a test runs every ``window_seconds`` (Bonferroni over
+    time: the expected number of false alerts is the sum of the tests' levels, whatever their
+    correlation). Raises ``ValueError`` for non-positive arguments."""
+    if false_alarms <= 0 or window_seconds <= 0 or period_seconds <= 0:
+        raise ValueError("false_alarms, window_seconds and period_seconds must be > 0")
+    return min(1.0, false_alarms * window_seconds / period_seconds)
 
 
 def rate_estimate(successes: int, trials: int) -> RateEstimate:
@@ -344,10 +364,16 @@ def rate_shift(
 
 
 def volume(
-    scope: Scope, cur: WindowCounts, base: WindowCounts, baseline_windows: int, s: DetectorSettings
+    scope: Scope,
+    cur: WindowCounts,
+    base: WindowCounts,
+    baseline_windows: float,
+    s: DetectorSettings,
 ) -> Finding:
-    """Exact conditional test of the window's Poisson rate against the baseline's."""
-    if base.refusals < s.min_events or baseline_windows < 1:
+    """Exact conditional test of the window's Poisson rate against the baseline's
+    (``baseline_windows`` periods as long as the window's; a fraction for a pinned period
+    that is not a whole number of them)."""
+    if base.refusals < s.min_events or baseline_windows <= 0:
         return _insufficient("volume_anomaly", scope, cur, base, s, baseline_only=True)
     total = cur.refusals + base.refusals
     res = binomtest(cur.refusals, total, 1.0 / (baseline_windows + 1))
@@ -366,7 +392,7 @@ def volume(
         effect_name="rate_ratio" if ratio >= 1 else "inverse_rate_ratio",
         effect_threshold=s.volume_ratio,
         current_counts={"refusals": cur.refusals},
-        baseline_counts={"refusals": base.refusals, "windows": baseline_windows},
+        baseline_counts={"refusals": base.refusals, "windows": max(1, round(baseline_windows))},
     )
 
 
@@ -458,8 +484,8 @@ class Evaluation:
 
     @property
     def alerts(self) -> list[Finding]:
-        """Findings whose status is ``alert``."""
-        return [f for f in self.findings if f.status == "alert"]
+        """Findings whose status is ``alert``, but for ``continued`` ones."""
+        return [f for f in self.findings if f.status == "alert" and not f.continued]
 
 
 def evaluate(
@@ -503,6 +529,293 @@ def evaluate(
     return Evaluation(adjust(findings, settings))
 
 
+COUNT_FIELDS = (
+    "refusals", "false_positives", "review_flags", "policy_gaps", "late", "reviewed",
+    "review_disagreements",
+)  # fmt: skip
+
+
+class CountSeries:
+    """Counts per finest scope over consecutive windows ``0 .. len - 1``, summed over any range
+    of windows in constant time (prefix sums), for the multi-resolution evaluation.
+
+    ``windows[i]`` maps finest scopes to their counts in window ``i`` (a scope missing from
+    a window had no refusals in it).
+    """
+
+    def __init__(self, windows: Sequence[Mapping[Scope, WindowCounts]]) -> None:
+        self._windows = list(windows)
+        self.length = len(self._windows)
+        self.scopes = sorted({s for w in self._windows for s in w}, key=lambda sc: sc.key)
+        self.categories = sorted(
+            {c for w in self._windows for wc in w.values() for c in wc.categories}
+        )
+        column = {c: len(COUNT_FIELDS) + i for i, c in enumerate(self.categories)}
+        width = len(COUNT_FIELDS) + len(self.categories)
+        self._has_examples = any(wc.examples for w in self._windows for wc in w.values())
+        self._cum: dict[Scope, np.ndarray] = {}
+        self._seen: dict[Scope, np.ndarray] = {}
+        for scope in self.scopes:
+            table = np.zeros((self.length + 1, width), dtype=np.int64)
+            seen = []
+            for i, w in enumerate(self._windows):
+                c = w.get(scope)
+                if c is None:
+                    continue
+                seen.append(i)
+                row = table[i + 1]
+                for j, name in enumerate(COUNT_FIELDS):
+                    row[j] = c.count(name)
+                for category, n in c.categories.items():
+                    row[column[category]] = n
+            self._cum[scope] = np.cumsum(table, axis=0)
+            self._seen[scope] = np.array(seen, dtype=np.int64)
+
+    def total(self, scope: Scope, start: int, end: int) -> WindowCounts:
+        """The counts of ``scope`` pooled over windows ``[start, end)`` (clipped to the
+        series); examples are the newest windows' first, at most 20 per key."""
+        start, end = max(0, start), min(self.length, end)
+        table = self._cum.get(scope)
+        if table is None or end <= start:
+            return WindowCounts()
+        d = table[end] - table[start]
+        examples: dict[str, tuple[str, ...]] = {}
+        if self._has_examples:
+            for i in range(end - 1, start - 1, -1):
+                c = self._windows[i].get(scope)
+                for key, ids in (c.examples if c is not None else {}).items():
+                    if len(examples.get(key, ())) < 20:
+                        examples[key] = (examples.get(key, ()) + tuple(ids))[:20]
+        n = len(COUNT_FIELDS)
+        return WindowCounts(
+            **{name: int(d[j]) for j, name in enumerate(COUNT_FIELDS)},
+            categories={c: int(d[n + i]) for i, c in enumerate(self.categories) if d[n + i]},
+            examples=examples,
+        )
+
+    def first_seen(self, scope: Scope, start: int, end: int) -> int | None:
+        """The first window in ``[start, end)`` where ``scope`` has counts, or None."""
+        seen = self._seen.get(scope)
+        if seen is None:
+            return None
+        i = int(np.searchsorted(seen, start))
+        return int(seen[i]) if i < len(seen) and seen[i] < end else None
+
+
+def period_bounds(
+    end: int,
+    resolution: int,
+    baseline_windows: int,
+    *,
+    max_baseline: int | None = None,
+    pinned: tuple[int, int] | None = None,
+) -> tuple[int, int, int]:
+    """``(period start, baseline start, baseline end)`` in windows for the period of
+    ``resolution`` windows ending at window ``end`` (exclusive): the baseline is the
+    ``baseline_windows`` periods of the same length before it, at most ``max_baseline``
+    windows in all (but one period at least), or the ``pinned`` window range as it is.
+    """
+    start = end - resolution
+    if pinned is not None:
+        return start, pinned[0], pinned[1]
+    periods = baseline_windows
+    if max_baseline is not None:
+        periods = max(1, min(baseline_windows, max_baseline // resolution))
+    return start, start - periods * resolution, start
+
+
+@dataclass(frozen=True)
+class _View:
+    """One scope at one resolution: the period's and the baseline's counts and how many
+    periods of that length the baseline holds (since the scope's first refusal in it)."""
+
+    resolution: int
+    cur: WindowCounts
+    base: WindowCounts
+    periods: float
+
+
+def _choose(views: Sequence[_View], trials: str, min_events: int) -> _View | None:
+    """The finest view whose baseline holds ``min_events`` trials per period, else the
+    coarsest when its baseline holds ``min_events`` in all, else None."""
+    for v in views:
+        n0 = v.base.count(trials)
+        if v.periods > 0 and n0 >= min_events and n0 / v.periods >= min_events:
+            return v
+    last = views[-1]
+    return last if last.periods > 0 and last.base.count(trials) >= min_events else None
+
+
+def _not_tested(kind: AlertKind, scope: Scope, views: Sequence[_View], trials: str,
+                s: DetectorSettings) -> Finding:  # fmt: skip
+    what = "refusals" if trials == "refusals" else "reviewed refusals"
+    last = views[-1]
+    n1, n0 = last.cur.count(trials), last.base.count(trials)
+    note = (
+        f"insufficient data: {n0} {what} in the baseline of the coarsest period "
+        f"({last.resolution} windows, {last.periods:g} such periods), {n1} in the period; "
+        f"testing needs at least {s.min_events} (min_events) per period at a finer "
+        f"resolution or in the coarsest baseline"
+    )
+    return Finding(
+        kind, scope, "insufficient_data", current_counts={trials: n1},
+        baseline_counts={trials: n0}, note=note, resolution=last.resolution,
+    )  # fmt: skip
+
+
+def _view(
+    series: CountSeries,
+    end: int,
+    members: Sequence[Scope],
+    k: int,
+    baseline_windows: int,
+    max_baseline: int | None,
+    pinned: tuple[int, int] | None,
+) -> _View:
+    """The scope made of ``members`` at resolution ``k`` for the period ending at ``end``."""
+    p0, b0, b1 = period_bounds(end, k, baseline_windows, max_baseline=max_baseline, pinned=pinned)
+    if pinned is None:
+        firsts = [series.first_seen(m, b0, b1) for m in members]
+        known = [b1 - f for f in firsts if f is not None]
+        active = max(known) if known else b1 - b0
+    else:
+        active = b1 - b0
+    return _View(
+        resolution=k,
+        cur=pooled(series.total(m, p0, end) for m in members),
+        base=pooled(series.total(m, b0, b1) for m in members),
+        periods=active / k,
+    )
+
+
+def _fires_alone(f: Finding, s: DetectorSettings) -> bool:
+    """Whether ``f`` (not adjusted) passes its own test: p <= alpha (and <= fdr) and the effect
+    threshold, or the rule for a new category."""
+    if f.kind == "new_category":
+        return f.status == "alert"
+    if f.p_value is None or f.status == "insufficient_data":
+        return False
+    rising = f.effect > 0 or f.kind not in RISE_ONLY
+    return f.p_value <= min(s.alpha, s.fdr) and abs(f.effect) >= f.effect_threshold and rising
+
+
+def _continues(
+    f: Finding,
+    series: CountSeries,
+    end: int,
+    members: Sequence[Scope],
+    settings: DetectorSettings,
+    baseline_windows: int,
+    max_baseline: int | None,
+    pinned: tuple[int, int] | None,
+) -> bool:
+    """Whether the alerting finding ``f`` (resolution k > 1) repeats an alert of the same test
+    whose evidence overlaps its own: the test fired for a period of k windows ending 1 to
+    k - 1 windows earlier (newest first, so a sustained change checks one period)."""
+    loose = replace(settings, min_events=1)
+    for back in range(1, f.resolution):
+        if end - back < f.resolution:
+            return False
+        v = _view(series, end - back, members, f.resolution, baseline_windows, max_baseline, pinned)
+        if f.kind == "category_mix_drift":
+            before = [category_mix(f.scope, v.cur, v.base, loose)]
+        elif f.kind == "volume_anomaly":
+            before = [volume(f.scope, v.cur, v.base, v.periods, loose)]
+        elif f.kind == "new_category":
+            before = [
+                g for g in new_categories(f.scope, v.cur, v.base, loose) if g.moved == f.moved
+            ]
+        else:
+            before = [rate_shift(f.kind, f.scope, v.cur, v.base, loose)]
+        if any(_fires_alone(g, settings) and (g.effect > 0) == (f.effect > 0) for g in before):
+            return True
+    return False
+
+
+def evaluate_series(
+    series: CountSeries,
+    end: int,
+    settings: DetectorSettings,
+    *,
+    resolutions: Sequence[int] = (1,),
+    baseline_windows: int = 24,
+    max_baseline: int | None = None,
+    pinned: tuple[int, int] | None = None,
+) -> Evaluation:
+    """Every detector on every scope for the evaluation ending at window ``end`` (exclusive),
+    each at the resolution its evidence needs, p-values adjusted together.
+
+    For each scope (finest and roll-ups) and each ``resolution`` (windows per period, finest
+    first), the period is the ``resolution`` windows ending at ``end`` and its baseline as
+    in :func:`period_bounds`; a trailing baseline counts only the windows since the
+    scope's first refusal in it. Each detector tests the finest resolution whose baseline
+    holds ``settings.min_events`` of its trials (refusals; reviewed refusals for
+    ``classification_drift``) per period, or else the coarsest when its baseline holds
+    ``min_events`` in all; otherwise it reports ``insufficient_data`` (with why). The choice
+    depends on the baseline only, so it does not bias the test of the period. Findings
+    carry the ``resolution`` tested. Raises ``ValueError`` for an empty ``resolutions``.
+    """
+    if not resolutions:
+        raise ValueError("at least one resolution")
+    loose = replace(settings, min_events=1)
+    findings: list[Finding] = []
+    for scope, members in rollup_scopes(series.scopes).items():
+        views = [
+            _view(series, end, members, k, baseline_windows, max_baseline, pinned)
+            for k in sorted(set(resolutions))
+        ]
+        found: list[Finding] = []
+        by_refusals = _choose(views, "refusals", settings.min_events)
+        kinds: list[AlertKind] = ["category_mix_drift", *RATE_DETECTORS]
+        for kind in kinds:
+            trials = RATE_TRIALS.get(kind, "refusals")
+            if kind == "classification_drift" and not any(
+                v.cur.reviewed or v.base.reviewed for v in views
+            ):
+                continue  # nobody reviews this scope: the detector does not apply
+            v = by_refusals if trials == "refusals" else _choose(views, trials, settings.min_events)
+            if v is None:
+                found.append(_not_tested(kind, scope, views, trials, settings))
+                continue
+            f = (
+                category_mix(scope, v.cur, v.base, loose)
+                if kind == "category_mix_drift"
+                else rate_shift(kind, scope, v.cur, v.base, loose)
+            )
+            if f.status == "insufficient_data":
+                f = replace(f, note=f"no {trials} in the period of {v.resolution} window(s)")
+            found.append(replace(f, resolution=v.resolution, late=v.cur.late))
+        if by_refusals is None:
+            found.append(_not_tested("volume_anomaly", scope, views, "refusals", settings))
+            found.append(_not_tested("new_category", scope, views, "refusals", settings))
+        else:
+            v = by_refusals
+            found.append(volume(scope, v.cur, v.base, v.periods, loose))
+            found += new_categories(scope, v.cur, v.base, settings)
+            found = [
+                replace(f, resolution=v.resolution, late=v.cur.late)
+                if f.kind in ("volume_anomaly", "new_category")
+                else f
+                for f in found
+            ]
+        findings.extend(found)
+    adjusted = adjust(findings, settings)
+    groups = rollup_scopes(series.scopes)
+    return Evaluation(
+        [
+            replace(f, continued=True, note="continues an alert of the same test over "
+                    f"{f.resolution} windows ending less than {f.resolution} windows earlier")
+            if f.status == "alert"
+            and f.resolution > 1
+            and _continues(
+                f, series, end, groups[f.scope], settings, baseline_windows, max_baseline, pinned
+            )
+            else f
+            for f in adjusted
+        ]
+    )  # fmt: skip
+
+
 def adjust(findings: Sequence[Finding], settings: DetectorSettings) -> list[Finding]:
     """Benjamini-Hochberg over the findings that have a p-value; set q and the alert status."""
     tested = [i for i, f in enumerate(findings) if f.p_value is not None]
@@ -514,8 +827,9 @@ def adjust(findings: Sequence[Finding], settings: DetectorSettings) -> list[Find
         f = findings[i]
         q = float(min(1.0, q))
         rising = f.effect > 0 or f.kind not in RISE_ONLY
-        fires = q <= settings.fdr and abs(f.effect) >= f.effect_threshold and rising
-        strong = q <= settings.fdr / 10 and abs(f.effect) >= 2 * f.effect_threshold
+        significant = q <= settings.fdr and (f.p_value or 0.0) <= settings.alpha
+        fires = significant and abs(f.effect) >= f.effect_threshold and rising
+        strong = significant and q <= settings.fdr / 10 and abs(f.effect) >= 2 * f.effect_threshold
         out[i] = replace(
             f,
             q_value=q,

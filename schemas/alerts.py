@@ -112,6 +112,11 @@ class Alert(BaseModel):
     counted in the window they arrived in).
     ``summary`` is one human-readable paragraph that ends with ``evidence_query``: the SQL
     that reproduces the counts from ClickHouse.
+    ``evidence_window`` (drift alerts; None in alerts made before it existed and in
+    policy-gap alerts) is the period whose counts were tested: ``window`` itself, or the
+    trailing period of ``resolution_seconds`` that ends with ``window`` when a low-volume
+    scope needed a longer period to hold enough refusals; ``baseline`` is then that
+    period's baseline.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -136,6 +141,8 @@ class Alert(BaseModel):
     summary: str = Field(min_length=1)
     evidence_query: str = Field(min_length=1)
     created_at: datetime
+    evidence_window: TimeWindow | None = None
+    resolution_seconds: int | None = Field(default=None, ge=1)
 
 
 def alert_id(kind: str, scope: Scope, *period: object) -> str:

@@ -33,6 +33,13 @@ EARLIEST = datetime(1970, 2, 1, tzinfo=UTC)
 LATEST = datetime(2299, 1, 1, tzinfo=UTC)
 
 
+def _period(seconds: int) -> str:
+    """``1h``, ``6h``, ``1d``, ``7d``: the period a finding tested (ending with its window)."""
+    if seconds % 86400 == 0:
+        return f"{seconds // 86400}d"
+    return f"{seconds // 3600}h" if seconds % 3600 == 0 else f"{seconds}s"
+
+
 def alerts_list(
     kind: list[str] = typer.Option([], "--kind", "-k", help=f"Alert kind(s): {', '.join(KINDS)}."),
     severity: str | None = typer.Option(None, help="warning or critical."),
@@ -98,6 +105,14 @@ def alerts_evaluate(
     window: list[datetime] = typer.Option(
         [], "--window", "-w", help="Evaluate the window holding this time (repeatable)."
     ),
+    until: datetime | None = typer.Option(
+        None, help="With one --window: evaluate every window from it to the one holding this."
+    ),
+    replay: bool = typer.Option(
+        False,
+        help="Historical replay: count every event in the window of its event time, however"
+        " late it was stored (no grace-period rule); needs --window.",
+    ),
     publish: bool = typer.Option(
         False, help="Also track policy gaps, send new alerts to their topics and store them."
     ),
@@ -111,14 +126,35 @@ def alerts_evaluate(
     Without --window: the latest closed windows (``alerts_lookback_windows``). Exit 2 when
     the warehouse cannot be read or, with --publish, the broker or topics are unavailable.
     """
-    from refusal_audit.alerts.drift import DriftConfig, evaluate_windows
+    from refusal_audit.alerts.drift import (
+        REPLAY_GRACE_SECONDS,
+        DriftConfig,
+        evaluate_windows,
+        replay_windows,
+    )
     from refusal_audit.alerts.publisher import AlertPublisher, run_detectors
 
     cfg = settings()
     now = as_utc(at) or datetime.now(UTC)
     windows = [w for w in (as_utc(x) for x in window) if w is not None] or None
-    if any(not (EARLIEST <= w <= LATEST) for w in [now, *(windows or [])]):
-        raise fail_usage(f"--at and --window must lie between {EARLIEST:%Y} and {LATEST:%Y}")
+    last = as_utc(until)
+    if any(
+        not (EARLIEST <= w <= LATEST) for w in [now, *(windows or []), *([last] if last else [])]
+    ):
+        raise fail_usage(
+            f"--at, --window and --until must lie between {EARLIEST:%Y} and {LATEST:%Y}"
+        )
+    if replay and not windows:
+        raise fail_usage("--replay needs --window (the windows to evaluate)")
+    if last is not None:
+        if windows is None or len(windows) != 1:
+            raise fail_usage("--until needs exactly one --window (the first window)")
+        try:
+            windows = replay_windows(windows[0], last, cfg.alerts_window_seconds)
+        except ValueError as exc:
+            raise fail_usage(str(exc)) from exc
+    if replay:  # by event time: the settings' validation caps the grace period, not the views
+        cfg = cfg.model_copy(update={"alerts_grace_seconds": REPLAY_GRACE_SECONDS})
     store = open_store(cfg)
     try:
         if publish or store_only:
@@ -161,6 +197,7 @@ def alerts_evaluate(
                 "scope": f.scope.key,
                 "kind": f.kind,
                 "status": f.status,
+                "resolution_seconds": f.resolution * cfg.alerts_window_seconds,
                 "severity": f.severity if f.status == "alert" else "",
                 "statistic": f.statistic_name,
                 "value": f.statistic,
@@ -175,7 +212,7 @@ def alerts_evaluate(
         for record in rows:
             console.file.write(orjson.dumps(record).decode() + "\n")
     elif rows:
-        columns = ["window", "scope", "kind", "status", "severity", "effect", "q", "note"]
+        columns = ["window", "scope", "kind", "status", "period", "severity", "effect", "q", "note"]
         render(
             columns,
             [
@@ -184,6 +221,7 @@ def alerts_evaluate(
                     r["scope"],
                     r["kind"],
                     r["status"],
+                    _period(int(str(r["resolution_seconds"]))),
                     r["severity"],
                     f"{r['effect']:.3g} {r['effect_name']}".strip(),
                     "-" if r["q_value"] is None else f"{r['q_value']:.2g}",
@@ -201,7 +239,7 @@ def alerts_evaluate(
             "window they arrived in)"
         )
     grace = timedelta(seconds=cfg.alerts_grace_seconds)
-    for e in evaluations:
+    for e in evaluations if not replay else ():
         if e.window.end + grace > now:
             err.print(
                 f"[yellow]note:[/yellow] window {e.window.start:%Y-%m-%d %H:%M} is still open "

@@ -15,24 +15,34 @@ publisher (``refusal_audit.alerts.publisher``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from processors.drift import (
     RATE_DETECTORS,
+    CountSeries,
     DetectorSettings,
     Evaluation,
     Finding,
     WindowCounts,
-    pooled,
+    alpha_for,
+    evaluate_series,
+    period_bounds,
 )
-from processors.drift import evaluate as run_detectors
 from refusal_audit.config import Settings
 from schemas.alerts import Alert, Scope, Statistic, TimeWindow, alert_id
 from warehouse.client import Client
 from warehouse.drift import evidence_query, window_counts
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+REPLAY_GRACE_SECONDS = 2**31 - 1
+"""The grace period of replay mode (``alerts evaluate --replay``): about 68 years, so every
+event counts in the window of its event time however late it was stored (the arrival-time
+rule is off); the views take it as any other grace period."""
+MAX_BASELINE_SECONDS = 28 * 86400
+"""A trailing baseline spans at most this (but one period at least): 4 weeks for the weekly
+resolution, 24 days for the daily one with the default 24 baseline windows."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,8 @@ class DriftConfig:
     pinned_baseline: tuple[datetime, datetime] | None = None
     lookback_windows: int = 3
     detectors: DetectorSettings = field(default_factory=DetectorSettings)
+    resolutions: tuple[int, ...] = (1, 6, 24, 168)
+    max_baseline_seconds: int = MAX_BASELINE_SECONDS
 
     @classmethod
     def from_settings(cls, cfg: Settings) -> DriftConfig:
@@ -65,7 +77,9 @@ class DriftConfig:
                 rate_shift_pp=cfg.alerts_rate_shift_pp,
                 volume_ratio=cfg.alerts_volume_ratio,
                 new_category_min=cfg.alerts_new_category_min,
+                alpha=alpha_for(cfg.alerts_false_alarms, cfg.alerts_window_seconds),
             ),
+            resolutions=tuple(sorted(set(cfg.alerts_resolutions))),
         )
 
     @property
@@ -85,6 +99,17 @@ class DriftConfig:
             start=start,
             end=end,
         )
+
+
+def replay_windows(start: datetime, until: datetime, window_seconds: int) -> list[datetime]:
+    """Starts of every window from the one holding ``start`` to the one holding ``until``
+    (inclusive). Raises ``ValueError`` for naive datetimes, ``until`` before ``start`` or
+    more than 100,000 windows."""
+    first, last = window_start(start, window_seconds), window_start(until, window_seconds)
+    n = int((last - first).total_seconds()) // window_seconds + 1
+    if n < 1 or n > 100_000:
+        raise ValueError(f"{n} windows from {start} to {until}: give 1 to 100,000")
+    return [first + timedelta(seconds=window_seconds * i) for i in range(n)]
 
 
 def window_start(t: datetime, window_seconds: int) -> datetime:
@@ -125,6 +150,47 @@ def baseline_bounds(start: datetime, config: DriftConfig) -> tuple[datetime, dat
     return start - config.window * config.baseline_windows, start, config.baseline_windows
 
 
+def resolution_bounds(
+    start: datetime, resolution: int, config: DriftConfig
+) -> tuple[TimeWindow, TimeWindow]:
+    """``(period, baseline)`` of the period of ``resolution`` windows that ends with the
+    window starting at ``start`` (``processors.drift.period_bounds`` in time)."""
+    s0 = window_start(start, config.window_seconds)
+    pinned = None
+    if config.pinned_baseline is not None:
+        b0, b1, _ = baseline_bounds(s0, config)
+        pinned = (_index(b0, s0, config), _index(b1, s0, config))
+    p0, b0_i, b1_i = period_bounds(
+        1,
+        resolution,
+        config.baseline_windows,
+        max_baseline=config.max_baseline_seconds // config.window_seconds,
+        pinned=pinned,
+    )
+
+    def at(i: int) -> datetime:  # index 0 is the window, 1 its end
+        return s0 + config.window * i
+
+    return TimeWindow(start=at(p0), end=at(1)), TimeWindow(start=at(b0_i), end=at(b1_i))
+
+
+def _index(t: datetime, origin: datetime, config: DriftConfig) -> int:
+    """Windows from ``origin`` to ``t`` (both window starts)."""
+    return int((t - origin).total_seconds()) // config.window_seconds
+
+
+def counts_span(starts: Sequence[datetime], config: DriftConfig) -> tuple[datetime, datetime]:
+    """``[first, last)``: the windows whose counts the evaluation of ``starts`` reads (every
+    resolution's period and baseline)."""
+    firsts, lasts = [], []
+    for s in starts:
+        for k in config.resolutions or (1,):
+            period, base = resolution_bounds(s, k, config)
+            firsts += [period.start, base.start]
+            lasts += [period.end, base.end]
+    return min(firsts), max(lasts)
+
+
 def evaluate_windows(
     client: Client,
     database: str,
@@ -141,37 +207,57 @@ def evaluate_windows(
     starts = sorted({window_start(w, config.window_seconds) for w in (windows or [])}) or (
         closed_windows(now, config)
     )
-    bounds = {s: baseline_bounds(s, config) for s in starts}
-    first = min([*starts, *(b[0] for b in bounds.values())])
-    last = max([*(s + config.window for s in starts), *(b[1] for b in bounds.values())])
+    first, last = counts_span(starts, config)
     counts = config.counts(client, database, first, last)
     out = []
-    for s in starts:
-        b0, b1, n = bounds[s]
-        current = counts.get(s, {})
-        baseline: dict[Scope, WindowCounts] = {}
-        first_seen: dict[Scope, datetime] = {}
-        for ws, per_scope in sorted(counts.items()):
-            if b0 <= ws < b1:
-                for scope, c in per_scope.items():
-                    baseline[scope] = pooled([baseline[scope], c]) if scope in baseline else c
-                    first_seen.setdefault(scope, ws)
-        # a trailing baseline counts only the windows since the scope's first refusal; a
-        # pinned reference period is taken as it is
-        active = (
-            None
-            if config.pinned_baseline is not None
-            else {
-                sc: -(-int((b1 - t).total_seconds()) // config.window_seconds)
-                for sc, t in first_seen.items()
-            }
-        )
-        evaluation = run_detectors(current, baseline, n, config.detectors, active)
-        window = TimeWindow(start=s, end=s + config.window)
-        base = TimeWindow(start=b0, end=b1)
+    for window, base, evaluation in evaluate_counts(counts, starts, config):
         alerts = [to_alert(f, window, base, database, config, now) for f in evaluation.alerts]
         out.append(WindowEvaluation(window, base, evaluation, alerts))
     return out
+
+
+def evaluate_counts(
+    counts: Mapping[datetime, Mapping[Scope, WindowCounts]],
+    starts: Sequence[datetime],
+    config: DriftConfig,
+) -> Iterator[tuple[TimeWindow, TimeWindow, Evaluation]]:
+    """The detectors over counts already read: ``(window, baseline, evaluation)`` per start,
+    lazily, in order (``baseline`` is the finest resolution's).
+
+    ``counts`` maps window starts (aligned, UTC) to the counts per finest scope, and must
+    cover each window and its baselines (``counts_span``); ``starts`` are the windows to
+    evaluate. Each detector tests the trailing period of the finest resolution
+    (``config.resolutions``, in windows) whose baseline holds enough evidence
+    (``processors.drift.evaluate_series``). Pure: ``evaluate_windows`` reads the counts
+    from the warehouse and calls it, ``benchmarks/alert_operating_curve.py`` calls it on
+    resampled streams.
+    """
+    if not starts:
+        return
+    starts = sorted(window_start(s, config.window_seconds) for s in starts)
+    first, last = counts_span(starts, config)
+    first = min([first, *counts]) if counts else first
+    n = _index(max([last, *(t + config.window for t in counts)]), first, config)
+    grid: list[Mapping[Scope, WindowCounts]] = [{} for _ in range(n)]
+    for t, per_scope in counts.items():
+        grid[_index(t, first, config)] = per_scope
+    series = CountSeries(grid)
+    pinned = None
+    if config.pinned_baseline is not None:
+        b0, b1, _ = baseline_bounds(starts[0], config)
+        pinned = (_index(b0, first, config), _index(b1, first, config))
+    for s in starts:
+        evaluation = evaluate_series(
+            series,
+            _index(s, first, config) + 1,
+            config.detectors,
+            resolutions=config.resolutions or (1,),
+            baseline_windows=config.baseline_windows,
+            max_baseline=config.max_baseline_seconds // config.window_seconds,
+            pinned=pinned,
+        )
+        b0, b1, _ = baseline_bounds(s, config)
+        yield TimeWindow(start=s, end=s + config.window), TimeWindow(start=b0, end=b1), evaluation
 
 
 def _pct(rate: float) -> str:
@@ -181,7 +267,11 @@ def _pct(rate: float) -> str:
 def describe(f: Finding, window: TimeWindow, baseline: TimeWindow) -> str:
     """The first sentences of an alert's summary: what changed, by how much, how sure."""
     scope = f"bundle {f.scope.policy_bundle}, model {f.scope.model}, product {f.scope.product}"
-    when = f"window {window.start:%Y-%m-%d %H:%M}-{window.end:%H:%M} UTC"
+    same_day = window.end - window.start <= timedelta(days=1) and (
+        window.start.date() == window.end.date() or f"{window.end:%H:%M}" == "00:00"
+    )
+    end = f"{window.end:%H:%M}" if same_day else f" to {window.end:%Y-%m-%d %H:%M}"
+    when = f"window {window.start:%Y-%m-%d %H:%M}{'-' if same_day else ''}{end} UTC"
     base = f"baseline {baseline.start:%Y-%m-%d %H:%M} to {baseline.end:%Y-%m-%d %H:%M} UTC"
     test = (
         f"{f.statistic_name} = {f.statistic:.2f}, p = {f.p_value:.2g}, BH q = {f.q_value:.2g}"
@@ -226,14 +316,26 @@ def to_alert(
     config: DriftConfig,
     now: datetime,
 ) -> Alert:
-    """The published alert for an alerting finding (deterministic id from kind, scope, window)."""
+    """The published alert for an alerting finding.
+
+    ``window`` is the evaluated window; the evidence covers the period of the finding's
+    resolution that ends with it (``evidence_window``, the window itself at resolution 1)
+    and was compared with that period's ``baseline`` (``resolution_bounds``; the
+    ``baseline`` argument is the finest resolution's). The id is deterministic: kind, scope
+    and the evidence period (at resolution 1 the window, as before resolutions existed).
+    """
+    period, baseline = (
+        (window, baseline)
+        if f.resolution == 1
+        else resolution_bounds(window.start, f.resolution, config)
+    )
     sql = evidence_query(
         f.kind,
         f.scope,
         database,
         window_seconds=config.window_seconds,
         grace_seconds=config.grace_seconds,
-        window=(window.start, window.end),
+        window=(period.start, period.end),
         baseline=(baseline.start, baseline.end),
     )
     late = (
@@ -241,10 +343,10 @@ def to_alert(
         if f.late
         else ""
     )
-    summary = f"{describe(f, window, baseline)}{late} Reproduce the counts with: {sql}"
+    summary = f"{describe(f, period, baseline)}{late} Reproduce the counts with: {sql}"
     threshold = config.detectors.fdr if f.p_value is not None else f.effect_threshold
     return Alert(
-        alert_id=alert_id(f.kind, f.scope, window.start, window.end),
+        alert_id=alert_id(f.kind, f.scope, period.start, period.end),
         kind=f.kind,
         severity=f.severity,
         scope=f.scope,
@@ -270,6 +372,8 @@ def to_alert(
         summary=summary,
         evidence_query=sql,
         created_at=now,
+        evidence_window=period,
+        resolution_seconds=f.resolution * config.window_seconds,
     )
 
 

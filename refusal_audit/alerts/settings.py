@@ -38,7 +38,28 @@ class AlertSettings(BaseModel):
         default=None, description="Pinned reference period end (UTC, exclusive)."
     )
     alerts_min_events: int = Field(
-        default=300, ge=1, description="Refusals a window and its baseline need before testing."
+        default=300,
+        ge=1,
+        description=(
+            "Refusals per period a baseline needs before a resolution is tested (the coarsest:"
+            " in the whole baseline)."
+        ),
+    )
+    alerts_resolutions: list[int] = Field(
+        default=[1, 6, 24, 168],
+        min_length=1,
+        description=(
+            "Periods the detectors may test, in windows (1 h, 6 h, 1 day, 1 week): each scope"
+            " at the finest whose baseline holds alerts_min_events per period."
+        ),
+    )
+    alerts_false_alarms: float = Field(
+        default=0.5,
+        gt=0,
+        description=(
+            "Expected false alerts per scope and detector in 28 days that set each test's"
+            " level (alpha = this x window / 28 days)."
+        ),
     )
     alerts_fdr: float = Field(
         default=0.05, gt=0, lt=1, description="Benjamini-Hochberg false-discovery rate."
@@ -70,6 +91,12 @@ class AlertSettings(BaseModel):
     gaps_reread_margin_seconds: int = Field(
         default=3600, ge=0, description="Batches re-read before the newest gap sighting."
     )
+
+    @model_validator(mode="after")
+    def _resolutions(self) -> AlertSettings:
+        if any(r < 1 or r > 10_000 for r in self.alerts_resolutions):
+            raise ValueError("alerts_resolutions are window counts between 1 and 10,000")
+        return self
 
     @model_validator(mode="after")
     def _pinned_baseline(self) -> AlertSettings:

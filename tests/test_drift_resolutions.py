@@ -1,0 +1,165 @@
+"""Evidence that accumulates (issue 28): low-volume scopes are tested over longer periods,
+alerts say which period, coverage is reported, and a historical replay counts by event time."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from processors.drift import (
+    CountSeries,
+    DetectorSettings,
+    WindowCounts,
+    alpha_for,
+    evaluate_series,
+    pooled,
+)
+from refusal_audit.alerts.drift import (
+    DriftConfig,
+    evaluate_counts,
+    replay_windows,
+    resolution_bounds,
+    to_alert,
+)
+from refusal_audit.cli import app
+from schemas.alerts import Scope, TimeWindow, alert_id
+
+HOUR = timedelta(hours=1)
+T0 = datetime(2026, 3, 2, tzinfo=UTC)
+SCOPE = Scope(policy_bundle="default", model="small", product="web")
+
+
+def hourly(rate: float, fp: float, hours: int, seed: int, shift_from: int | None = None,
+           shifted_fp: float = 0.0) -> list[WindowCounts]:  # fmt: skip
+    rng = np.random.default_rng(seed)
+    out = []
+    for h in range(hours):
+        n = int(rng.poisson(rate))
+        p = shifted_fp if shift_from is not None and h >= shift_from else fp
+        k = int(rng.binomial(n, p))
+        out.append(WindowCounts(refusals=n, false_positives=k, categories={"a": n}))
+    return out
+
+
+def test_count_series_sums_like_pooling() -> None:
+    windows = [{SCOPE: c} if c.refusals % 3 else {} for c in hourly(20, 0.3, 50, 1)]
+    series = CountSeries(windows)
+    for a, b in ((0, 50), (10, 17), (49, 50), (-5, 3), (30, 30)):
+        expected = pooled(w[SCOPE] for w in windows[max(0, a) : b] if SCOPE in w)
+        got = series.total(SCOPE, a, b)
+        assert (got.refusals, got.false_positives, dict(got.categories)) == (
+            expected.refusals,
+            expected.false_positives,
+            {k: v for k, v in expected.categories.items() if v},
+        )
+
+
+def test_a_low_volume_shift_is_tested_over_six_hours_and_alerted_once() -> None:
+    """100 refusals an hour (under min_events 300): +15 points from hour S fire at the 6-hour
+    resolution within 6 hours, once: the later hours' alerts over mostly the same evidence
+    are continuations."""
+    hours = 24 * 8
+    shift = hours - 8
+    counts = {
+        T0 + h * HOUR: {SCOPE: c} for h, c in enumerate(hourly(100, 0.30, hours, 7, shift, 0.45))
+    }
+    config = DriftConfig()
+    starts = [T0 + h * HOUR for h in range(shift, hours)]
+    evaluations = list(evaluate_counts(counts, starts, config))
+    fp = [
+        (w, b, f)
+        for w, b, e in evaluations
+        for f in e.findings
+        if f.kind == "false_positive_rate_shift" and f.status == "alert"
+    ]
+    new = [(w, b, f) for w, b, f in fp if not f.continued]
+    assert len(new) == 1 and new[0][2].resolution == 6
+    assert new[0][0].end - (T0 + shift * HOUR) <= 6 * HOUR
+    assert all(f.continued for _, _, f in fp[1:])
+    window, base, finding = new[0]
+    alert = to_alert(finding, window, base, "db", config, T0)
+    assert alert.evidence_window == TimeWindow(start=window.end - 6 * HOUR, end=window.end)
+    assert alert.resolution_seconds == 6 * 3600
+    assert alert.baseline.end == window.end - 6 * HOUR
+    assert alert.baseline.start == window.end - 6 * HOUR - 24 * 6 * HOUR
+    period = alert.evidence_window
+    assert alert.alert_id == alert_id(alert.kind, SCOPE, period.start, period.end)
+    assert alert.alert_id != alert_id(alert.kind, SCOPE, window.start, window.end)
+    # re-evaluating that window gives the same finding
+    [(_, _, again)] = evaluate_counts(counts, [window.start], config)
+    assert [f for f in again.alerts if f.kind == "false_positive_rate_shift"] == [finding]
+
+
+def test_resolution_one_keeps_the_hourly_alert_ids() -> None:
+    window = TimeWindow(start=T0, end=T0 + HOUR)
+    period, baseline = resolution_bounds(T0, 1, DriftConfig())
+    assert period == window and baseline == TimeWindow(start=T0 - 24 * HOUR, end=T0)
+
+
+def test_coverage_reports_the_period_or_why_not() -> None:
+    """20 refusals a day are tested over a week against four weeks; 5 a day are not, and
+    the note says why."""
+    settings = DetectorSettings()
+    for per_day, tested in ((20, True), (5, False)):
+        windows = [{SCOPE: c} for c in hourly(per_day / 24, 0.3, 24 * 35, 3)]
+        evaluation = evaluate_series(
+            CountSeries(windows), len(windows), settings, resolutions=(1, 6, 24, 168),
+            max_baseline=28 * 24,
+        )  # fmt: skip
+        fp = next(f for f in evaluation.findings if f.kind == "false_positive_rate_shift")
+        if tested:
+            assert fp.status != "insufficient_data" and fp.resolution == 168
+        else:
+            assert fp.status == "insufficient_data" and "coarsest" in fp.note
+
+
+def test_alpha_spreads_the_false_alarm_budget_over_the_tests() -> None:
+    assert alpha_for(0.5, 3600) == pytest.approx(0.5 / 672)
+    assert alpha_for(1, 86400) == pytest.approx(1 / 28)
+    with pytest.raises(ValueError):
+        alpha_for(0, 3600)
+
+
+def test_replay_windows_cover_the_range() -> None:
+    got = replay_windows(T0 + 10 * 60 * timedelta(seconds=1), T0 + 2 * HOUR, 3600)
+    assert got == [T0, T0 + HOUR, T0 + 2 * HOUR]
+    with pytest.raises(ValueError):
+        replay_windows(T0 + HOUR, T0, 3600)
+
+
+@pytest.mark.integration
+def test_replay_counts_last_months_log_by_event_time(
+    cli_env: dict[str, str], shared_data: Path
+) -> None:
+    """Audited today with event times a month ago: the default grace period counts the
+    events as late in today's windows; --replay counts them in their own window."""
+    runner = CliRunner()
+    env = {**cli_env, "REFUSAL_AUDIT_ALERTS_MIN_EVENTS": "150"}
+    t0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(days=30)
+    path = shared_data / "xstest" / "xstest_v2_completions_gpt4.csv"
+    at = (t0 + timedelta(minutes=10)).isoformat()
+    result = runner.invoke(
+        app, ["audit", str(path), "--event-time", at, "--model", "chat"], env=env
+    )
+    assert result.exit_code in (0, 1), result.output
+    args = ["alerts", "evaluate", "--window", t0.isoformat(), "--json"]
+    plain = runner.invoke(app, args, env=env)
+    assert plain.exit_code == 0, plain.output
+    assert not [x for x in plain.stdout.splitlines() if x.startswith("{")]  # nothing counted
+    replayed = runner.invoke(app, [*args, "--replay"], env=env)
+    assert replayed.exit_code == 0, replayed.output
+    rows = [json.loads(x) for x in replayed.stdout.splitlines() if x.startswith("{")]
+    volume = [r for r in rows if r["kind"] == "volume_anomaly"]
+    # counted (no baseline yet, so not tested: the note says how many are in the period)
+    assert volume and re.search(r"[1-9]\d* in the period", str(volume[0]["note"]))
+    ranged = runner.invoke(
+        app, [*args, "--replay", "--until", (t0 + 2 * HOUR).isoformat()], env=env
+    )
+    assert ranged.exit_code == 0, ranged.output
+    assert "3 window(s)" in ranged.output
