@@ -23,8 +23,9 @@ Design and guarantee -- the set over-reports and never misses:
     non-ASCII one any letter or ``\\x80``);
   - a character class, ``\\d``/``\\w``/``\\s``, ``.`` or a negated literal is the exact set
     of ASCII characters ``re`` accepts (read from ``re`` itself, letters closed under case
-    when ``re.IGNORECASE`` is on), plus ``\\x80`` whenever the class may hold a non-ASCII
-    character;
+    when ``re.IGNORECASE`` is on; ``re.ASCII``'s own ``\\s``), plus ``\\x80`` whenever the
+    class may hold a non-ASCII character; a negated class is every ASCII character the class
+    surely lacks, plus ``\\x80``;
   - look-arounds, ``\\b``, ``\\B``, ``$``, ``\\Z`` and a multi-line ``^`` become nothing
     (always true); only a single-line ``^`` / ``\\A`` stays (start of the scanned text, as
     in ``re.search``);
@@ -109,6 +110,11 @@ _CATEGORY_RE = {
 _CATEGORY_ASCII = {
     cat: frozenset(c for c in _ASCII if rx.match(chr(c))) for cat, rx in _CATEGORY_RE.items()
 }
+#: The same under ``re.ASCII`` (``\s`` then lacks U+001C..U+001F, so ``\S`` holds them).
+_CATEGORY_ASCII_FLAG = {
+    cat: frozenset(c for c in _ASCII if re.match(rx.pattern, chr(c), re.ASCII))
+    for cat, rx in _CATEGORY_RE.items()
+}
 _LETTERS = frozenset(c for c in _ASCII if chr(c).isalpha())
 
 _enabled = True
@@ -190,17 +196,19 @@ def _in(items: Any, flags: int) -> str:
             members.update(range(lo, min(hi, 127) + 1))
             non_ascii = non_ascii or hi >= 128
         elif op is _c.CATEGORY and av in _CATEGORY_ASCII:
-            members |= _CATEGORY_ASCII[av]
+            members |= (_CATEGORY_ASCII_FLAG if flags & re.ASCII else _CATEGORY_ASCII)[av]
             non_ascii = True
         else:
             raise Untranslatable(f"class item {op}")
     if flags & re.IGNORECASE:
-        members = _case_closed(members)
+        members = _case_closed(members)  # ASCII characters the class surely holds
+    if negate:
+        # Every ASCII character the class does not surely hold: widening the class (the
+        # letters a non-ASCII member may fold to) would narrow its complement.
+        return _class(set(_ASCII) - members, True)
+    if flags & re.IGNORECASE:
         if non_ascii:
             members |= _LETTERS
-        non_ascii = True
-    if negate:
-        members = set(_ASCII) - members
         non_ascii = True
     return _class(members, non_ascii)
 

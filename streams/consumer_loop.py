@@ -12,7 +12,8 @@ timeout or a message limit:
 2. hands it to the caller's :class:`Handler`, which decodes each message (or rejects it:
    :class:`Rejected`, a reason code, turned into a dead letter by :func:`dead_letter`),
    stores or produces its results, and returns :class:`Handled`: the outputs to publish,
-   the dead letters and how many messages (a prefix of the batch) it handled;
+   the dead letters and how many messages (a prefix of the batch) it handled (unless the
+   loop is stopping, the rest of the batch is handed over again: :meth:`ConsumerLoop.rewind`);
 3. sends the outputs and then the dead letters (``streams.sink.dead_letter_message``: the
    original key and headers kept) on one idempotent producer and waits for the broker to
    confirm every one;
@@ -233,8 +234,8 @@ class ConsumerLoop:
 
     def process(self, batch: Sequence[Message]) -> None:
         """Handle ``batch``, publish and confirm its outputs and dead letters, then commit the
-        handled messages' offsets. Raises :class:`ConsumeError` (and whatever the handler
-        raises)."""
+        handled messages' offsets (and, unless stopping, seek back to the unhandled rest).
+        Raises :class:`ConsumeError` (and whatever the handler raises)."""
         handled = self.handler.handle(batch)
         for topic, key, value in handled.outputs:
             self.writer.send(topic, value, key)
@@ -251,6 +252,22 @@ class ConsumerLoop:
         self.commit(batch[: handled.done])
         self.stats.messages += handled.done
         self.stats.batches += 1
+        if handled.done < len(batch) and not self.stopping.is_set():
+            self.rewind(batch[handled.done :])
+
+    def rewind(self, messages: Sequence[Message]) -> None:
+        """Seek each partition of ``messages`` back to its first one, so the loop's next
+        polls hand them over again (the consumer's position is past them; a later commit
+        would skip them). Raises :class:`ConsumeError` when a seek fails."""
+        first: dict[tuple[str, int], int] = {}
+        for msg in messages:
+            key = (msg.topic() or "", msg.partition() or 0)
+            first[key] = min(first.get(key, msg.offset() or 0), msg.offset() or 0)
+        try:
+            for (topic, partition), offset in sorted(first.items()):
+                self.consumer.seek(TopicPartition(topic, partition, offset))
+        except KafkaException as exc:
+            raise ConsumeError(f"seeking back to the unhandled messages failed: {exc}") from exc
 
     def commit(self, messages: Sequence[Message]) -> None:
         """Commit the offsets after ``messages`` (synchronously). A commit refused because

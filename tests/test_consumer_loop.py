@@ -146,3 +146,33 @@ def test_a_stop_mid_batch_commits_the_handled_prefix_only(
     assert committed(kafka_bootstrap, group, topics["in"]) == 3
     outs = [m.value() for m in read_topic(kafka_bootstrap, topics["out"], idle=1.0)]
     assert outs == [b"A", b"B", b"C"]
+
+
+class ShortBatch(Recorder):
+    """Hands back only the first message of its first batch (``Handled.done`` 1) without
+    asking the loop to stop."""
+
+    def __init__(self, bootstrap: str, group: str, topics: dict[str, str]) -> None:
+        super().__init__(bootstrap, group, topics)
+        self.shortened = False
+
+    def handle(self, batch: Sequence[Message]) -> Handled:
+        if self.shortened or len(batch) < 2:
+            return super().handle(batch)
+        self.shortened = True
+        return super().handle(batch[:1])
+
+
+def test_a_handled_prefix_without_a_stop_leaves_the_rest_to_come_again(
+    kafka_bootstrap: str, topics: dict[str, str], unique_topic_prefix: str
+) -> None:
+    """A handler that handles a prefix of its batch and goes on (``Handled.done`` below the
+    batch's length, no stop): the rest of the batch is handed over again, never skipped."""
+    group = f"{unique_topic_prefix}group"
+    send(kafka_bootstrap, topics["in"], [b"a", b"b", b"c", b"d"])
+    handler = ShortBatch(kafka_bootstrap, group, topics)
+    stats = loop_for(kafka_bootstrap, group, topics, handler, batch_size=2).run()
+    assert handler.shortened
+    assert handler.seen == [b"a", b"b", b"c", b"d"]
+    assert stats.messages == 4
+    assert committed(kafka_bootstrap, group, topics["in"]) == 4

@@ -220,6 +220,14 @@ def test_expressions_widen_python_only_constructs() -> None:
         r"(?m)^end": ["start\nend"],
         r"(?s)a.b": ["a\nb", "a\u00e9b"],
         r"[^\W\d_]{3}": ["\u00e9\u00e8\u00ea"],
+        # a negated class under re.IGNORECASE keeps the letters it does not name (widening
+        # the class must not narrow its complement); re.ASCII's \S holds U+001C..U+001F
+        r"(?i)x[^\d]y": ["xay", "XaY"],
+        r"(?i)x[^\s]y": ["xqy"],
+        r"(?i)x[^\x00-\x1f\x7f-\x9f]y": ["xay"],
+        r"(?i)x[^\u00e9\d]y": ["xby", "x\u00e8y"],
+        r"(?a)x\Sy": ["x\x1cy"],
+        r"(?a)x[^\s]y": ["x\x1fy"],
     }
     import re
 
@@ -338,3 +346,24 @@ def test_same_local_engine_results(example_bundle: PolicyBundle) -> None:
 
     scanned, oracle = both(run)
     assert scanned == oracle
+
+
+def test_random_classes_never_miss() -> None:
+    """Random (negated) classes of ASCII, non-ASCII, ranges and categories, under each flag,
+    against every character that matters: a character ``re`` accepts is a candidate."""
+    import re
+
+    rng = random.Random(26)
+    items = ["a", "K", "s", "0", "_", " ", "\\d", "\\w", "\\s", "\\W", "\\S", "\\D", "a-f"]
+    items += ["\u00e9", "\u212a", "\u017f", "\\x00-\\x1f", "\\x7f-\\x9f", "\u0100-\u017f"]
+    chars = [chr(c) for c in range(128)] + ["\u00e9", "\u212a", "\u017f", "\u0130", "\u0660"]
+    for _ in range(300):
+        body = "".join(rng.sample(items, rng.randint(1, 3)))
+        flags = rng.choice(["", "(?i)", "(?a)", "(?ai)"])
+        source = f"{flags}<[{rng.choice(['', '^'])}{body}]>"
+        pattern = re.compile(source)
+        patterns = scanning.PatternSet([pattern])
+        for ch in chars:
+            text = f"<{ch}>"
+            if pattern.search(text):
+                assert patterns.candidates(text) == {0}, (source, text)
