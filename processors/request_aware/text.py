@@ -1,6 +1,7 @@
 """The request-aware reading's text tools (:mod:`processors.request_aware`): the patterns its
-measures search (negation, deflection, lecture, delivery, persona labels, question words),
-the normalised text, :func:`content_words` and :func:`question_type`. Pure, no I/O."""
+measures search (negation, deflection, lecture, delivery, persona labels, question words)
+and their sentence and word thresholds, the normalised text, :func:`content_words` and
+:func:`question_type`. Pure, no I/O."""
 
 from __future__ import annotations
 
