@@ -97,6 +97,7 @@ from processors.engines.base import EngineError, EngineOutput
 from processors.engines.llm_audit import (
     FIRST,
     REAUDIT,
+    Attempt,
     AuditCall,
     AuditMode,
     AuditPlan,
@@ -286,6 +287,10 @@ class OpenAIEngine(JsonCaller, AuditPlan):
     async def _audit_events(
         self, events: list[RefusalEvent], bundle: PolicyBundle, run: AuditRun, mode: AuditMode
     ) -> Partial:
+        """Audit ``events`` in one call (``mode``: first, split or re-audit); split them in two
+        when the prompt does not fit the server's context or the answer is cut off (one event:
+        unresolved instead); a rejected answer gets one retry turn (:meth:`_retry`), and
+        what is still missing goes to :meth:`_keep_and_reaudit`."""
         ids = [e.log_id for e in events]
         messages = self.prompt.messages(bundle, events)
         allowance = self.output_tokens_for(len(events))
@@ -326,26 +331,63 @@ class OpenAIEngine(JsonCaller, AuditPlan):
         attempts = [first]
         exhausted: str | None = None
         if mode.retry:
-            conversation = retry_conversation(
-                messages, answer, self._retry_message(first, len(events))
+            accepted, exhausted = await self._retry(
+                messages, answer, attempts, ids, bundle, run, allowance
             )
-            if self._fits(conversation, allowance):
-                log.info(
-                    "openai engine: answer for %d events rejected (%s); retrying once",
-                    len(events),
-                    first.code,
-                )
-                try:
-                    second_answer = await self._call(conversation, run, ids, "retry", allowance)
-                except _OutOfBudget as exc:
-                    exhausted = str(exc)
-                except PromptTooLong as exc:  # the conversation outgrew the context
-                    self._learn(exc.overflow, conversation)
-                else:
-                    second = self._check(second_answer, ids, bundle, "retry")
-                    if second.ok:
-                        return Partial.accepted(second)
-                    attempts.insert(0, second)
+            if accepted is not None:
+                return accepted
+        return await self._keep_and_reaudit(events, attempts, exhausted, bundle, run, mode)
+
+    async def _retry(
+        self,
+        messages: Sequence[dict[str, str]],
+        answer: ChatAnswer,
+        attempts: list[Attempt],
+        ids: list[str],
+        bundle: PolicyBundle,
+        run: AuditRun,
+        allowance: int,
+    ) -> tuple[Partial | None, str | None]:
+        """The one retry turn after a rejected answer (``attempts[0]``), when the conversation
+        still fits the context: the accepted retry's :class:`Partial`, else None with the
+        rejected retry put first in ``attempts``. The second value is the budget's message
+        when the budget ran out before the retry (else None)."""
+        first = attempts[0]
+        exhausted: str | None = None
+        conversation = retry_conversation(messages, answer, self._retry_message(first, len(ids)))
+        if self._fits(conversation, allowance):
+            log.info(
+                "openai engine: answer for %d events rejected (%s); retrying once",
+                len(ids),
+                first.code,
+            )
+            try:
+                second_answer = await self._call(conversation, run, ids, "retry", allowance)
+            except _OutOfBudget as exc:
+                exhausted = str(exc)
+            except PromptTooLong as exc:  # the conversation outgrew the context
+                self._learn(exc.overflow, conversation)
+            else:
+                second = self._check(second_answer, ids, bundle, "retry")
+                if second.ok:
+                    return Partial.accepted(second), None
+                attempts.insert(0, second)
+        return None, exhausted
+
+    async def _keep_and_reaudit(
+        self,
+        events: list[RefusalEvent],
+        attempts: list[Attempt],
+        exhausted: str | None,
+        bundle: PolicyBundle,
+        run: AuditRun,
+        mode: AuditMode,
+    ) -> Partial:
+        """Keep the valid assessments of the rejected ``attempts`` (latest first); the events
+        still missing are unresolved as ``budget_exhausted`` (``exhausted``: the budget ran
+        out), re-audited in batches of half the batch's size (``mode.salvage``), or unresolved
+        with the latest attempt's reason."""
+        ids = [e.log_id for e in events]
         partial = self._salvage(attempts, ids, bundle)
         missing = [e for e in events if e.log_id not in partial.assessments]
         if not missing:

@@ -17,6 +17,15 @@ class WorkerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self._add_event_metrics(r)
+        self._add_engine_metrics(r)
+        self._add_window_metrics(r)
+        self._add_output_metrics(r)
+        self._add_detector_metrics(r)
+
+    def _add_event_metrics(self, r: CollectorRegistry) -> None:
+        """The intake: records consumed, refusals audited, non-refusals, the platform classifier's
+        disagreements, the cascade encoder's decisions."""
         self.events_consumed = Counter(
             "refusal_audit_events_consumed_total",
             "Records consumed from the input topic.",
@@ -46,6 +55,9 @@ class WorkerMetrics:
             "pre-filter score fell in prefilter_cascade_band); stays 0 with the cascade off.",
             registry=r,
         )
+
+    def _add_engine_metrics(self, r: CollectorRegistry) -> None:
+        """The audit batches and the engine: outcomes, sizes, latency, events by step, calls."""
         self.batches = Counter(
             "refusal_audit_batches_total", "Audit batches by outcome.", ["outcome"], registry=r
         )
@@ -70,6 +82,10 @@ class WorkerMetrics:
             "Model calls of an LLM engine (first calls, retries, re-audits, splits).",
             registry=r,
         )
+
+    def _add_window_metrics(self, r: CollectorRegistry) -> None:
+        """The consumed windows: time per window, a transactional worker's transactions and
+        windows in flight."""
         self.window_seconds = Histogram(
             "refusal_audit_window_seconds",
             "Time to process one consumed window (audit, store, confirm outputs).",
@@ -86,6 +102,10 @@ class WorkerMetrics:
             "Windows a transactional worker holds: read, being audited or waiting to commit.",
             registry=r,
         )
+
+    def _add_output_metrics(self, r: CollectorRegistry) -> None:
+        """Where the results go: warehouse write latency and retries, dead letters, consumer lag
+        and unreadable committed offsets."""
         self.warehouse_write_seconds = Histogram(
             "refusal_audit_warehouse_write_seconds",
             "ClickHouse insert latency.",
@@ -117,6 +137,9 @@ class WorkerMetrics:
             "their lag is unknown, not 0.",
             registry=r,
         )
+
+    def _add_detector_metrics(self, r: CollectorRegistry) -> None:
+        """The detectors on the leader: alerts published, passes, pass time, findings."""
         self.alerts_published = Counter(
             "refusal_audit_alerts_published_total",
             "Alerts sent to their topic and stored (each alert id once).",

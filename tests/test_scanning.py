@@ -29,13 +29,13 @@ import pytest
 from conftest import REPO_ROOT, SHARED_DATA
 from pii_corpus import generate_corpus
 
-from processors import redaction, refusal_cues, request_aware, scanning
+from processors import redaction, refusal_cues, scanning
 from processors.engines import local_cues
 from processors.engines.local import LocalEngine
 from processors.policy import PolicyBundle
 from processors.prefilter import detect_refusal_text, detect_refusal_texts
 from processors.refusal_cues import read_cues, refusal_kind
-from processors.request_aware import pair_features, read_request_pair
+from processors.request_aware import pair_features, read_request_pair, reading
 from schemas.events import RefusalEvent
 
 T = TypeVar("T")
@@ -176,8 +176,8 @@ def test_engine_is_installed() -> None:
 _SETS: list[tuple[str, scanning.PatternSet, bool]] = [
     ("redaction", redaction._SCAN, False),
     ("refusal cues", refusal_cues._SCAN, True),
-    ("request-aware (norm)", request_aware._NORM_SCAN, True),
-    ("request-aware (response)", request_aware._RESPONSE_SCAN, True),
+    ("request-aware (norm)", reading._NORM_SCAN, True),
+    ("request-aware (response)", reading._RESPONSE_SCAN, True),
     *((f"local cues {key}", s, False) for key, s in local_cues._SCAN_SETS.items()),
 ]
 

@@ -268,7 +268,6 @@ class LocalEngine:
         ev: Evidence,
         predicted: tuple[str, float] | None,
     ) -> _Judgement:
-        fams = ev.families
         if predicted is not None and predicted[0] != "genuine_safety_refusal" and not ev.capped:
             # the category model says capability/clarification: not a policy refusal, hence
             # not a policy over-refusal either (the cue cap of step 3, from the model)
@@ -277,9 +276,37 @@ class LocalEngine:
         threshold = self.false_positive_threshold
         is_fp = score >= threshold
 
-        allow_c, allow_s = ev.allow
-        prohibit_c, prohibit_s = ev.prohibit
-        s_reason = ev.s_response + RESPONSE_QUERY_WEIGHT * ev.s_request
+        reading = self._non_policy(ev, predicted)
+        category, cited, cited_s = self._category(bundle, idx, codes, ev, score, is_fp, reading)
+        category = _fallback(category, codes)
+        if cited is not None and cited_s < MIN_CITE_SCORE:
+            cited = None
+        gap = cited is None
+        low_confidence = abs(score - threshold) < REVIEW_MARGIN or (
+            cited is not None and cited_s < 2 * MIN_CITE_SCORE
+        )
+        review = is_fp or gap or category == "policy_gray_zone" or low_confidence
+
+        assessment = IndividualAssessment(
+            log_id=event.log_id,
+            category=category,
+            is_estimated_false_positive=is_fp,
+            policy_clause_cited=cited.clause_id if cited is not None else None,
+            assessment_rationale=self._rationale(
+                ev, score, category, cited, cited_s, review, predicted
+            ),
+            requires_human_review=review,
+        )
+        return _Judgement(assessment=assessment, score=score, gap=gap)
+
+    @staticmethod
+    def _non_policy(ev: Evidence, predicted: tuple[str, float] | None) -> tuple[bool, bool, bool]:
+        """How the refusal reads from its cues (step 4 of the module docstring): whether it
+        is a capability boundary, whether it asks for clarification, and whether the request
+        is safety-first (its harm families' summed weight at most
+        :data:`SAFETY_FIRST_LOGIT`, which rules the first two out); the category model's
+        prediction, when given, decides the first two."""
+        fams = ev.families
         safety_first = sum(w for f, w in fams.items() if f in HARM_FAMILIES) <= SAFETY_FIRST_LOGIT
         strong_capability = {
             c.label for c, _ in ev.hits if c.family == "capability" and c.weight <= STRONG_CUE_LOGIT
@@ -301,7 +328,29 @@ class LocalEngine:
         if predicted is not None:
             capability = predicted[0] == "capability_boundary"
             clarification = predicted[0] == "clarification_needed"
+        return capability, clarification, safety_first
 
+    def _category(
+        self,
+        bundle: PolicyBundle,
+        idx: ClauseIndex,
+        codes: frozenset[str],
+        ev: Evidence,
+        score: float,
+        is_fp: bool,
+        reading: tuple[bool, bool, bool],
+    ) -> tuple[str, Clause | None, float]:
+        """The category and the cited clause with its score, before the bundle's fallback:
+        an over-refusal cites the best allow clause; a capability boundary or clarification
+        the best clause of its kind; otherwise the best prohibit clause, a policy gap or
+        gray zone when it matches weakly or the score is near the threshold, else its harm
+        area (when a code of the bundle) or ``genuine_safety_refusal``. ``reading`` is
+        :meth:`_non_policy`'s (capability, clarification, safety_first)."""
+        capability, clarification, safety_first = reading
+        threshold = self.false_positive_threshold
+        allow_c, allow_s = ev.allow
+        prohibit_c, prohibit_s = ev.prohibit
+        s_reason = ev.s_response + RESPONSE_QUERY_WEIGHT * ev.s_request
         cited: Clause | None
         if is_fp:
             category, cited, cited_s = "over_refusal", allow_c, allow_s
@@ -322,26 +371,7 @@ class LocalEngine:
             is_harm_code = area in codes and bundle.top_level(area) == "genuine_safety_refusal"
             category = area if area is not None and is_harm_code else "genuine_safety_refusal"
             cited, cited_s = prohibit_c, prohibit_s
-        category = _fallback(category, codes)
-        if cited is not None and cited_s < MIN_CITE_SCORE:
-            cited = None
-        gap = cited is None
-        low_confidence = abs(score - threshold) < REVIEW_MARGIN or (
-            cited is not None and cited_s < 2 * MIN_CITE_SCORE
-        )
-        review = is_fp or gap or category == "policy_gray_zone" or low_confidence
-
-        assessment = IndividualAssessment(
-            log_id=event.log_id,
-            category=category,
-            is_estimated_false_positive=is_fp,
-            policy_clause_cited=cited.clause_id if cited is not None else None,
-            assessment_rationale=self._rationale(
-                ev, score, category, cited, cited_s, review, predicted
-            ),
-            requires_human_review=review,
-        )
-        return _Judgement(assessment=assessment, score=score, gap=gap)
+        return category, cited, cited_s
 
     def _rationale(
         self,

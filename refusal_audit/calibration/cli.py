@@ -9,6 +9,7 @@ error (the invalid lines are listed first when there are some). ``ab simulate``:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,8 @@ from refusal_audit.config import ConfigError, Settings
 
 if TYPE_CHECKING:
     from refusal_audit.calibration.starter import VerifiedStarter
+    from refusal_audit.calibration.store import Skipped
+    from schemas.calibration import CalibrationRequest, CalibrationRun, Spectrum
     from warehouse.store import Warehouse
 
 calibrate_app = typer.Typer(
@@ -93,16 +96,7 @@ def calibrate_run(
     them; exit 1 when a variant failed or a run was escalated. The starter is a review-app
     account, verified first (password or API token): exit 2 when it cannot be."""
     from processors.calibration.base import CalibrationInputError
-    from refusal_audit.audit.engines import configured_redactor
-    from refusal_audit.calibration.runs import (
-        InputFileError,
-        dumps,
-        read_requests,
-        read_spectrum,
-        run_calibrations,
-    )
-    from refusal_audit.calibration.store import Skipped, log_runs, requests_from_warehouse
-    from warehouse.client import WarehouseError
+    from refusal_audit.calibration.runs import run_calibrations
 
     from_store = bool(log_ids) or category is not None or clause is not None
     if (file is not None) == from_store:
@@ -111,6 +105,56 @@ def calibrate_run(
     store = open_store(cfg)
     starter = verified_starter(store, cfg, started_by, token_file)
     who = starter.name
+    filters = _WarehouseFilters(log_ids, category, clause, bundle, limit)
+    spectrum, requests, skipped, source = _calibration_requests(
+        cfg, store, file, spectrum_file, filters, who
+    )
+    for s in skipped:
+        err.print(f"[yellow]{escape(s.log_id)}:[/yellow] {escape(s.reason)} (not calibrated)")
+    if not requests:
+        raise fail_usage("no calibration request" + (f" in {file}" if file else " matched"))
+    try:
+        runs = run_calibrations(cfg, requests, engine, started_by=who, spectrum=spectrum,
+                                starter_verified_by=starter.method)  # fmt: skip
+    except (ConfigError, CalibrationInputError) as exc:
+        raise fail_usage(f"calibrate: {exc}") from exc
+    logged = _log_and_print(store, runs, source, as_json)
+    if any(r.status != "passed" for r in runs) or skipped or not logged:
+        raise typer.Exit(EXIT_FAILURES)
+
+
+@dataclass(frozen=True)
+class _WarehouseFilters:
+    """``calibrate run``'s choice of the warehouse's refusals (``--log-id``, ``--category``,
+    ``--clause``, ``--bundle``, ``--limit``)."""
+
+    log_ids: list[str] | None
+    category: str | None
+    clause: str | None
+    bundle: str | None
+    limit: int
+
+
+def _calibration_requests(
+    cfg: Settings,
+    store: Warehouse,
+    file: Path | None,
+    spectrum_file: Path | None,
+    filters: _WarehouseFilters,
+    who: str,
+) -> tuple[Spectrum | None, list[CalibrationRequest], list[Skipped], str]:
+    """``calibrate run``'s spectrum (``--spectrum``, else None), its requests, the warehouse
+    refusals skipped (with their reason) and the runs' source (``file:<path>`` or
+    ``warehouse``): from ``file`` (redacted as configured) when given, else from the
+    warehouse by ``filters``, requested by ``who``. Raises ``typer.Exit`` (usage, exit 2)
+    when a file cannot be read or the warehouse cannot be."""
+    from refusal_audit.audit.engines import configured_redactor
+    from refusal_audit.calibration.runs import InputFileError, read_requests, read_spectrum
+    from refusal_audit.calibration.store import requests_from_warehouse
+    from warehouse.client import WarehouseError
+
+    log_ids, category, clause = filters.log_ids, filters.category, filters.clause
+    bundle, limit = filters.bundle, filters.limit
     skipped: list[Skipped] = []
     try:
         spectrum = read_spectrum(spectrum_file) if spectrum_file is not None else None
@@ -131,15 +175,19 @@ def calibrate_run(
         raise fail_usage(str(exc)) from exc
     except WarehouseError as exc:
         raise fail_usage(f"cannot read the warehouse: {exc}") from exc
-    for s in skipped:
-        err.print(f"[yellow]{escape(s.log_id)}:[/yellow] {escape(s.reason)} (not calibrated)")
-    if not requests:
-        raise fail_usage("no calibration request" + (f" in {file}" if file else " matched"))
-    try:
-        runs = run_calibrations(cfg, requests, engine, started_by=who, spectrum=spectrum,
-                                starter_verified_by=starter.method)  # fmt: skip
-    except (ConfigError, CalibrationInputError) as exc:
-        raise fail_usage(f"calibrate: {exc}") from exc
+    return spectrum, requests, skipped, source
+
+
+def _log_and_print(
+    store: Warehouse, runs: list[CalibrationRun], source: str, as_json: bool
+) -> bool:
+    """Log ``runs`` to the warehouse (from ``source``) and print them (a JSON array with
+    ``as_json``, else one table each); False when they could not be logged (said on
+    stderr; they are printed all the same)."""
+    from refusal_audit.calibration.runs import dumps
+    from refusal_audit.calibration.store import log_runs
+    from warehouse.client import WarehouseError
+
     logged = True
     try:
         log_runs(store, runs, source)
@@ -151,8 +199,7 @@ def calibrate_run(
     else:
         for run in runs:
             print_run(run)
-    if any(r.status != "passed" for r in runs) or skipped or not logged:
-        raise typer.Exit(EXIT_FAILURES)
+    return logged
 
 
 def verified_starter(

@@ -37,7 +37,17 @@ from refusal_audit.config import ConfigError, Settings
 from refusal_audit.secret_files import random_secret_file
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+    from contextlib import AbstractAsyncContextManager
+
+    from starlette.applications import Starlette
+
     from inference.questions import OpenAIQuestionEngine
+    from refusal_audit.clarification.kafka import KafkaOutputs
+    from refusal_audit.clarification.trail import StepTrail
+    from refusal_audit.streaming.owner import OwnerSlot
+    from streams.topics import Topics
+    from warehouse.store import Warehouse
 
 TOKEN_FILE = "clarify-api.token"
 STORE_FILE = "clarify.sqlite3"
@@ -251,14 +261,7 @@ def serve(
     ``WarehouseError``, ``streams.topics.TopicError``,
     ``refusal_audit.http_serving.ListenError``
     (the address cannot be listened on; nothing says the service is up then)."""
-    import asyncio
-    import contextlib
-    from collections.abc import AsyncIterator
-
-    from starlette.applications import Starlette
-
     from refusal_audit.clarification.app import create_app
-    from refusal_audit.clarification.trail import StepTrail
     from refusal_audit.http_serving import HttpLimits, bind_listener, serve_bounded
 
     host = host or cfg.clarify_web_host
@@ -270,56 +273,11 @@ def serve(
     if key:
         secrets.append(key)
     install_secret_filter(secrets)
-    topics = outputs = None
-    if kafka:
-        from refusal_audit.clarification.kafka import (
-            KafkaOutputs,
-            check_single_instance,
-            check_topics,
-        )
-
-        topics = check_topics(cfg)
-        check_single_instance(cfg)  # before the state is read: one instance per state topic
-        outputs = KafkaOutputs(cfg.kafka(), topics)
+    topics, outputs = _kafka_outputs(cfg) if kafka else (None, None)
     service = build_service(cfg, kafka=kafka)
     service.outputs = outputs
-    warehouse = trail = slot = None
-    routes: list[Any] = []
-    if cfg.clarify_audit_trail:
-        from refusal_audit.streaming.owner import owner_routes
-        from warehouse.store import Warehouse
-
-        warehouse = Warehouse.open(cfg)
-        # the owner channel on this server (owner_routes reads the review_web_* address)
-        here = cfg.model_copy(update={"review_web_host": host, "review_web_port": port})
-        routes, slot = owner_routes(here, warehouse)
-        trail = StepTrail(warehouse, cfg.clarify_review_sample_rate,
-                          cfg.clarify_review_accepted_weight)  # fmt: skip
-        service.trail = trail
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        loop_task = kafka_loop = None
-        if trail is not None:  # a safety net: steps are logged before they are answered
-            states = getattr(service.store, "all_states", None)
-            if states is not None:
-                written = await asyncio.to_thread(trail.reconcile, states())
-                if written:
-                    logger.info("clarify: %d conversation step(s) written to the trail after "
-                                "a restart", written)  # fmt: skip
-        if topics is not None:
-            from refusal_audit.clarification.kafka import KafkaLoop
-
-            kafka_loop = KafkaLoop(cfg, service, topics)
-            loop_task = asyncio.create_task(kafka_loop.run())
-        try:
-            yield
-        finally:
-            if kafka_loop is not None and loop_task is not None:
-                kafka_loop.stop()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await loop_task
-
+    warehouse, trail, routes, slot = _audit_trail(cfg, service, host, port)
+    lifespan = _lifespan(cfg, service, trail, topics, logger)
     app = create_app(service, token, cfg.clarify_max_body_bytes, routes, lifespan)
     try:
         limits = HttpLimits.from_settings(cfg)  # bounds against slow and greedy clients
@@ -352,3 +310,81 @@ def serve(
         if outputs is not None:
             outputs.close()
         service.store.close()
+
+
+def _kafka_outputs(cfg: Settings) -> tuple[Topics, KafkaOutputs]:
+    """The clarification topics, checked, and the producer of the outputs (``serve``'s
+    ``kafka``). Raises ``streams.topics.TopicError`` (a topic missing, or another instance
+    consuming with the same group: ``InstanceConflictError``)."""
+    from refusal_audit.clarification.kafka import (
+        KafkaOutputs,
+        check_single_instance,
+        check_topics,
+    )
+
+    topics = check_topics(cfg)
+    check_single_instance(cfg)  # before the state is read: one instance per state topic
+    outputs = KafkaOutputs(cfg.kafka(), topics)
+    return topics, outputs
+
+
+def _audit_trail(
+    cfg: Settings, service: ClarifyService, host: str, port: int
+) -> tuple[Warehouse | None, StepTrail | None, list[Any], OwnerSlot | None]:
+    """With ``clarify_audit_trail``: the warehouse, the step trail (set on ``service``), the
+    owner channel's routes on this server (``host``:``port``) and its slot; else nothing.
+    Raises ``WarehouseError``."""
+    warehouse = trail = slot = None
+    routes: list[Any] = []
+    if cfg.clarify_audit_trail:
+        from refusal_audit.clarification.trail import StepTrail
+        from refusal_audit.streaming.owner import owner_routes
+        from warehouse.store import Warehouse
+
+        warehouse = Warehouse.open(cfg)
+        # the owner channel on this server (owner_routes reads the review_web_* address)
+        here = cfg.model_copy(update={"review_web_host": host, "review_web_port": port})
+        routes, slot = owner_routes(here, warehouse)
+        trail = StepTrail(warehouse, cfg.clarify_review_sample_rate,
+                          cfg.clarify_review_accepted_weight)  # fmt: skip
+        service.trail = trail
+    return warehouse, trail, routes, slot
+
+
+def _lifespan(
+    cfg: Settings,
+    service: ClarifyService,
+    trail: StepTrail | None,
+    topics: Topics | None,
+    logger: logging.Logger,
+) -> Callable[[Starlette], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: at start, write to the ``trail`` the steps a restart left out
+    and, with ``topics``, run the Kafka loop (``KafkaLoop``) as a task; at shutdown, stop
+    the loop and wait for it."""
+    import asyncio
+    import contextlib
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        loop_task = kafka_loop = None
+        if trail is not None:  # a safety net: steps are logged before they are answered
+            states = getattr(service.store, "all_states", None)
+            if states is not None:
+                written = await asyncio.to_thread(trail.reconcile, states())
+                if written:
+                    logger.info("clarify: %d conversation step(s) written to the trail after "
+                                "a restart", written)  # fmt: skip
+        if topics is not None:
+            from refusal_audit.clarification.kafka import KafkaLoop
+
+            kafka_loop = KafkaLoop(cfg, service, topics)
+            loop_task = asyncio.create_task(kafka_loop.run())
+        try:
+            yield
+        finally:
+            if kafka_loop is not None and loop_task is not None:
+                kafka_loop.stop()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await loop_task
+
+    return lifespan

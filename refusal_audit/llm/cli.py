@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
 
 from refusal_audit.cli_common import EXIT_FAILURES, err, fail_usage
+
+if TYPE_CHECKING:
+    from refusal_audit.llm.serve import ServeOptions
 
 llm_app = typer.Typer(
     help="A local LLM for the openai engines: llama.cpp's OpenAI-compatible server.",
@@ -61,12 +65,9 @@ def llm_serve(
     from refusal_audit.llm.serve import (
         ModelFileError,
         OptionsError,
-        ServeError,
         ServeOptions,
-        key_file_warning,
         read_api_key,
         resolve_model,
-        serve_until_signalled,
     )
 
     try:
@@ -86,6 +87,21 @@ def llm_serve(
         options.check()
     except (ModelFileError, OptionsError) as exc:
         raise fail_usage(escape(str(exc))) from exc
+    _serve(options, key_source, api_key_file)
+
+
+def _serve(options: ServeOptions, key_source: str | None, api_key_file: Path | None) -> None:
+    """Warn about a key file others may read, then serve until SIGTERM or Ctrl-C (the base
+    URL and settings on stdout, warnings on stderr). Raises ``typer.Exit``: 2 (usage) for a
+    model or option the server refuses, 1 when it cannot start."""
+    from refusal_audit.llm.serve import (
+        ModelFileError,
+        OptionsError,
+        ServeError,
+        key_file_warning,
+        serve_until_signalled,
+    )
+
     loose = key_file_warning(api_key_file)
     if loose is not None:
         err.print(f"[yellow]warning:[/yellow] {escape(loose)}")

@@ -340,26 +340,7 @@ def create_app(ctx: WorkerContext) -> faust.App:
     ``ctx.owner``), the detector timer (every ``alerts_interval_seconds``) and a
     consumer-lag timer."""
     cfg = ctx.settings
-    app = faust.App(
-        cfg.kafka_consumer_group,
-        broker=f"kafka://{cfg.kafka_bootstrap_servers}",
-        store="memory://",
-        key_serializer="raw",
-        value_serializer="raw",
-        topic_allow_declare=False,
-        topic_disable_leader=True,
-        consumer_auto_offset_reset="earliest",
-        broker_commit_interval=1.0,
-        web_enabled=True,
-        web_bind=cfg.worker_web_host,
-        web_port=cfg.worker_web_port,
-        autodiscover=False,
-        datadir=str(faust_data_dir(cfg)),
-        consumer_group_instance_id=ctx.assignment.instance,
-        broker_session_timeout=cfg.kafka_session_timeout_seconds,
-        broker_request_timeout=max(90.0, cfg.kafka_session_timeout_seconds + 30.0),
-        web_application_options={"client_max_size": MAX_REQUEST_BYTES},
-    )
+    app = _faust_app(ctx)
     topic_name = ctx.topics.input
     topic = app.topic(
         topic_name,
@@ -378,28 +359,7 @@ def create_app(ctx: WorkerContext) -> faust.App:
             for event in events:
                 await stream.ack(event)
 
-    @app.page("/metrics")
-    async def metrics_view(web: Any, request: Any) -> Any:
-        body = generate_latest(ctx.metrics.registry)
-        return web.bytes(body, content_type=CONTENT_TYPE_LATEST.split(";")[0])
-
-    @app.page("/health")
-    async def health_view(web: Any, request: Any) -> Any:
-        status = await asyncio.to_thread(check_health, ctx)
-        return web.json(status, status=200 if status["ok"] else 503)
-
-    if ctx.owner is not None:
-        owner: OwnerSlot = ctx.owner
-
-        @app.page(OWNER_PATH)
-        class OwnerView(faust.web.View):
-            async def post(self, request: Any) -> Any:
-                authorization = request.headers.get("Authorization")
-                if owner.owns and not owner.authorized(authorization):  # body left unread
-                    status, body = 401, UNAUTHORIZED
-                else:
-                    status, body = await owner.handle(authorization, await request.read())
-                return self.bytes(body, content_type="application/json", status=status)
+    _add_pages(app, ctx)
 
     @app.timer(interval=cfg.alerts_interval_seconds)  # type: ignore[untyped-decorator]
     async def detect() -> None:
@@ -423,6 +383,61 @@ def create_app(ctx: WorkerContext) -> faust.App:
             ctx.metrics.consumer_lag.labels(str(tp.partition)).set(max(0, highwater - position))
 
     return app
+
+
+def _faust_app(ctx: WorkerContext) -> faust.App:
+    """The faust app of the worker's settings: the consumer group (a static member:
+    ``ctx.assignment.instance``), raw keys and values, no topic declared, the web server
+    on ``worker_web_host:worker_web_port``."""
+    cfg = ctx.settings
+    app = faust.App(
+        cfg.kafka_consumer_group,
+        broker=f"kafka://{cfg.kafka_bootstrap_servers}",
+        store="memory://",
+        key_serializer="raw",
+        value_serializer="raw",
+        topic_allow_declare=False,
+        topic_disable_leader=True,
+        consumer_auto_offset_reset="earliest",
+        broker_commit_interval=1.0,
+        web_enabled=True,
+        web_bind=cfg.worker_web_host,
+        web_port=cfg.worker_web_port,
+        autodiscover=False,
+        datadir=str(faust_data_dir(cfg)),
+        consumer_group_instance_id=ctx.assignment.instance,
+        broker_session_timeout=cfg.kafka_session_timeout_seconds,
+        broker_request_timeout=max(90.0, cfg.kafka_session_timeout_seconds + 30.0),
+        web_application_options={"client_max_size": MAX_REQUEST_BYTES},
+    )
+    return app
+
+
+def _add_pages(app: faust.App, ctx: WorkerContext) -> None:
+    """``/metrics``, ``/health`` and, when ``ctx.owner``, the owner channel's page."""
+
+    @app.page("/metrics")
+    async def metrics_view(web: Any, request: Any) -> Any:
+        body = generate_latest(ctx.metrics.registry)
+        return web.bytes(body, content_type=CONTENT_TYPE_LATEST.split(";")[0])
+
+    @app.page("/health")
+    async def health_view(web: Any, request: Any) -> Any:
+        status = await asyncio.to_thread(check_health, ctx)
+        return web.json(status, status=200 if status["ok"] else 503)
+
+    if ctx.owner is not None:
+        owner: OwnerSlot = ctx.owner
+
+        @app.page(OWNER_PATH)
+        class OwnerView(faust.web.View):
+            async def post(self, request: Any) -> Any:
+                authorization = request.headers.get("Authorization")
+                if owner.owns and not owner.authorized(authorization):  # body left unread
+                    status, body = 401, UNAUTHORIZED
+                else:
+                    status, body = await owner.handle(authorization, await request.read())
+                return self.bytes(body, content_type="application/json", status=status)
 
 
 def is_leader(app: faust.App, input_topic: str) -> bool:
