@@ -157,8 +157,9 @@ class WorkerMetrics:
         )
         self.detector_findings = Gauge(
             "refusal_audit_detector_findings",
-            "Findings of the last detector pass by detector and status "
-            "(alert, no_change, insufficient_data).",
-            ["kind", "status"],
+            "Findings of the last detector pass by detector, status (alert, no_change, "
+            "insufficient_data) and resolution: the windows the tested period spans (1, 6, 24, "
+            "168 with hourly windows; for insufficient_data, the coarsest period looked at).",
+            ["kind", "status", "resolution"],
             registry=r,
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -163,3 +164,48 @@ def test_replay_counts_last_months_log_by_event_time(
     )
     assert ranged.exit_code == 0, ranged.output
     assert "3 window(s)" in ranged.output
+
+
+def test_the_findings_metric_says_at_which_resolution_each_scope_was_tested() -> None:
+    """The worker's ``refusal_audit_detector_findings`` carries the resolution: a 100/h scope
+    is tested at 6 windows, a scope of 2 refusals an hour is tested at the day (24 windows)
+    or reported insufficient at the coarsest period looked at, never silently at 1."""
+    from types import SimpleNamespace
+
+    from refusal_audit.alerts.publisher import DetectorRun
+    from refusal_audit.streaming.worker_detectors import record_findings
+    from streams.metrics import WorkerMetrics
+
+    hours = 24 * 8
+    sparse = Scope(policy_bundle="default", model="tiny", product="web")
+    busy, few = hourly(100, 0.30, hours, 7), hourly(2, 0.30, hours, 8)
+    counts = {T0 + h * HOUR: {SCOPE: busy[h], sparse: few[h]} for h in range(hours)}
+    [(_, _, evaluation)] = evaluate_counts(counts, [T0 + (hours - 1) * HOUR], DriftConfig())
+    run = DetectorRun(
+        evaluations=[SimpleNamespace(evaluation=evaluation)],  # type: ignore[list-item]
+        gap_alerts=[],
+        published=[],
+    )
+    metrics = WorkerMetrics()
+    record_findings(metrics, run)
+    samples = {
+        (s.labels["kind"], s.labels["status"], s.labels["resolution"]): s.value
+        for family in metrics.registry.collect()
+        if family.name == "refusal_audit_detector_findings"
+        for s in family.samples
+    }
+    by_scope = {
+        (f.scope, f.kind): f for f in evaluation.findings if f.kind == "false_positive_rate_shift"
+    }
+    assert by_scope[(SCOPE, "false_positive_rate_shift")].resolution == 6
+    assert by_scope[(sparse, "false_positive_rate_shift")].resolution > 6
+    expected = Counter((f.kind, f.status, str(f.resolution)) for f in evaluation.findings)
+    assert samples == {key: float(n) for key, n in expected.items()}
+    assert any(key[0] == "false_positive_rate_shift" and key[2] == "6" for key in samples)
+    record_findings(metrics, DetectorRun(evaluations=[], gap_alerts=[], published=[]))
+    assert not [
+        s
+        for f in metrics.registry.collect()
+        if f.name == "refusal_audit_detector_findings"
+        for s in f.samples
+    ]

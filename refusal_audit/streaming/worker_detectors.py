@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from datetime import UTC, datetime
 
 from refusal_audit.alerts.drift import DriftConfig, bundle_baselines
@@ -32,6 +33,22 @@ from streams.topics import Topics
 from warehouse.store import Warehouse
 
 log = logging.getLogger("refusal_audit.alerts")
+
+
+def record_findings(metrics: WorkerMetrics, result: DetectorRun) -> None:
+    """Set ``refusal_audit_detector_findings`` to the pass's findings counted by detector,
+    status and resolution (the windows its tested period spans; for ``insufficient_data``
+    the coarsest period looked at), so a dashboard tells "no alert" from "could not look"
+    and sees at which resolution each scope was tested (issue 28). The previous pass's
+    series are cleared first."""
+    metrics.detector_findings.clear()
+    counts: Counter[tuple[str, str, str]] = Counter(
+        (f.kind, f.status, str(f.resolution))
+        for evaluation in result.evaluations
+        for f in evaluation.evaluation.findings
+    )
+    for (kind, status, resolution), n in counts.items():
+        metrics.detector_findings.labels(kind, status, resolution).set(n)
 
 
 class DetectorRunner:
@@ -85,13 +102,7 @@ class DetectorRunner:
         started = time.perf_counter()
         result = run_detectors(self.cfg, self.publisher, now=now)
         self.metrics.detector_seconds.observe(time.perf_counter() - started)
-        self.metrics.detector_findings.clear()
-        counts: dict[tuple[str, str], int] = {}
-        for evaluation in result.evaluations:
-            for f in evaluation.evaluation.findings:
-                counts[(f.kind, f.status)] = counts.get((f.kind, f.status), 0) + 1
-        for (kind, status), n in counts.items():
-            self.metrics.detector_findings.labels(kind, status).set(n)
+        record_findings(self.metrics, result)
         for alert in result.published:
             self.metrics.alerts_published.labels(alert.kind, alert.severity).inc()
         return result
