@@ -495,7 +495,10 @@ def evaluate(
     settings: DetectorSettings,
     active_windows: Mapping[Scope, int] | None = None,
 ) -> Evaluation:
-    """Run every detector on every scope of one window and adjust p-values together.
+    """Run every detector on every scope of one window and adjust p-values together, at one
+    resolution over pooled counts (the tests and ``benchmarks/drift_shift.py``). The
+    warehouse path runs :func:`evaluate_series`, which chooses a resolution per scope: a new
+    detector goes into both.
 
     ``current`` and ``baseline`` map finest scopes (bundle, model, product) to their counts
     in the evaluated window and in the pooled baseline (``baseline_windows`` windows long);

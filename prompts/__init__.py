@@ -1,4 +1,7 @@
-"""Versioned prompt templates for LLM audit engines (the ``local`` engine uses none).
+"""Versioned prompt templates of the LLM paths (the ``local`` engines use none): the audit
+(``audit_v1.md``, :mod:`prompts.loader`), the clarification questions and judge
+(``clarify_v1.md``, ``clarify_judge_v1.md``, :mod:`prompts.clarification`) and the
+calibration variants (``calibrate_v1.md``, :mod:`prompts.calibration`).
 
 ``load_template()`` returns the audit prompt (``audit_v1.md``) as an :class:`AuditPrompt`:
 ``.version`` (content hash), ``.messages(bundle, events)``, ``.overhead_tokens(bundle)``.

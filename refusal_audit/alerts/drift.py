@@ -2,7 +2,8 @@
 
 ``evaluate_windows`` reads window counts from ClickHouse (``warehouse.drift``), pools the
 baseline (the ``baseline_windows`` windows before each evaluated window, or the pinned
-reference period), runs ``processors.drift.evaluate`` and turns alerting findings into
+reference period), runs ``processors.drift.evaluate_series`` (per scope, the finest
+resolution its baseline supports) and turns alerting findings into
 ``schemas.alerts.Alert`` objects with deterministic ids. It holds no state: state is the
 warehouse (counts, and the alerts table that records what was emitted), so a restarted
 worker recomputes the same alerts with the same ids.
