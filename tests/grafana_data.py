@@ -96,5 +96,16 @@ def fill(store: Warehouse, tmp: Path, bundle: PolicyBundle) -> list[dict[str, An
                 f'{{"type": "re_request", "event_id": "r-{i}", "experiment_id": "exp-1", '
                 f'"occurred_at": "{at}", "exposure_id": "x-{i}", '
                 f'"fulfilled": {fulfilled}}}'))  # fmt: skip
+    # a user exposed twice (counted once, with a re-request after the second exposure) and a
+    # user seen in both arms (left out): the A/B panel counts users, as `ab report` does
+    late = (T_CALIBRATE + timedelta(days=1, minutes=30)).isoformat()
+    events += [parse_event(line) for line in (
+        f'{{"type": "exposure", "event_id": "x-6", "experiment_id": "exp-1", '
+        f'"occurred_at": "{late}", "unit_id": "u-2", "arm_id": "a"}}',
+        f'{{"type": "re_request", "event_id": "r-6", "experiment_id": "exp-1", '
+        f'"occurred_at": "{late}", "exposure_id": "x-6", "fulfilled": false}}',
+        f'{{"type": "exposure", "event_id": "x-7", "experiment_id": "exp-1", '
+        f'"occurred_at": "{late}", "unit_id": "u-1", "arm_id": "a"}}',
+    )]  # fmt: skip
     wc.insert_ab_events(store, [(e, "file:ab.jsonl") for e in events], T_CALIBRATE)
     return reviewed

@@ -398,3 +398,32 @@ def test_variables_offer_only_values_that_cannot_leave_the_sql_string() -> None:
             assert pattern.search(safe), safe
         for unsafe in ("evil\\", "a'b", "m$__toTime", "\\') OR 1=1 --"):
             assert not pattern.search(unsafe), unsafe
+
+
+def test_the_ab_panel_counts_users_as_ab_report_does(
+    store: tuple[Warehouse, list[dict[str, Any]]],
+) -> None:
+    """The A/B table counts users (the randomisation unit), like ``ab report``'s
+    ``aggregate``: a user exposed twice once, a user seen in both arms not at all."""
+    from processors.calibration.ab_aggregate import aggregate
+    from schemas.calibration import ArmPlan, ExperimentPlan
+    from warehouse.calibration import ab_events
+
+    warehouse, _ = store
+    rows = _run(warehouse, _panel_sql("A/B experiments by arm"), _all(_options(warehouse)))
+    plan = ExperimentPlan(
+        experiment_id="exp-1",
+        control_arm="a",
+        arms=[ArmPlan(arm_id="a", weight=1.0), ArmPlan(arm_id="b", weight=1.0)],
+    )
+    figures, quality, _ = aggregate(ab_events(warehouse, "exp-1"), plan)
+    assert quality.units_in_several_arms == 1
+    panel = {r["arm_id"]: r for r in rows if r["experiment_id"] == "exp-1"}
+    assert set(panel) == set(figures) == {"a", "b"}
+    for arm, f in figures.items():
+        row = panel[arm]
+        assert (row["users"], row["exposures"]) == (f.units, f.exposures)
+        assert row["users_re_requesting"] == f.re_request_units
+        assert row["users_with_fulfilled_re_request"] == f.circumvention_units
+        assert row["users_escalated"] == f.escalation_units
+    assert panel["a"]["exposures"] > panel["a"]["users"]  # u-2 was exposed twice

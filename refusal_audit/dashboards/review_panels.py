@@ -194,28 +194,41 @@ _EXPERIMENTS = (
 )
 
 AB_SQL = f"""
-SELECT x.experiment_id AS experiment_id, x.arm_id AS arm_id,
-       uniqExact(x.event_id) AS exposures,
-       uniqExactIf(x.event_id, f.re_requests > 0) AS re_requested,
-       uniqExactIf(x.event_id, f.fulfilled > 0) AS fulfilled_re_requests,
-       uniqExactIf(x.event_id, f.escalations > 0) AS escalated
+SELECT experiment_id, arm_id,
+       uniqExact(unit_id) AS users,
+       sum(exposures) AS exposures,
+       uniqExactIf(unit_id, re_requests > 0) AS users_re_requesting,
+       uniqExactIf(unit_id, fulfilled > 0) AS users_with_fulfilled_re_request,
+       uniqExactIf(unit_id, escalations > 0) AS users_escalated
 FROM (
-  SELECT experiment_id, event_id, arm_id
-  FROM ab_event_log FINAL
-  WHERE type = 'exposure'
-    AND $__timeFilter(occurred_at)
-    AND $__conditionalAll({_EXPERIMENTS}, $bundle)
-) AS x
-LEFT JOIN (
-  SELECT experiment_id, exposure_id,
-         countIf(type = 're_request') AS re_requests,
-         countIf(type = 're_request' AND fulfilled) AS fulfilled,
-         countIf(type = 'escalation') AS escalations
-  FROM ab_event_log FINAL
-  WHERE type != 'exposure'
-  GROUP BY experiment_id, exposure_id
-) AS f
-ON f.experiment_id = x.experiment_id AND f.exposure_id = x.event_id
+  SELECT x.experiment_id AS experiment_id, x.arm_id AS arm_id, x.unit_id AS unit_id,
+         count() AS exposures, sum(f.re_requests) AS re_requests,
+         sum(f.fulfilled) AS fulfilled, sum(f.escalations) AS escalations
+  FROM (
+    SELECT experiment_id, event_id, arm_id, unit_id
+    FROM ab_event_log FINAL
+    WHERE type = 'exposure'
+      AND $__timeFilter(occurred_at)
+      AND $__conditionalAll({_EXPERIMENTS}, $bundle)
+      AND (experiment_id, unit_id) IN (
+        SELECT experiment_id, unit_id FROM ab_event_log FINAL
+        WHERE type = 'exposure' AND $__timeFilter(occurred_at)
+        GROUP BY experiment_id, unit_id
+        HAVING uniqExact(arm_id) = 1
+      )
+  ) AS x
+  LEFT JOIN (
+    SELECT experiment_id, exposure_id,
+           countIf(type = 're_request') AS re_requests,
+           countIf(type = 're_request' AND fulfilled) AS fulfilled,
+           countIf(type = 'escalation') AS escalations
+    FROM ab_event_log FINAL
+    WHERE type != 'exposure'
+    GROUP BY experiment_id, exposure_id
+  ) AS f
+  ON f.experiment_id = x.experiment_id AND f.exposure_id = x.event_id
+  GROUP BY experiment_id, arm_id, unit_id
+)
 GROUP BY experiment_id, arm_id
 ORDER BY experiment_id, arm_id
 """
@@ -281,5 +294,13 @@ def panels() -> list[Json]:
             [ch_target(CALIBRATION_VARIANTS_SQL)],
             width=16,
         ),
-        make_panel("table", "A/B experiments by arm", [ch_target(AB_SQL)], width=24),
+        make_panel(
+            "table",
+            "A/B experiments by arm",
+            [ch_target(AB_SQL)],
+            width=24,
+            description="Per user, as `ab report` counts them (users are the randomisation "
+            "unit; a user seen in several arms is left out): users exposed, their "
+            "exposures, users with a re-request, with a fulfilled re-request, escalated.",
+        ),
     ]
