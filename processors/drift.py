@@ -207,8 +207,9 @@ class Finding:
     events in this scope; ``resolution`` how many windows the tested period spans (1: the
     evaluated window alone; more: the trailing period ending with it, see
     ``evaluate_series``); ``continued`` marks an alerting finding at a resolution k over 1
-    whose test also fired for a period ending less than k windows earlier: overlapping
-    evidence, so not a new alert (``Evaluation.alerts`` leaves it out).
+    whose test also fired (at the resolution chosen then) in the evaluation ending less than
+    k windows earlier: overlapping evidence, so not a new alert (``Evaluation.alerts``
+    leaves it out).
     """
 
     kind: AlertKind
@@ -699,31 +700,43 @@ def _fires_alone(f: Finding, s: DetectorSettings) -> bool:
     return f.p_value <= min(s.alpha, s.fdr) and abs(f.effect) >= f.effect_threshold and rising
 
 
+def _tested_view(
+    kind: AlertKind, views: Sequence[_View], settings: DetectorSettings
+) -> _View | None:
+    """The view ``evaluate_series`` tests ``kind`` on (``_choose`` on its trials), or None."""
+    return _choose(views, RATE_TRIALS.get(kind, "refusals"), settings.min_events)
+
+
 def _continues(
     f: Finding,
     series: CountSeries,
     end: int,
     members: Sequence[Scope],
     settings: DetectorSettings,
-    baseline_windows: int,
-    max_baseline: int | None,
-    pinned: tuple[int, int] | None,
+    resolutions: Sequence[int],
+    bounds: tuple[int, int | None, tuple[int, int] | None],
 ) -> bool:
     """Whether the alerting finding ``f`` (resolution k > 1) repeats an alert of the same test
-    whose evidence overlaps its own: the test fired for a period of k windows ending 1 to
-    k - 1 windows earlier (newest first, so a sustained change checks one period)."""
+    whose evidence overlaps its own: the evaluation ending 1 to k - 1 windows earlier fired
+    the same test, in the same direction, at the resolution it chose then (``_choose``, as
+    ``evaluate_series``), so the first alert of an episode is never a continuation of a
+    test that was not run (newest first, so a sustained change checks one evaluation).
+    ``bounds`` is ``(baseline_windows, max_baseline, pinned)``."""
     loose = replace(settings, min_events=1)
     for back in range(1, f.resolution):
-        if end - back < f.resolution:
+        if end - back < 1:
             return False
-        v = _view(series, end - back, members, f.resolution, baseline_windows, max_baseline, pinned)
+        views = [_view(series, end - back, members, k, *bounds) for k in resolutions]
+        v = _tested_view(f.kind, views, settings)
+        if v is None:
+            continue
         if f.kind == "category_mix_drift":
             before = [category_mix(f.scope, v.cur, v.base, loose)]
         elif f.kind == "volume_anomaly":
             before = [volume(f.scope, v.cur, v.base, v.periods, loose)]
         elif f.kind == "new_category":
             before = [
-                g for g in new_categories(f.scope, v.cur, v.base, loose) if g.moved == f.moved
+                g for g in new_categories(f.scope, v.cur, v.base, settings) if g.moved == f.moved
             ]
         else:
             before = [rate_shift(f.kind, f.scope, v.cur, v.base, loose)]
@@ -758,12 +771,10 @@ def evaluate_series(
     if not resolutions:
         raise ValueError("at least one resolution")
     loose = replace(settings, min_events=1)
+    ks = sorted(set(resolutions))
     findings: list[Finding] = []
     for scope, members in rollup_scopes(series.scopes).items():
-        views = [
-            _view(series, end, members, k, baseline_windows, max_baseline, pinned)
-            for k in sorted(set(resolutions))
-        ]
+        views = [_view(series, end, members, k, baseline_windows, max_baseline, pinned) for k in ks]
         found: list[Finding] = []
         by_refusals = _choose(views, "refusals", settings.min_events)
         kinds: list[AlertKind] = ["category_mix_drift", *RATE_DETECTORS]
@@ -808,7 +819,8 @@ def evaluate_series(
             if f.status == "alert"
             and f.resolution > 1
             and _continues(
-                f, series, end, groups[f.scope], settings, baseline_windows, max_baseline, pinned
+                f, series, end, groups[f.scope], settings, ks,
+                (baseline_windows, max_baseline, pinned),
             )
             else f
             for f in adjusted

@@ -181,13 +181,16 @@ def _index(t: datetime, origin: datetime, config: DriftConfig) -> int:
 
 def counts_span(starts: Sequence[datetime], config: DriftConfig) -> tuple[datetime, datetime]:
     """``[first, last)``: the windows whose counts the evaluation of ``starts`` reads (every
-    resolution's period and baseline)."""
+    resolution's period and baseline, for the window itself and for the windows up to the
+    coarsest resolution - 1 before it, which the continuation check re-tests)."""
     firsts, lasts = [], []
+    resolutions = config.resolutions or (1,)
     for s in starts:
-        for k in config.resolutions or (1,):
-            period, base = resolution_bounds(s, k, config)
-            firsts += [period.start, base.start]
-            lasts += [period.end, base.end]
+        for back in sorted({0, max(resolutions) - 1}):
+            for k in resolutions:
+                period, base = resolution_bounds(s - config.window * back, k, config)
+                firsts += [period.start, base.start]
+                lasts += [period.end, base.end]
     return min(firsts), max(lasts)
 
 
