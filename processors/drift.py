@@ -207,9 +207,9 @@ class Finding:
     events in this scope; ``resolution`` how many windows the tested period spans (1: the
     evaluated window alone; more: the trailing period ending with it, see
     ``evaluate_series``); ``continued`` marks an alerting finding at a resolution k over 1
-    whose test also fired (at the resolution chosen then) in the evaluation ending less than
-    k windows earlier: overlapping evidence, so not a new alert (``Evaluation.alerts``
-    leaves it out).
+    when the evaluation ending less than k windows earlier alerted on the same test (at the
+    resolution chosen then, after BH): overlapping evidence, so not a new alert
+    (``Evaluation.alerts`` leaves it out).
     """
 
     kind: AlertKind
@@ -554,6 +554,8 @@ class CountSeries:
         column = {c: len(COUNT_FIELDS) + i for i, c in enumerate(self.categories)}
         width = len(COUNT_FIELDS) + len(self.categories)
         self._has_examples = any(wc.examples for w in self._windows for wc in w.values())
+        self.memo: dict[tuple[int, object, object, object], list[Finding]] = {}
+        """Adjusted findings per evaluation (``_adjusted``), filled as evaluations run."""
         self._cum: dict[Scope, np.ndarray] = {}
         self._seen: dict[Scope, np.ndarray] = {}
         for scope in self.scopes:
@@ -689,92 +691,62 @@ def _view(
     )
 
 
-def _fires_alone(f: Finding, s: DetectorSettings) -> bool:
-    """Whether ``f`` (not adjusted) passes its own test: p <= alpha (and <= fdr) and the effect
-    threshold, or the rule for a new category."""
-    if f.kind == "new_category":
-        return f.status == "alert"
-    if f.p_value is None or f.status == "insufficient_data":
-        return False
-    rising = f.effect > 0 or f.kind not in RISE_ONLY
-    return f.p_value <= min(s.alpha, s.fdr) and abs(f.effect) >= f.effect_threshold and rising
-
-
-def _tested_view(
-    kind: AlertKind, views: Sequence[_View], settings: DetectorSettings
-) -> _View | None:
-    """The view ``evaluate_series`` tests ``kind`` on (``_choose`` on its trials), or None."""
-    return _choose(views, RATE_TRIALS.get(kind, "refusals"), settings.min_events)
+Bounds = tuple[int, int | None, tuple[int, int] | None]
+"""``(baseline_windows, max_baseline, pinned)`` of :func:`period_bounds`."""
 
 
 def _continues(
     f: Finding,
     series: CountSeries,
     end: int,
-    members: Sequence[Scope],
     settings: DetectorSettings,
-    resolutions: Sequence[int],
-    bounds: tuple[int, int | None, tuple[int, int] | None],
+    ks: tuple[int, ...],
+    bounds: Bounds,
 ) -> bool:
     """Whether the alerting finding ``f`` (resolution k > 1) repeats an alert of the same test
-    whose evidence overlaps its own: the evaluation ending 1 to k - 1 windows earlier fired
-    the same test, in the same direction, at the resolution it chose then (``_choose``, as
-    ``evaluate_series``), so the first alert of an episode is never a continuation of a
-    test that was not run (newest first, so a sustained change checks one evaluation).
-    ``bounds`` is ``(baseline_windows, max_baseline, pinned)``."""
-    loose = replace(settings, min_events=1)
+    whose evidence overlaps its own: the evaluation ending 1 to k - 1 windows earlier (all
+    scopes, Benjamini-Hochberg included, at the resolutions chosen then) alerted on the same
+    kind, scope (and new category) in the same direction. So the first alert of an episode
+    is never the continuation of a test that was not run or did not alert (newest first: a
+    sustained change checks one evaluation)."""
     for back in range(1, f.resolution):
         if end - back < 1:
             return False
-        views = [_view(series, end - back, members, k, *bounds) for k in resolutions]
-        v = _tested_view(f.kind, views, settings)
-        if v is None:
-            continue
-        if f.kind == "category_mix_drift":
-            before = [category_mix(f.scope, v.cur, v.base, loose)]
-        elif f.kind == "volume_anomaly":
-            before = [volume(f.scope, v.cur, v.base, v.periods, loose)]
-        elif f.kind == "new_category":
-            before = [
-                g for g in new_categories(f.scope, v.cur, v.base, settings) if g.moved == f.moved
-            ]
-        else:
-            before = [rate_shift(f.kind, f.scope, v.cur, v.base, loose)]
-        if any(_fires_alone(g, settings) and (g.effect > 0) == (f.effect > 0) for g in before):
-            return True
+        for g in _adjusted(series, end - back, settings, ks, bounds):
+            if (
+                g.status == "alert"
+                and (g.kind, g.scope, g.moved if f.kind == "new_category" else ())
+                == (f.kind, f.scope, f.moved if f.kind == "new_category" else ())
+                and (g.effect > 0) == (f.effect > 0)
+            ):
+                return True
     return False
 
 
-def evaluate_series(
-    series: CountSeries,
-    end: int,
-    settings: DetectorSettings,
-    *,
-    resolutions: Sequence[int] = (1,),
-    baseline_windows: int = 24,
-    max_baseline: int | None = None,
-    pinned: tuple[int, int] | None = None,
-) -> Evaluation:
-    """Every detector on every scope for the evaluation ending at window ``end`` (exclusive),
-    each at the resolution its evidence needs, p-values adjusted together.
+def _adjusted(
+    series: CountSeries, end: int, settings: DetectorSettings, ks: tuple[int, ...], bounds: Bounds
+) -> list[Finding]:
+    """The findings of the evaluation ending at ``end``, BH-adjusted, before continuations;
+    memoized on ``series`` (a replay and the continuation checks share them)."""
+    key = (end, settings, ks, bounds)
+    cached = series.memo.get(key)
+    if cached is None:
+        cached = adjust(_findings(series, end, settings, ks, bounds), settings)
+        if len(series.memo) > 2 * ks[-1] + 2:  # keep what later continuation checks can ask
+            for old in [k for k in series.memo if k[0] < end - ks[-1]]:
+                del series.memo[old]
+        series.memo[key] = cached
+    return cached
 
-    For each scope (finest and roll-ups) and each ``resolution`` (windows per period, finest
-    first), the period is the ``resolution`` windows ending at ``end`` and its baseline as
-    in :func:`period_bounds`; a trailing baseline counts only the windows since the
-    scope's first refusal in it. Each detector tests the finest resolution whose baseline
-    holds ``settings.min_events`` of its trials (refusals; reviewed refusals for
-    ``classification_drift``) per period, or else the coarsest when its baseline holds
-    ``min_events`` in all; otherwise it reports ``insufficient_data`` (with why). The choice
-    depends on the baseline only, so it does not bias the test of the period. Findings
-    carry the ``resolution`` tested. Raises ``ValueError`` for an empty ``resolutions``.
-    """
-    if not resolutions:
-        raise ValueError("at least one resolution")
+
+def _findings(
+    series: CountSeries, end: int, settings: DetectorSettings, ks: tuple[int, ...], bounds: Bounds
+) -> list[Finding]:
+    """Every detector on every scope for the evaluation ending at ``end`` (not adjusted)."""
     loose = replace(settings, min_events=1)
-    ks = sorted(set(resolutions))
     findings: list[Finding] = []
     for scope, members in rollup_scopes(series.scopes).items():
-        views = [_view(series, end, members, k, baseline_windows, max_baseline, pinned) for k in ks]
+        views = [_view(series, end, members, k, *bounds) for k in ks]
         found: list[Finding] = []
         by_refusals = _choose(views, "refusals", settings.min_events)
         kinds: list[AlertKind] = ["category_mix_drift", *RATE_DETECTORS]
@@ -810,20 +782,47 @@ def evaluate_series(
                 for f in found
             ]
         findings.extend(found)
-    adjusted = adjust(findings, settings)
-    groups = rollup_scopes(series.scopes)
+    return findings
+
+
+def evaluate_series(
+    series: CountSeries,
+    end: int,
+    settings: DetectorSettings,
+    *,
+    resolutions: Sequence[int] = (1,),
+    baseline_windows: int = 24,
+    max_baseline: int | None = None,
+    pinned: tuple[int, int] | None = None,
+) -> Evaluation:
+    """Every detector on every scope for the evaluation ending at window ``end`` (exclusive),
+    each at the resolution its evidence needs, p-values adjusted together.
+
+    For each scope (finest and roll-ups) and each ``resolution`` (windows per period, finest
+    first), the period is the ``resolution`` windows ending at ``end`` and its baseline as
+    in :func:`period_bounds`; a trailing baseline counts only the windows since the
+    scope's first refusal in it. Each detector tests the finest resolution whose baseline
+    holds ``settings.min_events`` of its trials (refusals; reviewed refusals for
+    ``classification_drift``) per period, or else the coarsest when its baseline holds
+    ``min_events`` in all; otherwise it reports ``insufficient_data`` (with why). The choice
+    depends on the baseline only, so it does not bias the test of the period. Findings
+    carry the ``resolution`` tested; an alert at k windows is ``continued`` when the
+    evaluation ending 1 to k - 1 windows earlier alerted on the same test. Raises
+    ``ValueError`` for an empty ``resolutions``.
+    """
+    if not resolutions:
+        raise ValueError("at least one resolution")
+    ks = tuple(sorted(set(resolutions)))
+    bounds: Bounds = (baseline_windows, max_baseline, pinned)
     return Evaluation(
         [
             replace(f, continued=True, note="continues an alert of the same test over "
                     f"{f.resolution} windows ending less than {f.resolution} windows earlier")
             if f.status == "alert"
             and f.resolution > 1
-            and _continues(
-                f, series, end, groups[f.scope], settings, ks,
-                (baseline_windows, max_baseline, pinned),
-            )
+            and _continues(f, series, end, settings, ks, bounds)
             else f
-            for f in adjusted
+            for f in _adjusted(series, end, settings, ks, bounds)
         ]
     )  # fmt: skip
 

@@ -274,3 +274,30 @@ def test_a_window_evaluated_alone_decides_continuations_as_in_a_replay() -> None
         [(_, _, e)] = list(evaluate_counts(alone, [s], config))
         got = sorted((f.kind, f.continued) for f in e.findings if f.status == "alert")
         assert got == replay[s], s
+
+
+def test_a_continuation_needs_an_alert_after_benjamini_hochberg() -> None:
+    """60 scopes at 100 refusals an hour; one rises from 30% to 42% false positives. An
+    hour whose 6-hour test passed alpha but not BH's q (60 scopes' p-values) sent no
+    alert: the next hour's alert is the episode's first, not its continuation."""
+    rng = np.random.default_rng(0)
+    scopes = [Scope(policy_bundle="b", model=f"m{i % 6}", product=f"p{i}") for i in range(60)]
+    hours, shift = 24 * 8, 24 * 7
+    counts = {}
+    for h in range(hours):
+        per = {}
+        for s in scopes:
+            n = int(rng.poisson(100))
+            p = 0.42 if s == scopes[0] and h >= shift else 0.3
+            per[s] = WindowCounts(refusals=n, false_positives=int(rng.binomial(n, p)),
+                                  categories={"a": n})  # fmt: skip
+        counts[T0 + h * HOUR] = per
+    starts = [T0 + h * HOUR for h in range(shift, shift + 12)]
+    fired = [
+        f
+        for _, _, e in evaluate_counts(counts, starts, DriftConfig())
+        for f in e.findings
+        if f.scope == scopes[0] and f.kind == "false_positive_rate_shift" and f.status == "alert"
+    ]
+    assert fired and fired[0].resolution == 6
+    assert [f.continued for f in fired] == [False] + [True] * (len(fired) - 1)
