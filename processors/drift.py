@@ -709,18 +709,40 @@ def _continues(
     kind, scope (and new category) in the same direction. So the first alert of an episode
     is never the continuation of a test that was not run or did not alert (newest first: a
     sustained change checks one evaluation)."""
+    members = rollup_scopes(series.scopes)[f.scope]
+
+    def same(g: Finding) -> bool:
+        return (
+            (g.kind, g.scope, g.moved if f.kind == "new_category" else ())
+            == (f.kind, f.scope, f.moved if f.kind == "new_category" else ())
+            and (g.effect > 0) == (f.effect > 0)
+        )  # fmt: skip
+
     for back in range(1, f.resolution):
         if end - back < 1:
             return False
-        for g in _adjusted(series, end - back, settings, ks, bounds):
-            if (
-                g.status == "alert"
-                and (g.kind, g.scope, g.moved if f.kind == "new_category" else ())
-                == (f.kind, f.scope, f.moved if f.kind == "new_category" else ())
-                and (g.effect > 0) == (f.effect > 0)
-            ):
-                return True
+        if (end - back, settings, ks, bounds) not in series.memo and not any(
+            same(g) and _may_alert(g, settings)
+            for g in _scope_findings(series, end - back, f.scope, members, settings, ks, bounds)
+        ):
+            continue  # this scope's test did not pass alpha then: no need for the whole BH
+        if any(
+            g.status == "alert" and same(g)
+            for g in _adjusted(series, end - back, settings, ks, bounds)
+        ):
+            return True
     return False
+
+
+def _may_alert(g: Finding, s: DetectorSettings) -> bool:
+    """Whether ``g`` (not adjusted) passes what ``adjust`` asks besides q: alpha, the effect
+    threshold and the direction (or the new-category rule)."""
+    if g.kind == "new_category":
+        return g.status == "alert"
+    if g.p_value is None:
+        return False
+    rising = g.effect > 0 or g.kind not in RISE_ONLY
+    return g.p_value <= s.alpha and abs(g.effect) >= g.effect_threshold and rising
 
 
 def _adjusted(
@@ -743,46 +765,60 @@ def _findings(
     series: CountSeries, end: int, settings: DetectorSettings, ks: tuple[int, ...], bounds: Bounds
 ) -> list[Finding]:
     """Every detector on every scope for the evaluation ending at ``end`` (not adjusted)."""
-    loose = replace(settings, min_events=1)
     findings: list[Finding] = []
     for scope, members in rollup_scopes(series.scopes).items():
-        views = [_view(series, end, members, k, *bounds) for k in ks]
-        found: list[Finding] = []
-        by_refusals = _choose(views, "refusals", settings.min_events)
-        kinds: list[AlertKind] = ["category_mix_drift", *RATE_DETECTORS]
-        for kind in kinds:
-            trials = RATE_TRIALS.get(kind, "refusals")
-            if kind == "classification_drift" and not any(
-                v.cur.reviewed or v.base.reviewed for v in views
-            ):
-                continue  # nobody reviews this scope: the detector does not apply
-            v = by_refusals if trials == "refusals" else _choose(views, trials, settings.min_events)
-            if v is None:
-                found.append(_not_tested(kind, scope, views, trials, settings))
-                continue
-            f = (
-                category_mix(scope, v.cur, v.base, loose)
-                if kind == "category_mix_drift"
-                else rate_shift(kind, scope, v.cur, v.base, loose)
-            )
-            if f.status == "insufficient_data":
-                f = replace(f, note=f"no {trials} in the period of {v.resolution} window(s)")
-            found.append(replace(f, resolution=v.resolution, late=v.cur.late))
-        if by_refusals is None:
-            found.append(_not_tested("volume_anomaly", scope, views, "refusals", settings))
-            found.append(_not_tested("new_category", scope, views, "refusals", settings))
-        else:
-            v = by_refusals
-            found.append(volume(scope, v.cur, v.base, v.periods, loose))
-            found += new_categories(scope, v.cur, v.base, settings)
-            found = [
-                replace(f, resolution=v.resolution, late=v.cur.late)
-                if f.kind in ("volume_anomaly", "new_category")
-                else f
-                for f in found
-            ]
-        findings.extend(found)
+        findings.extend(_scope_findings(series, end, scope, members, settings, ks, bounds))
     return findings
+
+
+def _scope_findings(
+    series: CountSeries,
+    end: int,
+    scope: Scope,
+    members: Sequence[Scope],
+    settings: DetectorSettings,
+    ks: tuple[int, ...],
+    bounds: Bounds,
+) -> list[Finding]:
+    """Every detector on ``scope`` (made of ``members``) for the evaluation ending at ``end``,
+    each at the resolution ``_choose`` picks (not adjusted)."""
+    loose = replace(settings, min_events=1)
+    views = [_view(series, end, members, k, *bounds) for k in ks]
+    found: list[Finding] = []
+    by_refusals = _choose(views, "refusals", settings.min_events)
+    kinds: list[AlertKind] = ["category_mix_drift", *RATE_DETECTORS]
+    for kind in kinds:
+        trials = RATE_TRIALS.get(kind, "refusals")
+        if kind == "classification_drift" and not any(
+            v.cur.reviewed or v.base.reviewed for v in views
+        ):
+            continue  # nobody reviews this scope: the detector does not apply
+        v = by_refusals if trials == "refusals" else _choose(views, trials, settings.min_events)
+        if v is None:
+            found.append(_not_tested(kind, scope, views, trials, settings))
+            continue
+        f = (
+            category_mix(scope, v.cur, v.base, loose)
+            if kind == "category_mix_drift"
+            else rate_shift(kind, scope, v.cur, v.base, loose)
+        )
+        if f.status == "insufficient_data":
+            f = replace(f, note=f"no {trials} in the period of {v.resolution} window(s)")
+        found.append(replace(f, resolution=v.resolution, late=v.cur.late))
+    if by_refusals is None:
+        found.append(_not_tested("volume_anomaly", scope, views, "refusals", settings))
+        found.append(_not_tested("new_category", scope, views, "refusals", settings))
+    else:
+        v = by_refusals
+        found.append(volume(scope, v.cur, v.base, v.periods, loose))
+        found += new_categories(scope, v.cur, v.base, settings)
+        found = [
+            replace(f, resolution=v.resolution, late=v.cur.late)
+            if f.kind in ("volume_anomaly", "new_category")
+            else f
+            for f in found
+        ]
+    return found
 
 
 def evaluate_series(
