@@ -301,3 +301,26 @@ def test_a_continuation_needs_an_alert_after_benjamini_hochberg() -> None:
     ]
     assert fired and fired[0].resolution == 6
     assert [f.continued for f in fired] == [False] + [True] * (len(fired) - 1)
+
+
+def test_an_hourly_alert_names_the_baseline_it_was_tested_against() -> None:
+    """``alerts_baseline_windows`` may exceed the 28-day cap of a trailing baseline; the
+    resolution-1 test pools 672 hours, and its alert (baseline, evidence query, summary) must
+    say so, not the 1,000 hours configured."""
+    config = DriftConfig(baseline_windows=1000)
+    hours = 1100
+    counts = {
+        T0 + h * HOUR: {
+            SCOPE: WindowCounts(
+                refusals=400, false_positives=120 if h < hours - 1 else 220, categories={"a": 400}
+            )
+        }
+        for h in range(hours)
+    }
+    [(window, baseline, e)] = list(evaluate_counts(counts, [T0 + (hours - 1) * HOUR], config))
+    [f] = [f for f in e.alerts if f.kind == "false_positive_rate_shift" and f.scope == SCOPE]
+    assert f.resolution == 1 and f.baseline_counts["refusals"] == 672 * 400
+    alert = to_alert(f, window, baseline, "db", config, T0)
+    assert alert.baseline.end == window.start
+    assert alert.baseline.end - alert.baseline.start == 672 * HOUR
+    assert alert.evidence_window == window

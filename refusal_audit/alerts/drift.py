@@ -323,15 +323,14 @@ def to_alert(
 
     ``window`` is the evaluated window; the evidence covers the period of the finding's
     resolution that ends with it (``evidence_window``, the window itself at resolution 1)
-    and was compared with that period's ``baseline`` (``resolution_bounds``; the
-    ``baseline`` argument is the finest resolution's). The id is deterministic: kind, scope
-    and the evidence period (at resolution 1 the window, as before resolutions existed).
+    and was compared with that period's baseline (``resolution_bounds``, as tested; the
+    ``baseline`` argument, the uncapped trailing one, is not used). The id is
+    deterministic: kind, scope and the evidence period (at resolution 1 the window, as
+    before resolutions existed).
     """
-    period, baseline = (
-        (window, baseline)
-        if f.resolution == 1
-        else resolution_bounds(window.start, f.resolution, config)
-    )
+    # the tested period and baseline (at resolution 1 the window and a trailing baseline
+    # capped at max_baseline_seconds, which may be shorter than ``baseline``)
+    period, baseline = resolution_bounds(window.start, f.resolution, config)
     sql = evidence_query(
         f.kind,
         f.scope,
