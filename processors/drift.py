@@ -207,8 +207,9 @@ class Finding:
     events in this scope; ``resolution`` how many windows the tested period spans (1: the
     evaluated window alone; more: the trailing period ending with it, see
     ``evaluate_series``); ``continued`` marks an alerting finding at a resolution k over 1
-    whose test also fired for a period ending less than k windows earlier: overlapping
-    evidence, so not a new alert (``Evaluation.alerts`` leaves it out).
+    when the evaluation ending less than k windows earlier alerted on the same test (at the
+    resolution chosen then, after BH): overlapping evidence, so not a new alert
+    (``Evaluation.alerts`` leaves it out).
     """
 
     kind: AlertKind
@@ -556,6 +557,8 @@ class CountSeries:
         column = {c: len(COUNT_FIELDS) + i for i, c in enumerate(self.categories)}
         width = len(COUNT_FIELDS) + len(self.categories)
         self._has_examples = any(wc.examples for w in self._windows for wc in w.values())
+        self.memo: dict[tuple[int, object, object, object], list[Finding]] = {}
+        """Adjusted findings per evaluation (``_adjusted``), filled as evaluations run."""
         self._cum: dict[Scope, np.ndarray] = {}
         self._seen: dict[Scope, np.ndarray] = {}
         for scope in self.scopes:
@@ -691,48 +694,134 @@ def _view(
     )
 
 
-def _fires_alone(f: Finding, s: DetectorSettings) -> bool:
-    """Whether ``f`` (not adjusted) passes its own test: p <= alpha (and <= fdr) and the effect
-    threshold, or the rule for a new category."""
-    if f.kind == "new_category":
-        return f.status == "alert"
-    if f.p_value is None or f.status == "insufficient_data":
-        return False
-    rising = f.effect > 0 or f.kind not in RISE_ONLY
-    return f.p_value <= min(s.alpha, s.fdr) and abs(f.effect) >= f.effect_threshold and rising
+Bounds = tuple[int, int | None, tuple[int, int] | None]
+"""``(baseline_windows, max_baseline, pinned)`` of :func:`period_bounds`."""
 
 
 def _continues(
     f: Finding,
     series: CountSeries,
     end: int,
-    members: Sequence[Scope],
     settings: DetectorSettings,
-    baseline_windows: int,
-    max_baseline: int | None,
-    pinned: tuple[int, int] | None,
+    ks: tuple[int, ...],
+    bounds: Bounds,
 ) -> bool:
     """Whether the alerting finding ``f`` (resolution k > 1) repeats an alert of the same test
-    whose evidence overlaps its own: the test fired for a period of k windows ending 1 to
-    k - 1 windows earlier (newest first, so a sustained change checks one period)."""
-    loose = replace(settings, min_events=1)
+    whose evidence overlaps its own: the evaluation ending 1 to k - 1 windows earlier (all
+    scopes, Benjamini-Hochberg included, at the resolutions chosen then) alerted on the same
+    kind, scope (and new category) in the same direction. So the first alert of an episode
+    is never the continuation of a test that was not run or did not alert (newest first: a
+    sustained change checks one evaluation)."""
+    members = rollup_scopes(series.scopes)[f.scope]
+
+    def same(g: Finding) -> bool:
+        return (
+            (g.kind, g.scope, g.moved if f.kind == "new_category" else ())
+            == (f.kind, f.scope, f.moved if f.kind == "new_category" else ())
+            and (g.effect > 0) == (f.effect > 0)
+        )  # fmt: skip
+
     for back in range(1, f.resolution):
-        if end - back < f.resolution:
+        if end - back < 1:
             return False
-        v = _view(series, end - back, members, f.resolution, baseline_windows, max_baseline, pinned)
-        if f.kind == "category_mix_drift":
-            before = [category_mix(f.scope, v.cur, v.base, loose)]
-        elif f.kind == "volume_anomaly":
-            before = [volume(f.scope, v.cur, v.base, v.periods, loose)]
-        elif f.kind == "new_category":
-            before = [
-                g for g in new_categories(f.scope, v.cur, v.base, loose) if g.moved == f.moved
-            ]
-        else:
-            before = [rate_shift(f.kind, f.scope, v.cur, v.base, loose)]
-        if any(_fires_alone(g, settings) and (g.effect > 0) == (f.effect > 0) for g in before):
+        if (end - back, settings, ks, bounds) not in series.memo and not any(
+            same(g) and _may_alert(g, settings)
+            for g in _scope_findings(series, end - back, f.scope, members, settings, ks, bounds)
+        ):
+            continue  # this scope's test did not pass alpha then: no need for the whole BH
+        if any(
+            g.status == "alert" and same(g)
+            for g in _adjusted(series, end - back, settings, ks, bounds)
+        ):
             return True
     return False
+
+
+def _may_alert(g: Finding, s: DetectorSettings) -> bool:
+    """Whether ``g`` (not adjusted) passes what ``adjust`` asks besides q: alpha, the effect
+    threshold and the direction (or the new-category rule)."""
+    if g.kind == "new_category":
+        return g.status == "alert"
+    if g.p_value is None:
+        return False
+    rising = g.effect > 0 or g.kind not in RISE_ONLY
+    return g.p_value <= s.alpha and abs(g.effect) >= g.effect_threshold and rising
+
+
+def _adjusted(
+    series: CountSeries, end: int, settings: DetectorSettings, ks: tuple[int, ...], bounds: Bounds
+) -> list[Finding]:
+    """The findings of the evaluation ending at ``end``, BH-adjusted, before continuations;
+    memoized on ``series`` (a replay and the continuation checks share them)."""
+    key = (end, settings, ks, bounds)
+    cached = series.memo.get(key)
+    if cached is None:
+        cached = adjust(_findings(series, end, settings, ks, bounds), settings)
+        if len(series.memo) > 2 * ks[-1] + 2:  # keep what later continuation checks can ask
+            for old in [k for k in series.memo if k[0] < end - ks[-1]]:
+                del series.memo[old]
+        series.memo[key] = cached
+    return cached
+
+
+def _findings(
+    series: CountSeries, end: int, settings: DetectorSettings, ks: tuple[int, ...], bounds: Bounds
+) -> list[Finding]:
+    """Every detector on every scope for the evaluation ending at ``end`` (not adjusted)."""
+    findings: list[Finding] = []
+    for scope, members in rollup_scopes(series.scopes).items():
+        findings.extend(_scope_findings(series, end, scope, members, settings, ks, bounds))
+    return findings
+
+
+def _scope_findings(
+    series: CountSeries,
+    end: int,
+    scope: Scope,
+    members: Sequence[Scope],
+    settings: DetectorSettings,
+    ks: tuple[int, ...],
+    bounds: Bounds,
+) -> list[Finding]:
+    """Every detector on ``scope`` (made of ``members``) for the evaluation ending at ``end``,
+    each at the resolution ``_choose`` picks (not adjusted)."""
+    loose = replace(settings, min_events=1)
+    views = [_view(series, end, members, k, *bounds) for k in ks]
+    found: list[Finding] = []
+    by_refusals = _choose(views, "refusals", settings.min_events)
+    kinds: list[AlertKind] = ["category_mix_drift", *RATE_DETECTORS]
+    for kind in kinds:
+        trials = RATE_TRIALS.get(kind, "refusals")
+        if kind == "classification_drift" and not any(
+            v.cur.reviewed or v.base.reviewed for v in views
+        ):
+            continue  # nobody reviews this scope: the detector does not apply
+        v = by_refusals if trials == "refusals" else _choose(views, trials, settings.min_events)
+        if v is None:
+            found.append(_not_tested(kind, scope, views, trials, settings))
+            continue
+        f = (
+            category_mix(scope, v.cur, v.base, loose)
+            if kind == "category_mix_drift"
+            else rate_shift(kind, scope, v.cur, v.base, loose)
+        )
+        if f.status == "insufficient_data":
+            f = replace(f, note=f"no {trials} in the period of {v.resolution} window(s)")
+        found.append(replace(f, resolution=v.resolution, late=v.cur.late))
+    if by_refusals is None:
+        found.append(_not_tested("volume_anomaly", scope, views, "refusals", settings))
+        found.append(_not_tested("new_category", scope, views, "refusals", settings))
+    else:
+        v = by_refusals
+        found.append(volume(scope, v.cur, v.base, v.periods, loose))
+        found += new_categories(scope, v.cur, v.base, settings)
+        found = [
+            replace(f, resolution=v.resolution, late=v.cur.late)
+            if f.kind in ("volume_anomaly", "new_category")
+            else f
+            for f in found
+        ]
+    return found
 
 
 def evaluate_series(
@@ -756,65 +845,23 @@ def evaluate_series(
     ``classification_drift``) per period, or else the coarsest when its baseline holds
     ``min_events`` in all; otherwise it reports ``insufficient_data`` (with why). The choice
     depends on the baseline only, so it does not bias the test of the period. Findings
-    carry the ``resolution`` tested. Raises ``ValueError`` for an empty ``resolutions``.
+    carry the ``resolution`` tested; an alert at k windows is ``continued`` when the
+    evaluation ending 1 to k - 1 windows earlier alerted on the same test. Raises
+    ``ValueError`` for an empty ``resolutions``.
     """
     if not resolutions:
         raise ValueError("at least one resolution")
-    loose = replace(settings, min_events=1)
-    findings: list[Finding] = []
-    for scope, members in rollup_scopes(series.scopes).items():
-        views = [
-            _view(series, end, members, k, baseline_windows, max_baseline, pinned)
-            for k in sorted(set(resolutions))
-        ]
-        found: list[Finding] = []
-        by_refusals = _choose(views, "refusals", settings.min_events)
-        kinds: list[AlertKind] = ["category_mix_drift", *RATE_DETECTORS]
-        for kind in kinds:
-            trials = RATE_TRIALS.get(kind, "refusals")
-            if kind == "classification_drift" and not any(
-                v.cur.reviewed or v.base.reviewed for v in views
-            ):
-                continue  # nobody reviews this scope: the detector does not apply
-            v = by_refusals if trials == "refusals" else _choose(views, trials, settings.min_events)
-            if v is None:
-                found.append(_not_tested(kind, scope, views, trials, settings))
-                continue
-            f = (
-                category_mix(scope, v.cur, v.base, loose)
-                if kind == "category_mix_drift"
-                else rate_shift(kind, scope, v.cur, v.base, loose)
-            )
-            if f.status == "insufficient_data":
-                f = replace(f, note=f"no {trials} in the period of {v.resolution} window(s)")
-            found.append(replace(f, resolution=v.resolution, late=v.cur.late))
-        if by_refusals is None:
-            found.append(_not_tested("volume_anomaly", scope, views, "refusals", settings))
-            found.append(_not_tested("new_category", scope, views, "refusals", settings))
-        else:
-            v = by_refusals
-            found.append(volume(scope, v.cur, v.base, v.periods, loose))
-            found += new_categories(scope, v.cur, v.base, settings)
-            found = [
-                replace(f, resolution=v.resolution, late=v.cur.late)
-                if f.kind in ("volume_anomaly", "new_category")
-                else f
-                for f in found
-            ]
-        findings.extend(found)
-    adjusted = adjust(findings, settings)
-    groups = rollup_scopes(series.scopes)
+    ks = tuple(sorted(set(resolutions)))
+    bounds: Bounds = (baseline_windows, max_baseline, pinned)
     return Evaluation(
         [
             replace(f, continued=True, note="continues an alert of the same test over "
                     f"{f.resolution} windows ending less than {f.resolution} windows earlier")
             if f.status == "alert"
             and f.resolution > 1
-            and _continues(
-                f, series, end, groups[f.scope], settings, baseline_windows, max_baseline, pinned
-            )
+            and _continues(f, series, end, settings, ks, bounds)
             else f
-            for f in adjusted
+            for f in _adjusted(series, end, settings, ks, bounds)
         ]
     )  # fmt: skip
 

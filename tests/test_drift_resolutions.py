@@ -23,6 +23,7 @@ from processors.drift import (
 )
 from refusal_audit.alerts.drift import (
     DriftConfig,
+    counts_span,
     evaluate_counts,
     replay_windows,
     resolution_bounds,
@@ -209,3 +210,117 @@ def test_the_findings_metric_says_at_which_resolution_each_scope_was_tested() ->
         if f.name == "refusal_audit_detector_findings"
         for s in f.samples
     ]
+
+
+def _switching_scope_counts() -> tuple[dict[datetime, dict[Scope, WindowCounts]], int]:
+    """320 refusals an hour at 30% false positives (resolution 1: the baseline holds 300 an
+    hour), then from hour S 250 an hour at 38%: +8 points, too few per hour to fire at
+    resolution 1, and the baseline falls under 300 an hour at S + 7 (resolution 6)."""
+    hours, shift = 24 * 8, 24 * 7
+    counts = {
+        T0 + h * HOUR: {
+            SCOPE: WindowCounts(refusals=320, false_positives=96, categories={"a": 320})
+            if h < shift
+            else WindowCounts(refusals=250, false_positives=95, categories={"a": 250})
+        }
+        for h in range(hours)
+    }
+    return counts, shift
+
+
+def test_a_continuation_never_hides_the_first_alert_when_the_resolution_changes() -> None:
+    """Hours S .. S+6 were tested at resolution 1 and did not fire; S+7 is the first test at
+    6 hours and fires: it is the episode's first alert, not the continuation of 6-hour tests
+    that were never run (they would have fired: same evidence, loosened min_events)."""
+    counts, shift = _switching_scope_counts()
+    starts = [T0 + h * HOUR for h in range(shift - 2, shift + 24)]
+    fired = [
+        (w.start, f)
+        for w, _, e in evaluate_counts(counts, starts, DriftConfig())
+        for f in e.findings
+        if f.kind == "false_positive_rate_shift" and f.scope == SCOPE and f.status == "alert"
+    ]
+    assert fired and fired[0][1].resolution == 6
+    first = [(t, f) for t, f in fired if not f.continued]
+    assert [t for t, _ in first] == [fired[0][0]]  # one alert for the episode, the first one
+
+
+def test_a_window_evaluated_alone_decides_continuations_as_in_a_replay() -> None:
+    """The live worker evaluates a window from the counts ``counts_span`` names; a replay
+    holds every window since long before. The continuation check re-tests periods ending up
+    to 167 windows earlier, whose baselines start up to 167 windows before the window's own
+    coarsest baseline: read alone without them, the first alert of this weekly episode
+    (10 refusals an hour at 30% after 90% long ago, then 50%) was a continuation."""
+    hours, shift = 24 * 7 * 10, 24 * 7 * 10 - 24 * 5
+
+    def fp(h: int) -> int:
+        return 9 if h < shift - 760 else (5 if h >= shift else 3)
+
+    counts = {
+        T0 + h * HOUR: {SCOPE: WindowCounts(refusals=10, false_positives=fp(h),
+                                            categories={"a": 10})}
+        for h in range(hours)
+    }  # fmt: skip
+    config = DriftConfig()
+    starts = [T0 + h * HOUR for h in range(shift, hours)]
+    replay = {
+        w.start: sorted((f.kind, f.continued) for f in e.findings if f.status == "alert")
+        for w, _, e in evaluate_counts(counts, starts, config)
+    }
+    assert any(("false_positive_rate_shift", False) in a for a in replay.values())
+    for s in starts:
+        first, last = counts_span([s], config)
+        alone = {t: c for t, c in counts.items() if first <= t < last}
+        [(_, _, e)] = list(evaluate_counts(alone, [s], config))
+        got = sorted((f.kind, f.continued) for f in e.findings if f.status == "alert")
+        assert got == replay[s], s
+
+
+def test_a_continuation_needs_an_alert_after_benjamini_hochberg() -> None:
+    """60 scopes at 100 refusals an hour; one rises from 30% to 42% false positives. An
+    hour whose 6-hour test passed alpha but not BH's q (60 scopes' p-values) sent no
+    alert: the next hour's alert is the episode's first, not its continuation."""
+    rng = np.random.default_rng(0)
+    scopes = [Scope(policy_bundle="b", model=f"m{i % 6}", product=f"p{i}") for i in range(60)]
+    hours, shift = 24 * 8, 24 * 7
+    counts = {}
+    for h in range(hours):
+        per = {}
+        for s in scopes:
+            n = int(rng.poisson(100))
+            p = 0.42 if s == scopes[0] and h >= shift else 0.3
+            per[s] = WindowCounts(refusals=n, false_positives=int(rng.binomial(n, p)),
+                                  categories={"a": n})  # fmt: skip
+        counts[T0 + h * HOUR] = per
+    starts = [T0 + h * HOUR for h in range(shift, shift + 12)]
+    fired = [
+        f
+        for _, _, e in evaluate_counts(counts, starts, DriftConfig())
+        for f in e.findings
+        if f.scope == scopes[0] and f.kind == "false_positive_rate_shift" and f.status == "alert"
+    ]
+    assert fired and fired[0].resolution == 6
+    assert [f.continued for f in fired] == [False] + [True] * (len(fired) - 1)
+
+
+def test_an_hourly_alert_names_the_baseline_it_was_tested_against() -> None:
+    """``alerts_baseline_windows`` may exceed the 28-day cap of a trailing baseline; the
+    resolution-1 test pools 672 hours, and its alert (baseline, evidence query, summary) must
+    say so, not the 1,000 hours configured."""
+    config = DriftConfig(baseline_windows=1000)
+    hours = 1100
+    counts = {
+        T0 + h * HOUR: {
+            SCOPE: WindowCounts(
+                refusals=400, false_positives=120 if h < hours - 1 else 220, categories={"a": 400}
+            )
+        }
+        for h in range(hours)
+    }
+    [(window, baseline, e)] = list(evaluate_counts(counts, [T0 + (hours - 1) * HOUR], config))
+    [f] = [f for f in e.alerts if f.kind == "false_positive_rate_shift" and f.scope == SCOPE]
+    assert f.resolution == 1 and f.baseline_counts["refusals"] == 672 * 400
+    alert = to_alert(f, window, baseline, "db", config, T0)
+    assert alert.baseline.end == window.start
+    assert alert.baseline.end - alert.baseline.start == 672 * HOUR
+    assert alert.evidence_window == window

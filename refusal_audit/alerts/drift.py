@@ -182,13 +182,16 @@ def _index(t: datetime, origin: datetime, config: DriftConfig) -> int:
 
 def counts_span(starts: Sequence[datetime], config: DriftConfig) -> tuple[datetime, datetime]:
     """``[first, last)``: the windows whose counts the evaluation of ``starts`` reads (every
-    resolution's period and baseline)."""
+    resolution's period and baseline, for the window itself and for the windows up to the
+    coarsest resolution - 1 before it, which the continuation check re-tests)."""
     firsts, lasts = [], []
+    resolutions = config.resolutions or (1,)
     for s in starts:
-        for k in config.resolutions or (1,):
-            period, base = resolution_bounds(s, k, config)
-            firsts += [period.start, base.start]
-            lasts += [period.end, base.end]
+        for back in sorted({0, max(resolutions) - 1}):
+            for k in resolutions:
+                period, base = resolution_bounds(s - config.window * back, k, config)
+                firsts += [period.start, base.start]
+                lasts += [period.end, base.end]
     return min(firsts), max(lasts)
 
 
@@ -321,15 +324,14 @@ def to_alert(
 
     ``window`` is the evaluated window; the evidence covers the period of the finding's
     resolution that ends with it (``evidence_window``, the window itself at resolution 1)
-    and was compared with that period's ``baseline`` (``resolution_bounds``; the
-    ``baseline`` argument is the finest resolution's). The id is deterministic: kind, scope
-    and the evidence period (at resolution 1 the window, as before resolutions existed).
+    and was compared with that period's baseline (``resolution_bounds``, as tested; the
+    ``baseline`` argument, the uncapped trailing one, is not used). The id is
+    deterministic: kind, scope and the evidence period (at resolution 1 the window, as
+    before resolutions existed).
     """
-    period, baseline = (
-        (window, baseline)
-        if f.resolution == 1
-        else resolution_bounds(window.start, f.resolution, config)
-    )
+    # the tested period and baseline (at resolution 1 the window and a trailing baseline
+    # capped at max_baseline_seconds, which may be shorter than ``baseline``)
+    period, baseline = resolution_bounds(window.start, f.resolution, config)
     sql = evidence_query(
         f.kind,
         f.scope,
