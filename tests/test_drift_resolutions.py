@@ -324,3 +324,20 @@ def test_an_hourly_alert_names_the_baseline_it_was_tested_against() -> None:
     assert alert.baseline.end == window.start
     assert alert.baseline.end - alert.baseline.start == 672 * HOUR
     assert alert.evidence_window == window
+
+
+def test_two_new_categories_in_one_window_are_two_alerts() -> None:
+    """Each new category is its own alert (its id names the category); other kinds' ids are
+    kind, scope and period as before."""
+    from processors.drift import new_categories
+
+    settings = DetectorSettings(new_category_min=5)
+    cur = WindowCounts(refusals=400, categories={"x": 10, "y": 12, "old": 378})
+    base = WindowCounts(refusals=9000, categories={"old": 9000})
+    findings = [f for f in new_categories(SCOPE, cur, base, settings) if f.status == "alert"]
+    assert sorted(f.moved for f in findings) == [("x",), ("y",)]
+    window = TimeWindow(start=T0, end=T0 + HOUR)
+    config = DriftConfig()
+    alerts = [to_alert(f, window, window, "db", config, T0) for f in findings]
+    assert len({a.alert_id for a in alerts}) == 2
+    assert alerts[0].alert_id == alert_id("new_category", SCOPE, T0, T0 + HOUR, "x")

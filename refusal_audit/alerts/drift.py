@@ -312,6 +312,13 @@ def describe(f: Finding, window: TimeWindow, baseline: TimeWindow) -> str:
     return f"{what} ({test})."
 
 
+def _id_extra(f: Finding) -> tuple[str, ...]:
+    """What an alert id adds to kind, scope and period: the category of a ``new_category``
+    finding (one window may bring several new categories, each its own alert; before
+    2026-12-05 they shared one id and the publisher kept only the first)."""
+    return tuple(f.moved) if f.kind == "new_category" else ()
+
+
 def to_alert(
     f: Finding,
     window: TimeWindow,
@@ -349,7 +356,7 @@ def to_alert(
     summary = f"{describe(f, period, baseline)}{late} Reproduce the counts with: {sql}"
     threshold = config.detectors.fdr if f.p_value is not None else f.effect_threshold
     return Alert(
-        alert_id=alert_id(f.kind, f.scope, period.start, period.end),
+        alert_id=alert_id(f.kind, f.scope, period.start, period.end, *_id_extra(f)),
         kind=f.kind,
         severity=f.severity,
         scope=f.scope,
