@@ -64,7 +64,7 @@ def render(
         return
     table = Table(title=title)
     for column in columns:
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # wrap, never cut a value short
     for row in rows:
         table.add_row(*(_cell(v) for v in row))
     console.print(table)

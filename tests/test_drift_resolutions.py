@@ -341,3 +341,27 @@ def test_two_new_categories_in_one_window_are_two_alerts() -> None:
     alerts = [to_alert(f, window, window, "db", config, T0) for f in findings]
     assert len({a.alert_id for a in alerts}) == 2
     assert alerts[0].alert_id == alert_id("new_category", SCOPE, T0, T0 + HOUR, "x")
+
+
+def test_the_evaluate_summary_tells_no_alert_from_could_not_look() -> None:
+    """``alerts evaluate``'s closing line counts every status (continuations apart) and the
+    periods tested, so a run that could not look anywhere does not read like a quiet one."""
+    from refusal_audit.alerts.cli import coverage_summary
+
+    def row(status: str, hours: int, continued: bool = False) -> dict[str, object]:
+        return {"status": status, "resolution_seconds": hours * 3600, "continued": continued}
+
+    rows = [
+        row("alert", 6),
+        row("alert", 6, continued=True),
+        row("no_change", 1),
+        row("no_change", 24),
+        row("insufficient_data", 168),
+        row("insufficient_data", 168),
+    ]
+    assert coverage_summary(rows) == (
+        "6 finding(s): 1 alerting (1 more continuing earlier alerts), 2 no change, "
+        "2 could not look (insufficient data); tested over 1h 1, 6h 2, 1d 1"
+    )
+    quiet = coverage_summary([row("insufficient_data", 168)] * 3)
+    assert "0 alerting" in quiet and "3 could not look" in quiet and "tested over" not in quiet

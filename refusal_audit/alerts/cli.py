@@ -8,7 +8,9 @@ new alerts exactly like the worker's leader does.
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import orjson
 import typer
@@ -96,6 +98,32 @@ def alerts_list(
     ]
     columns = ["window", "kind", "severity", "scope", "effect", "q", "alert_id", "summary"]
     render(columns, rows, OutputFormat.table, console)
+
+
+def coverage_summary(rows: list[dict[str, Any]]) -> str:
+    """The closing line of ``alerts evaluate``: findings by status, so "no alert" reads apart
+    from "could not look" (``insufficient_data``), and the tested ones by the period tested,
+    e.g. ``12 finding(s): 1 alerting (2 continuing), 8 no change, 3 could not look; tested
+    over 1h 5, 6h 4``. ``rows`` are the command's finding records (``status``,
+    ``resolution_seconds``, ``continued``)."""
+    by_status = Counter(str(r["status"]) for r in rows)
+    continuing = sum(1 for r in rows if r["status"] == "alert" and r.get("continued"))
+    periods = Counter(
+        int(r["resolution_seconds"]) for r in rows if r["status"] in ("alert", "no_change")
+    )
+    alerting = by_status["alert"] - continuing
+    parts = [
+        f"{alerting} alerting"
+        + (f" ({continuing} more continuing earlier alerts)" if continuing else ""),
+        f"{by_status['no_change']} no change",
+        f"{by_status['insufficient_data']} could not look (insufficient data)",
+    ]
+    tested = ", ".join(f"{_period(s)} {n}" for s, n in sorted(periods.items()))
+    return (
+        f"{len(rows)} finding(s): "
+        + ", ".join(parts)
+        + (f"; tested over {tested}" if tested else "")
+    )
 
 
 def alerts_evaluate(
@@ -197,6 +225,7 @@ def alerts_evaluate(
                 "scope": f.scope.key,
                 "kind": f.kind,
                 "status": f.status,
+                "continued": f.continued,
                 "resolution_seconds": f.resolution * cfg.alerts_window_seconds,
                 "severity": f.severity if f.status == "alert" else "",
                 "statistic": f.statistic_name,
@@ -223,7 +252,9 @@ def alerts_evaluate(
                     r["status"],
                     _period(int(str(r["resolution_seconds"]))),
                     r["severity"],
-                    f"{r['effect']:.3g} {r['effect_name']}".strip(),
+                    "-"
+                    if r["status"] == "insufficient_data"
+                    else f"{r['effect']:.3g} {r['effect_name']}".strip(),
                     "-" if r["q_value"] is None else f"{r['q_value']:.2g}",
                     r["note"],
                 )
@@ -246,8 +277,7 @@ def alerts_evaluate(
                 f"(closes at {e.window.end + grace:%Y-%m-%d %H:%M:%S} UTC): events may still "
                 "join it"
             )
-    alerting = sum(1 for r in rows if r["status"] == "alert")
-    msg = f"{len(evaluations)} window(s), {len(rows)} finding(s), {alerting} alerting"
+    msg = f"{len(evaluations)} window(s), {coverage_summary(rows)}"
     if publish or store_only:
         msg += f"; {len(published)} new alert(s) {'published' if publish else 'stored'}"
     err.print(msg)
