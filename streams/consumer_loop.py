@@ -14,7 +14,7 @@ timeout or a message limit:
    stores or produces its results, and returns :class:`Handled`: the outputs to publish,
    the dead letters and how many messages (a prefix of the batch) it handled (unless the
    loop is stopping, the rest of the batch is handed over again: :meth:`ConsumerLoop.rewind`);
-3. sends the outputs and then the dead letters (``streams.sink.dead_letter_message``: the
+3. sends the outputs and then the dead letters (``streams.dead_letters.dead_letter_message``: the
    original key and headers kept) on one idempotent producer and waits for the broker to
    confirm every one;
 4. only then commits the offsets after the handled messages (synchronously).
@@ -58,8 +58,13 @@ from processors.redaction import Redactor
 from schemas.deadletter import DeadLetter, DeadLetterStage
 from streams import clients
 from streams.clients import SERVICE_CONSUMER, Brokers
+from streams.dead_letters import (
+    OriginalRecord,
+    dead_letter_message,
+    kafka_location,
+    original_record,
+)
 from streams.producer import DeliveryError, TopicWriter, make_producer
-from streams.sink import OriginalRecord, dead_letter_message, kafka_location, original_record
 from streams.topics import admin_client, require_topic
 
 EXIT_CRASH = 70
