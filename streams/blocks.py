@@ -143,12 +143,6 @@ class BlockReader:
             logger.warning("the block is stored but its offsets not committed (%s): the next "
                            "commit covers them", error)  # fmt: skip
 
-    def lag(self) -> int:
-        """Records not yet committed over the assigned partitions (-1 when no partition's
-        lag could be read; ``GroupConsumer.lag``)."""
-        lags = self.group.lag()
-        return sum(lags.values()) if lags or not self.group.assigned else -1
-
     def close(self) -> None:
         """Leave the group."""
         self.group.close()
