@@ -2,7 +2,8 @@
 
 A :class:`BlockReader` consumes topics in a consumer group with ``read_committed`` (so it
 sees only the outputs of committed worker transactions) and hands out :class:`Block` s bounded
-by rows, bytes and time, whichever comes first. The caller inserts a block and then calls
+by rows, bytes and time, whichever comes first (a bounded batch of the one consumer core,
+``streams.group_consumer``). The caller inserts a block and then calls
 :meth:`BlockReader.commit`; offsets are committed synchronously, only then, so a crash
 between the insert and the commit redelivers the block (at least once), and the insert's
 deduplication token (:meth:`Block.dedup_token`, from topic, partition and offset range, the
@@ -16,23 +17,16 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import (
-    TIMESTAMP_NOT_AVAILABLE,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    TopicPartition,
-)
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaException, Message, TopicPartition
 
 from streams import clients
 from streams.clients import STREAM_READER, Brokers
+from streams.group_consumer import BatchBounds, GroupConsumer
 
 log = logging.getLogger("refusal_audit.blocks")
 
@@ -83,7 +77,9 @@ class Block:
 
 
 class BlockReader:
-    """Blocks of committed records from ``topics`` in consumer group ``group_id``.
+    """Blocks of committed records from ``topics`` in consumer group ``group_id``, on the
+    one consumer core (``streams.group_consumer.GroupConsumer``); its commit strategy: the
+    caller commits a block (:meth:`commit`, :meth:`commit_stored`) only after storing it.
 
     Not thread-safe: use from one thread. Raises ``KafkaException`` on consumer errors.
     """
@@ -97,55 +93,40 @@ class BlockReader:
         **extra: Any,
     ) -> None:
         self.limits = limits
-        self.generation = 0
-        self.consumer = clients.consumer(
-            bootstrap_servers, group_id, **STREAM_READER,
-            **{"fetch.max.bytes": 64 * 1024 * 1024, **extra},
+        self.group = GroupConsumer(
+            clients.consumer_config(
+                bootstrap_servers, group_id, **STREAM_READER,
+                **{"fetch.max.bytes": 64 * 1024 * 1024, **extra},
+            ),
+            topics,
+            log,
         )  # fmt: skip
-        self.consumer.subscribe(topics, on_assign=self._changed, on_revoke=self._changed,
-                                on_lost=self._changed)  # fmt: skip
 
-    def _changed(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self.generation += 1
+    @property
+    def generation(self) -> int:
+        """The assignment generation (0: never assigned nor revoked, it never joined)."""
+        return self.group.generation
 
     def next_block(self, stop: threading.Event | None = None) -> Block | None:
         """The next block (module docstring), or None when nothing came within
         ``max_wait`` or ``stop`` was set. A rebalance while the block fills drops what was
         read before it (read again from the committed offsets, by whoever owns it now)."""
-        block = Block()
-        generation = self.generation
         limits = self.limits
         # until the first record: wait up to max_wait; after it: close max_wait later
-        deadline = time.monotonic() + limits.max_wait
-        while block.rows < limits.max_rows and block.bytes < limits.max_bytes:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or (stop is not None and stop.is_set()):
-                break
-            batch = self.consumer.consume(
-                num_messages=min(10_000, limits.max_rows - block.rows), timeout=min(remaining, 0.5)
-            )
-            if self.generation != generation:
-                # a rebalance inside consume: what was read before it is dropped (the new
-                # assignment fetches from the committed offsets again); this batch is
-                # already of the new assignment
-                block, generation = Block(), self.generation
-                deadline = time.monotonic() + limits.max_wait
-            for msg in batch:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise KafkaException(err)
-                if not block.rows:
-                    deadline = time.monotonic() + limits.max_wait
-                block.add(msg)
+        bounds = BatchBounds(
+            max_messages=limits.max_rows, max_wait=limits.max_wait, max_bytes=limits.max_bytes,
+            wait_from_first=True, poll_slice=0.5, per_poll=10_000,
+        )  # fmt: skip
+        block = Block()
+        for msg in self.group.poll_batch(bounds, stop).messages:
+            block.add(msg)
         return block if block.rows else None
 
     def commit(self, block: Block) -> None:
         """Commit the block's offsets (synchronously). Raises ``KafkaException`` (e.g. the
         partitions were revoked: the block is read again by their new owner, and the
         deduplicated insert makes that harmless)."""
-        self.consumer.commit(offsets=block.offsets(), asynchronous=False)
+        self.group.commit(block.offsets())
 
     def commit_stored(self, block: Block, logger: logging.Logger) -> None:
         """Commit the stored block's offsets. A failed commit that is not fatal (the group
@@ -156,25 +137,15 @@ class BlockReader:
         try:
             self.commit(block)
         except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            if not isinstance(error, KafkaError) or error.fatal():
+            error = clients.error_of(exc)
+            if error is None or error.fatal():
                 raise
             logger.warning("the block is stored but its offsets not committed (%s): the next "
                            "commit covers them", error)  # fmt: skip
 
-    def lag(self) -> int:
-        """Records behind the high watermark, over the assigned partitions."""
-        total = 0
-        for tp in self.consumer.assignment():
-            _, high = self.consumer.get_watermark_offsets(tp, timeout=5, cached=True)
-            position = self.consumer.position([tp])[0].offset
-            if high >= 0 and position >= 0:
-                total += max(0, high - position)
-        return total
-
     def close(self) -> None:
         """Leave the group."""
-        self.consumer.close()
+        self.group.close()
 
 
 def written_at(msg: Message) -> int | None:

@@ -1,11 +1,13 @@
-"""The one consumer loop of the service consumers (issue 26): clarification
+"""The service consumers' loop (issue 26): clarification
 (``refusal_audit.clarification.kafka.KafkaLoop``), calibration and A/B
-(``refusal_audit.calibration.consumers.CalibrateConsumer`` and ``ABConsumer``).
+(``refusal_audit.calibration.consumers.CalibrateConsumer`` and ``ABConsumer``), on the one
+consumer core (``streams.group_consumer.GroupConsumer``) with its commit strategy: the
+offsets committed synchronously after the handler and the broker's confirmation.
 
 :class:`ConsumerLoop` joins a consumer group (a consumer of ``streams.clients``: no automatic
 commit, ``read_committed``, the short service session), then until :meth:`ConsumerLoop.stop`
-(SIGTERM/SIGINT through :func:`stop_on_signals`, or the caller's own shutdown), an idle
-timeout or a message limit:
+(SIGTERM/SIGINT through ``streams.group_consumer.stop_on_signals``, or the caller's own
+shutdown), an idle timeout or a message limit:
 
 1. polls a batch of at most ``batch_size`` messages (what arrived within ``batch_wait``
    seconds; a batch of one is message-at-a-time); a poll error is logged and passed over;
@@ -14,8 +16,8 @@ timeout or a message limit:
    stores or produces its results, and returns :class:`Handled`: the outputs to publish,
    the dead letters and how many messages (a prefix of the batch) it handled (unless the
    loop is stopping, the rest of the batch is handed over again: :meth:`ConsumerLoop.rewind`);
-3. sends the outputs and then the dead letters (``streams.sink.dead_letter_message``: the
-   original key and headers kept) on one idempotent producer and waits for the broker to
+3. sends the outputs and then the dead letters (``streams.dead_letters.dead_letter_message``:
+   the original key and headers kept) on one idempotent producer and waits for the broker to
    confirm every one;
 4. only then commits the offsets after the handled messages (synchronously).
 
@@ -31,26 +33,24 @@ one.
 
 The transactional worker (``streams.transactional``: consume-transform-produce, offsets
 committed inside the output transaction) and the warehouse sink (``streams.blocks``: large
-blocks over four topics, offsets committed after the block's deduplicated insert) read
-differently; they share the client factory (``streams.clients``) and this module's stop
-signal handling where it fits (docs/architecture.md, "The Kafka side").
+blocks over four topics, offsets committed after the block's deduplicated insert) are the
+core's two other readers; they differ from this loop in their commits only
+(docs/architecture.md, "The Kafka side").
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from types import FrameType
 from typing import Any, Protocol
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from processors.adapters import SourceRecord
 from processors.intake import make_dead_letter
@@ -58,8 +58,14 @@ from processors.redaction import Redactor
 from schemas.deadletter import DeadLetter, DeadLetterStage
 from streams import clients
 from streams.clients import SERVICE_CONSUMER, Brokers
+from streams.dead_letters import (
+    OriginalRecord,
+    dead_letter_message,
+    kafka_location,
+    original_record,
+)
+from streams.group_consumer import BatchBounds, GroupConsumer, as_partitions, next_offsets
 from streams.producer import DeliveryError, TopicWriter, make_producer
-from streams.sink import OriginalRecord, dead_letter_message, kafka_location, original_record
 from streams.topics import admin_client, require_topic
 
 EXIT_CRASH = 70
@@ -164,8 +170,14 @@ class ConsumerLoop:
         self.handler = handler
         self.log = logger
         self.writer = TopicWriter(make_producer(brokers))
-        self.consumer = clients.consumer(
-            brokers, config.group, **{**SERVICE_CONSUMER, **config.consumer_overrides}
+        self.group = GroupConsumer(
+            clients.consumer_config(
+                brokers, config.group, **{**SERVICE_CONSUMER, **config.consumer_overrides}
+            ),
+            config.topics,
+            logger,
+            on_assign=self._on_assign,
+            subscribe=False,
         )
         self.stopping = threading.Event()
         self.assigned = threading.Event()
@@ -175,7 +187,7 @@ class ConsumerLoop:
         """Ask ``run`` to return after the message in hand (thread- and signal-safe)."""
         self.stopping.set()
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, partitions: list[TopicPartition]) -> None:
         if self.config.log_assignments:
             self.log.info("%s: assigned %s", self.config.name, [p.partition for p in partitions])
         self.assigned.set()
@@ -184,7 +196,7 @@ class ConsumerLoop:
         """Consume until stopped (module docstring); return what was done. Raises
         :class:`ConsumeError` (the batch in hand is not committed)."""
         config = self.config
-        self.consumer.subscribe(list(config.topics), on_assign=self._on_assign)
+        self.group.subscribe()
         group = f" (group {config.group})" if config.group != config.name else ""
         self.log.info("%s: consuming %s%s", config.name, ", ".join(config.topics), group)
         idle_since: float | None = None
@@ -195,7 +207,8 @@ class ConsumerLoop:
                     want = min(want, config.max_messages - self.stats.messages)
                     if want <= 0:
                         break
-                batch = self._usable(self.consumer.consume(want, config.batch_wait))
+                bounds = BatchBounds(max_messages=want, max_wait=config.batch_wait)
+                batch = self.group.poll_batch(bounds, on_error=self._poll_error).messages
                 if batch:
                     self._process_or_crash(batch)
                     idle_since = None
@@ -211,15 +224,8 @@ class ConsumerLoop:
             self.close()
         return self.stats
 
-    def _usable(self, messages: Iterable[Message]) -> list[Message]:
-        batch = []
-        for msg in messages:
-            error = msg.error()
-            if error is None:
-                batch.append(msg)
-            elif error.code() != KafkaError._PARTITION_EOF:
-                self.log.warning("%s: consumer error: %s", self.config.name, error)
-        return batch
+    def _poll_error(self, error: KafkaError) -> None:
+        self.log.warning("%s: consumer error: %s", self.config.name, error)
 
     def _process_or_crash(self, batch: Sequence[Message]) -> None:
         if not self.config.exit_on_error:
@@ -259,13 +265,8 @@ class ConsumerLoop:
         """Seek each partition of ``messages`` back to its first one, so the loop's next
         polls hand them over again (the consumer's position is past them; a later commit
         would skip them). Raises :class:`ConsumeError` when a seek fails."""
-        first: dict[tuple[str, int], int] = {}
-        for msg in messages:
-            key = (msg.topic() or "", msg.partition() or 0)
-            first[key] = min(first.get(key, msg.offset() or 0), msg.offset() or 0)
         try:
-            for (topic, partition), offset in sorted(first.items()):
-                self.consumer.seek(TopicPartition(topic, partition, offset))
+            self.group.rewind_to(messages)
         except KafkaException as exc:
             raise ConsumeError(f"seeking back to the unhandled messages failed: {exc}") from exc
 
@@ -274,15 +275,11 @@ class ConsumerLoop:
         the partitions were reassigned is logged when ``reassigned_commit_ok`` (the messages
         are redelivered to their new owner); any other failure raises
         :class:`ConsumeError`."""
-        last: dict[tuple[str, int], int] = {}
-        for msg in messages:
-            key = (msg.topic() or "", msg.partition() or 0)
-            last[key] = max(last.get(key, -1), msg.offset() or 0)
-        if not last:
+        offsets = as_partitions(next_offsets(messages))
+        if not offsets:
             return
-        offsets = [TopicPartition(t, p, o + 1) for (t, p), o in sorted(last.items())]
         try:
-            result = self.consumer.commit(offsets=offsets, asynchronous=False)
+            result = self.group.commit(offsets)
         except KafkaException as exc:
             error = clients.error_of(exc)
             if (
@@ -295,7 +292,7 @@ class ConsumerLoop:
                                  error)  # fmt: skip
                 return
             raise ConsumeError(f"committing offsets failed: {exc}") from exc
-        failed = [tp for tp in result or [] if tp.error is not None]
+        failed = [tp for tp in result if tp.error is not None]
         if failed:
             raise ConsumeError(f"committing offsets failed: {failed[0].error}")
 
@@ -303,7 +300,7 @@ class ConsumerLoop:
         """Leave the group and flush the producer (nothing more is committed). Never
         raises."""
         try:
-            self.consumer.close()
+            self.group.close()
         except Exception as exc:  # closing must not hide why the loop ended
             self.log.warning("%s: closing the consumer failed: %s", self.config.name, exc)
         self.writer.producer.flush(5.0)
@@ -345,27 +342,6 @@ def require_topics(brokers: Brokers, names: Iterable[str]) -> None:
         require_topic(admin, name)
 
 
-def stop_on_signals(
-    stop: Callable[[], None],
-    name: str,
-    logger: logging.Logger,
-    what: str = "stopping after the message in hand",
-) -> None:
-    """Make SIGTERM and SIGINT call ``stop`` (a loop returns after the message in hand),
-    logged as ``<name>: <SIGNAL> received, <what>``; a second signal ends the process at
-    once, uncommitted. Call from the main thread. The service consumers' commands and the
-    worker's and sink's (``what``: ``stopping``) use it."""
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        logger.info("%s: %s received, %s", name, signal.Signals(signum).name, what)
-        stop()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-
-
 def crash(name: str, msg: Message, exc: BaseException, logger: logging.Logger) -> None:
     """Log and exit at once (status :data:`EXIT_CRASH`) without committing ``msg``. Does not
     return."""
@@ -390,5 +366,4 @@ __all__ = [
     "crash",
     "dead_letter",
     "require_topics",
-    "stop_on_signals",
 ]

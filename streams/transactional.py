@@ -27,6 +27,11 @@ rewinds; a consumer that failed fatally is renewed. Fenced by a newer live insta
 same transactional id, or recovery failing for ``recovery_seconds``, raises
 :class:`TransactionFatal`: the process must exit.
 
+The consumer side (subscribing, the assignment and its generation, the bounded poll, the
+rewind to the committed offsets, the lag) is the one consumer core's
+(``streams.group_consumer.GroupConsumer``); what is this module's is the commit strategy: the
+offsets inside the producer's transaction, and the recovery of that producer.
+
 Pure Kafka: no audit logic here. The caller (``refusal_audit.streaming``) turns a window into
 output messages.
 """
@@ -53,10 +58,10 @@ from streams.clients import (
     STREAM_READER,
     STREAM_SESSION_TIMEOUT_MS,
     Brokers,
-    build_consumer,
     consumer_config,
     transactional_producer_config,
 )
+from streams.group_consumer import BatchBounds, GroupConsumer, as_partitions, next_offsets
 from streams.producer import Headers
 from streams.txn_producer import ProducerStuck, TxnProducer
 
@@ -100,7 +105,7 @@ class Window:
 
     def commit_offsets(self) -> list[TopicPartition]:
         """The offsets to commit with this window, as ``TopicPartition`` s."""
-        return [TopicPartition(t, p, o) for (t, p), o in sorted(self.offsets.items())]
+        return as_partitions(self.offsets)
 
 
 @dataclass(frozen=True)
@@ -143,7 +148,9 @@ def _fenced(exc: KafkaException) -> bool:
 
 
 class TransactionalStream:
-    """Windows in, one transaction per window out (module docstring).
+    """Windows in, one transaction per window out (module docstring), on the one consumer
+    core (``streams.group_consumer.GroupConsumer``); its commit strategy: the window's
+    offsets go inside the producer's transaction (:meth:`commit`).
 
     Not thread-safe: call :meth:`next_window`, :meth:`commit` and :meth:`close` from one
     thread (audit work may run elsewhere meanwhile). Raises ``KafkaException`` from the
@@ -156,18 +163,7 @@ class TransactionalStream:
         on_assignment: Callable[[int], None] | None = None,
     ):
         self.cfg = cfg
-        self.generation = 0
-        self.assigned: set[tuple[str, int]] = set()
-        # next offsets per assigned partition: the group's when assigned, then this stream's
-        self._committed: dict[tuple[str, int], int] = {}
-        self._group_unset: set[tuple[str, int]] = set()  # assigned, the group committed nothing
-        # assigned partitions whose committed offset the group would not give (lag()), and
-        # since when (time.monotonic()) some have been: a pending transactional offset
-        # commit (UNSTABLE_OFFSET_COMMIT) or a broker that does not answer
-        self.offsets_unreadable: tuple[tuple[str, int], ...] = ()
-        self.offsets_unreadable_since: float | None = None
         self._on_assignment = on_assignment
-        self._lock = threading.Lock()
         consumer_conf = consumer_config(
             cfg.bootstrap_servers, cfg.group_id, **STREAM_READER,
             **{"partition.assignment.strategy": "range",
@@ -184,168 +180,99 @@ class TransactionalStream:
         self.txn = TxnProducer(producer_conf, cfg.transaction_timeout_ms / 1000)
         self._txn_began = 0.0  # monotonic time the open transaction began
         self.recovering = False  # inside recover(): read by /health from another thread
-        self._consumer_conf = consumer_conf
-        self.consumer = self._subscribed()
-        self.consumer_renewals = 0
+        self.group = GroupConsumer(consumer_conf, cfg.topics, log, on_assign=self._assigned,
+                                   on_revoke=self._revoked)  # fmt: skip
 
-    def _subscribed(self) -> Consumer:
-        consumer = build_consumer(self._consumer_conf)
-        consumer.subscribe(
-            list(self.cfg.topics), on_assign=self._assigned, on_revoke=self._revoked,
-            on_lost=self._revoked,
-        )  # fmt: skip
-        return consumer
+    # -- the consumer core's state, as this stream's callers name it ----------------------------
+    @property
+    def consumer(self) -> Consumer:
+        """The current consumer (renewed by :meth:`renew_consumer`)."""
+        return self.group.consumer
+
+    @consumer.setter
+    def consumer(self, consumer: Consumer) -> None:
+        self.group.consumer = consumer
+
+    @property
+    def generation(self) -> int:
+        """The assignment generation (bumped on every assignment, revocation, loss or
+        renewal; 0: it never joined)."""
+        return self.group.generation
+
+    @property
+    def assigned(self) -> set[tuple[str, int]]:
+        """The (topic, partition) s assigned to this stream."""
+        return self.group.assigned
+
+    @property
+    def offsets_unreadable(self) -> tuple[tuple[str, int], ...]:
+        """Assigned partitions whose committed offset the group would not give (:meth:`lag`)."""
+        return self.group.offsets_unreadable
+
+    @property
+    def offsets_unreadable_since(self) -> float | None:
+        """Since when (``time.monotonic()``) some committed offsets have been unreadable."""
+        return self.group.offsets_unreadable_since
+
+    @property
+    def consumer_renewals(self) -> int:
+        """How many times the consumer was renewed."""
+        return self.group.renewals
 
     def renew_consumer(self, why: str) -> None:
         """Replace a consumer that failed fatally by a new one with the same configuration
-        (and ``group.instance.id``): librdkafka fences a static member's own rejoin after its
-        session expired in a broker outage ("Static consumer fenced by other consumer with
-        same group.instance.id", librdkafka #3437). The old consumer is closed in a thread of
-        its own (not waited for); nothing is assigned until the new one joins, and windows
-        read before are no longer owned (:meth:`still_owned`)."""
-        log.warning("renewing the consumer: %s", why)
-        old = self.consumer
-        threading.Thread(target=old.close, name="consumer-close", daemon=True).start()
-        with self._lock:
-            self.generation += 1
-            self.assigned = set()
-            self._committed.clear()
-            self._group_unset.clear()
-        self.consumer = self._subscribed()
-        self.consumer_renewals += 1
+        (``GroupConsumer.renew``: librdkafka #3437); windows read before are no longer owned
+        (:meth:`still_owned`)."""
+        self.group.renew(why)
 
     # -- rebalance callbacks (run inside consume) ---------------------------------------------
-    def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        with self._lock:
-            self.generation += 1
-            self.assigned = {(p.topic, p.partition) for p in partitions}
+    def _assigned(self, partitions: list[TopicPartition]) -> None:
         log.info("assigned %d partitions (generation %d)", len(partitions), self.generation)
         if self._on_assignment is not None:
             self._on_assignment(len(partitions))
 
-    def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        with self._lock:
-            self.generation += 1
-            self.assigned -= {(p.topic, p.partition) for p in partitions}
-            for p in partitions:  # another member may commit there now
-                self._committed.pop((p.topic, p.partition), None)
-                self._group_unset.discard((p.topic, p.partition))
+    def _revoked(self, partitions: list[TopicPartition]) -> None:
         log.info("revoked %d partitions (generation %d)", len(partitions), self.generation)
 
     # -- windows -------------------------------------------------------------------------------
     def next_window(
         self, stop: threading.Event | None = None, until: Callable[[], bool] | None = None
     ) -> Window | None:
-        """Read up to ``take_max`` records, waiting at most ``take_within`` seconds after the
-        first one (and returning None when none came within ``take_within``, or ``stop`` is
-        set). ``until()`` true ends the window early with what it holds (checked between
-        polls, every 0.25 s at most: a pipelined caller whose previous window is ready to
-        commit). Raises ``KafkaException`` for a consumer error other than a partition EOF,
-        and :class:`WindowAborted` after renewing a consumer that failed fatally
+        """Read up to ``take_max`` records within ``take_within`` seconds of the call
+        (returning None when none came, or ``stop`` is set). ``until()`` true ends the
+        window early with what it holds (checked between polls, every 0.25 s at most: a
+        pipelined caller whose previous window is ready to commit). Raises
+        ``KafkaException`` for a consumer error other than a partition EOF, and
+        :class:`WindowAborted` after renewing a consumer that failed fatally
         (:meth:`renew_consumer`): drop the windows in hand, they are consumed again."""
-        records: list[Message] = []
-        deadline = time.monotonic() + self.cfg.take_within
-        generation = self.generation
-        while len(records) < self.cfg.take_max:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or (stop is not None and stop.is_set()):
-                break
-            if until is not None and until():
-                break
-            batch = self.consumer.consume(
-                num_messages=self.cfg.take_max - len(records), timeout=min(remaining, 0.25)
-            )
-            if self.generation != generation:  # a rebalance inside consume: start over
-                records, generation = [], self.generation
-            for msg in batch:
-                err = msg.error()
-                if err is None:
-                    records.append(msg)
-                elif err.fatal() or err.code() == KafkaError._FATAL:
-                    self.renew_consumer(f"fatal consumer error: {err}")
-                    raise WindowAborted(f"the consumer failed ({err}) and was renewed")
-                elif err.code() != KafkaError._PARTITION_EOF:
-                    raise KafkaException(err)
-        if not records:
+        bounds = BatchBounds(self.cfg.take_max, self.cfg.take_within, poll_slice=0.25)
+        polled = self.group.poll_batch(bounds, stop, until, on_error=self._poll_error)
+        if not polled.messages:
             return None
-        offsets: dict[tuple[str, int], int] = {}
-        for msg in records:
-            key = (msg.topic() or "", msg.partition() or 0)
-            offsets[key] = max(offsets.get(key, 0), (msg.offset() or 0) + 1)
-        return Window(records, offsets, generation)
+        return Window(polled.messages, next_offsets(polled.messages), polled.generation)
+
+    def _poll_error(self, err: KafkaError) -> None:
+        if err.fatal() or err.code() == KafkaError._FATAL:
+            self.renew_consumer(f"fatal consumer error: {err}")
+            raise WindowAborted(f"the consumer failed ({err}) and was renewed")
+        raise KafkaException(err)
 
     def lag(self, timeout: float = 2.0) -> dict[tuple[str, int], int]:
-        """Per assigned (topic, partition): the high watermark minus the group's committed
-        offset there (the low watermark when the group committed nothing): the records not
-        yet committed (0 or more), as ``kafka-consumer-groups`` reports them. The committed
-        offset is asked of the group once per assignment (a committed-offset request waits
-        for open transactions to settle) and then followed by this stream's own commits;
-        partitions whose offsets cannot be read within ``timeout`` seconds are left out, and
-        named in :attr:`offsets_unreadable` (with :attr:`offsets_unreadable_since`, the
-        monotonic time since when some have been) so a caller can tell "no lag" from "lag
-        unknown". Call it from the polling thread."""
-        out: dict[tuple[str, int], int] = {}
-        assigned = sorted(self.assigned)
-        try:
-            self._read_committed([tp for tp in assigned if tp not in self._committed], timeout)
-        except KafkaException as exc:
-            log.info("committed offsets not read: %s", exc)
-        self._note_unreadable(
-            [tp for tp in assigned if tp not in self._committed and tp not in self._group_unset]
-        )
-        for topic, partition in assigned:
-            tp = TopicPartition(topic, partition)
-            try:
-                low, high = self.consumer.get_watermark_offsets(tp, timeout=timeout)
-            except KafkaException as exc:
-                log.info("consumer lag of %s[%d] not read: %s", topic, partition, exc)
-                continue
-            at = self._committed.get((topic, partition))
-            if at is None and (topic, partition) not in self._group_unset:
-                continue  # the group's offset is not known yet
-            out[(topic, partition)] = max(0, high - max(at or 0, low))
-        return out
-
-    def _note_unreadable(self, partitions: list[tuple[str, int]]) -> None:
-        """Record which assigned partitions' committed offsets are unknown after a read, and
-        since when some have been (kept while the set is not empty)."""
-        self.offsets_unreadable = tuple(partitions)
-        if not partitions:
-            self.offsets_unreadable_since = None
-        elif self.offsets_unreadable_since is None:
-            self.offsets_unreadable_since = time.monotonic()
-
-    def _read_committed(self, partitions: list[tuple[str, int]], timeout: float) -> None:
-        """The group's committed offsets of ``partitions`` into ``_committed`` (a partition
-        the group committed nothing for is noted in ``_group_unset``)."""
-        if not partitions:
-            return
-        found = self.consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout)
-        with self._lock:
-            for tp in found:
-                key = (tp.topic, tp.partition)
-                if key not in self.assigned or key in self._committed:
-                    continue  # revoked meanwhile, or committed by this stream since
-                if tp.offset >= 0:
-                    self._committed[key] = tp.offset
-                    self._group_unset.discard(key)
-                else:
-                    self._group_unset.add(key)
+        """Per assigned (topic, partition) the records not yet committed
+        (``GroupConsumer.lag``: the high watermark minus the group's committed offset, as
+        ``kafka-consumer-groups`` reports them); partitions whose offsets cannot be read are
+        left out and named in :attr:`offsets_unreadable`. Call it from the polling thread."""
+        return self.group.lag(timeout)
 
     def reachable(self, timeout: float = 2.0) -> bool:
         """Whether the broker answers a metadata request for the input topics within
         ``timeout`` seconds (polling thread only)."""
-        try:
-            for topic in self.cfg.topics:
-                self.consumer.list_topics(topic, timeout=timeout)
-        except KafkaException:
-            return False
-        return True
+        return self.group.reachable(timeout)
 
     def still_owned(self, window: Window) -> bool:
         """True when every partition of ``window`` is still assigned to this consumer and no
         rebalance happened since it was read."""
-        return window.generation == self.generation and set(window.offsets) <= self.assigned
+        return self.group.owns(window.generation, window.offsets)
 
     def commit(
         self,
@@ -386,8 +313,7 @@ class TransactionalStream:
             if before_commit is not None:
                 before_commit(window)
             self.txn.call("commit_transaction", lambda p: p.commit_transaction(timeout), timeout)
-            self._committed.update(window.offsets)
-            self._group_unset.difference_update(window.offsets)
+            self.group.note_committed(window.offsets)
         except ProducerStuck as exc:
             self.recover(f"window not committed: {exc}")
             raise WindowAborted(f"transaction abandoned: {exc}") from exc
@@ -499,23 +425,17 @@ class TransactionalStream:
 
     def _rewind(self) -> None:
         """Seek every assigned partition back to its committed offset (the start of the
-        aborted window), so its records are consumed again. Raises ``KafkaException`` when
-        the committed offsets cannot be read (going on from the current position would skip
-        the aborted window's records)."""
-        assigned = [TopicPartition(t, p) for t, p in sorted(self.assigned)]
-        if not assigned:
-            return
-        for tp in self.consumer.committed(assigned, timeout=30):
-            offset = tp.offset
-            if offset < 0:  # nothing committed yet: from the start of the partition
-                offset, _ = self.consumer.get_watermark_offsets(tp, timeout=30)
-            self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+        aborted window), so its records are consumed again
+        (``GroupConsumer.rewind_to_committed``). Raises ``KafkaException`` when the committed
+        offsets cannot be read (going on from the current position would skip the aborted
+        window's records)."""
+        self.group.rewind_to_committed()
 
     def close(self) -> None:
         """Leave the group and release the producer (an open transaction is aborted by the
         broker after its timeout, or at once when the same transactional id starts again)."""
         try:
-            self.consumer.close()
+            self.group.close()
         finally:
             try:
                 self.txn.flush(5)

@@ -16,7 +16,7 @@ from processors.adapters import DecodeOptions, SourceRecord
 from processors.intake import IntakeSettings, make_dead_letter, prepare
 from refusal_audit.audit.readers import read_records
 from schemas.deadletter import DeadLetter
-from streams.sink import OriginalRecord, dead_letter_message, kafka_location
+from streams.dead_letters import OriginalRecord, dead_letter_message, kafka_location
 from warehouse import Warehouse
 
 REPO = Path(__file__).resolve().parents[1]

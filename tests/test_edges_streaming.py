@@ -32,8 +32,9 @@ from refusal_audit.config import load_settings
 from schemas.audit import BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
 from schemas.events import StoredEvent, StoredIdentity
+from streams.dead_letters import window_originals
 from streams.producer import DeliveryError, TopicWriter, make_producer
-from streams.sink import StreamSink, window_originals
+from streams.result_writer import ResultWriter
 from streams.tail import TailError, alert_consumer, tail
 from streams.topics import Topics
 
@@ -277,7 +278,7 @@ def test_dead_letter_copies_keep_key_headers_and_tombstones(
     events = consume_window(kafka_bootstrap, topics.input, len(sent))
     warehouse = Warehouse()
     writer = TopicWriter(make_producer(kafka_bootstrap))
-    sink = StreamSink(warehouse, writer, topics)  # type: ignore[arg-type]
+    sink = ResultWriter(warehouse, writer, topics)  # type: ignore[arg-type]
     pipeline = build_pipeline(load_settings(engine="local"), sink)
     # what refusal_audit/streaming/worker.py's process_window does, plus the originals it
     # should pass on

@@ -41,7 +41,7 @@ from refusal_audit.streaming.window_outputs import TopicOutputs
 from schemas.audit import StoredAssessment
 from schemas.events import StoredEvent
 from streams.blocks import Block
-from streams.sink import kafka_location, original_record
+from streams.dead_letters import kafka_location, original_record
 from streams.topics import ROLES, Topics
 from streams.transactional import OutputMessage
 from warehouse import Warehouse, connect, migrate

@@ -26,7 +26,7 @@ from refusal_audit.streaming.sink_rules import duplicate_reason, ms
 from refusal_audit.streaming.transactional_worker import TransactionalWorker
 from refusal_audit.streaming.warehouse_sink import WarehouseSink
 from streams.blocks import Block, BlockLimits, BlockReader
-from streams.sink import kafka_location
+from streams.dead_letters import kafka_location
 from streams.topics import Topics, admin_client, create_topics, topic_specs
 
 pytestmark = pytest.mark.kafka

@@ -1,4 +1,4 @@
-"""StreamSink: dead-letter headers, the topic copy kept under the producer's size limit, and
+"""ResultWriter: dead-letter headers, the topic copy kept under the producer's size limit, and
 the original key, headers and null value carried over (the real-broker round trip is in
 ``tests/test_edges_streaming.py``)."""
 
@@ -11,18 +11,18 @@ from typing import Any
 from processors.adapters import DecodeOptions, SourceRecord
 from processors.intake import IntakeSettings, prepare
 from schemas.deadletter import DeadLetter
-from streams.sink import (
+from streams.dead_letters import (
     MAX_ORIGINAL_HEADERS_BYTES,
     MAX_ORIGINAL_KEY_BYTES,
     MAX_TOPIC_MESSAGE_BYTES,
     MAX_TOPIC_RAW_BYTES,
     OriginalRecord,
-    StreamSink,
     dead_letter_headers,
     dead_letter_message,
     kafka_location,
     original_record,
 )
+from streams.result_writer import ResultWriter
 from streams.topics import Topics
 
 
@@ -63,7 +63,7 @@ def test_dead_letter_headers_name_the_source_record() -> None:
 
 def test_a_large_dead_letter_is_cut_for_the_topic_but_kept_whole_in_the_table() -> None:
     rec = Recorder()
-    sink = StreamSink(rec, rec, Topics.from_prefix("p."))  # type: ignore[arg-type]
+    sink = ResultWriter(rec, rec, Topics.from_prefix("p."))  # type: ignore[arg-type]
     big = letter(b"a" * (MAX_TOPIC_RAW_BYTES + 5000))
     sink.insert_dead_letters([big])
     (topic, value, key, headers) = rec.sent[0]
@@ -157,7 +157,7 @@ def test_large_original_headers_and_key_are_bounded_and_the_message_fits() -> No
 
 def test_the_sink_uses_the_originals_of_the_window() -> None:
     rec = Recorder()
-    sink = StreamSink(rec, rec, Topics.from_prefix("p."))  # type: ignore[arg-type]
+    sink = ResultWriter(rec, rec, Topics.from_prefix("p."))  # type: ignore[arg-type]
     sink.use_originals({("in", kafka_location(2, 41)): OriginalRecord(b"orig", (("h", b"v"),))})
     sink.insert_dead_letters([letter(b"x")])
     (_, _, key, headers) = rec.sent[0]
@@ -170,7 +170,7 @@ def test_the_sink_uses_the_originals_of_the_window() -> None:
 def test_a_dead_letter_message_with_broken_headers_is_refused_with_a_value_error() -> None:
     import pytest
 
-    from streams.sink import dead_letter_from_message
+    from streams.dead_letters import dead_letter_from_message
 
     value, _key, headers = dead_letter_message(letter(b"a" * (MAX_TOPIC_RAW_BYTES + 10)), None)
     assert dead_letter_from_message(value, headers).raw_truncated

@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 
 from refusal_audit.config import Settings
 from refusal_audit.streaming.transactional_worker import TransactionalWorker
-from streams.sink import dead_letter_from_message
+from streams.dead_letters import dead_letter_from_message
 from streams.topics import Topics, admin_client, create_topics, topic_specs
 from streams.transactional import Window
 

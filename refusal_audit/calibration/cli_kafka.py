@@ -90,7 +90,7 @@ def _consume(name: str, loop: WarehouseConsumer) -> None:
     """Run ``loop`` with SIGTERM/SIGINT stopping it after the message in hand (a second
     signal ends the process at once, uncommitted); exit 70 on ``ConsumeError``."""
     from refusal_audit.calibration.consumers import EXIT_CRASH, ConsumeError
-    from streams.consumer_loop import stop_on_signals
+    from streams.group_consumer import stop_on_signals
 
     stop_on_signals(loop.stop, name, logging.getLogger("refusal_audit.calibrate"))
     try:

@@ -9,7 +9,7 @@ Topics (``streams.topics``, names ``<kafka_topic_prefix><suffix>``):
   ``calibration_run_id``;
 - ``ab.events`` (in): the product's A/B events (``schemas/json/ab_event.schema.json``);
 - ``dead-letters`` (out): a message that cannot be processed, with its reason
-  (``schemas.deadletter``, headers as for the worker: ``streams.sink.dead_letter_message``);
+  (``schemas.deadletter``, headers as for the worker: ``streams.dead_letters.dead_letter_message``);
   every dead letter is also stored in the warehouse's ``dead_letters`` table.
 
 :class:`CalibrateConsumer` (consumer group ``<kafka_topic_prefix>calibrate``) decodes each
@@ -82,7 +82,7 @@ from streams.consumer_loop import (
     dead_letter,
     require_topics,
 )
-from streams.sink import OriginalRecord
+from streams.dead_letters import OriginalRecord
 from streams.topics import Topics
 from warehouse.calibration import (
     insert_ab_events,

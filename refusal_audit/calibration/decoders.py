@@ -18,7 +18,7 @@ from refusal_audit.calibration.runs import not_json
 from schemas.calibration import ABEvent, CalibrationRequest
 from streams.clients import Message
 from streams.consumer_loop import Rejected
-from streams.sink import kafka_location
+from streams.dead_letters import kafka_location
 
 MAX_REQUEST_BYTES = 512 * 1024
 """A calibration request message longer than this is dead-lettered (``oversized``): two

@@ -87,9 +87,9 @@ from streams.consumer_loop import (
     dead_letter,
     require_topics,
 )
+from streams.dead_letters import OriginalRecord
 from streams.membership import group_members
 from streams.producer import DeliveryError, make_producer, produce_and_wait
-from streams.sink import OriginalRecord
 from streams.state_topic import read_to_end
 from streams.topics import TopicError, Topics, admin_client
 

@@ -43,7 +43,7 @@ EXIT_CRASH = 70
 
 def _stop_on_signals(name: str) -> threading.Event:
     """An event set by the first SIGTERM/SIGINT (the second one ends the process at once)."""
-    from streams.consumer_loop import stop_on_signals
+    from streams.group_consumer import stop_on_signals
 
     stop = threading.Event()
     stop_on_signals(stop.set, name, logging.getLogger("refusal_audit"), "stopping")

@@ -50,7 +50,7 @@ from processors.intake import dead_letter_id
 from schemas.audit import StoredAssessment
 from schemas.deadletter import DeadLetter
 from schemas.events import StoredEvent
-from streams.sink import kafka_location
+from streams.dead_letters import kafka_location
 from warehouse.store import Warehouse, to_utc
 
 log = logging.getLogger("refusal_audit.sink")
@@ -63,7 +63,7 @@ _MS = timedelta(milliseconds=1)
 @dataclass(frozen=True)
 class InputOrigin:
     """Where a stored event's input record was, from its stored-events message's headers
-    (``streams.sink.INPUT_*_HEADER``): ``source`` (the input topic), ``location``
+    (``streams.dead_letters.INPUT_*_HEADER``): ``source`` (the input topic), ``location``
     (``partition P offset O``), ``length`` and ``sha256`` (hex) of the whole input value."""
 
     source: str

@@ -43,9 +43,9 @@ from refusal_audit.streaming.window_outputs import TopicOutputs
 from refusal_audit.streaming.worker_loop import PipelineLoop
 from refusal_audit.streaming.worker_web import record_metrics
 from streams.baselines import BaselineReader
+from streams.dead_letters import kafka_location, original_record
 from streams.membership import group_instance_id, leave_group
 from streams.metrics import WorkerMetrics
-from streams.sink import kafka_location, original_record
 from streams.topics import Topics, admin_client, require_topic
 from streams.transactional import (
     StreamConfig,

@@ -69,8 +69,7 @@ from schemas.deadletter import DeadLetter
 from schemas.events import StoredEvent
 from streams.blocks import Block, BlockLimits, BlockReader, written_at
 from streams.clients import Message
-from streams.membership import group_instance_id, leave_group
-from streams.sink import (
+from streams.dead_letters import (
     CONTENT_FINGERPRINT_HEADER,
     INPUT_LENGTH_HEADER,
     INPUT_LOCATION_HEADER,
@@ -79,6 +78,7 @@ from streams.sink import (
     dead_letter_from_message,
     kafka_location,
 )
+from streams.membership import group_instance_id, leave_group
 from streams.topics import Topics, admin_client, require_topic
 from warehouse.client import WarehouseError
 from warehouse.store import Warehouse, is_transient

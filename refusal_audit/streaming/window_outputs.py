@@ -16,7 +16,7 @@ with ``read_committed``.
   of the event copy assessed (from the window's ``insert_events``);
 - ``insert_batches`` -> ``audit_batches``, key the batch id, value the ``BatchRecord``;
 - ``insert_dead_letters`` -> ``dead_letters``, the original key, the record as kept with our
-  headers (``streams.sink.dead_letter_message``).
+  headers (``streams.dead_letters.dead_letter_message``).
 
 ``stored_identities`` answers "nothing stored": a worker has no warehouse, so every event of a
 window is audited; a committed window is never consumed again, and an aborted one left
@@ -33,8 +33,7 @@ from processors.intake import record_digest
 from schemas.audit import BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
 from schemas.events import StoredEvent, StoredIdentity
-from streams.producer import Headers
-from streams.sink import (
+from streams.dead_letters import (
     CONTENT_FINGERPRINT_HEADER,
     INPUT_LENGTH_HEADER,
     INPUT_LOCATION_HEADER,
@@ -43,6 +42,7 @@ from streams.sink import (
     OriginalRecord,
     dead_letter_message,
 )
+from streams.producer import Headers
 from streams.topics import Topics
 from streams.transactional import OutputMessage
 

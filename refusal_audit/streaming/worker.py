@@ -5,7 +5,7 @@ within=worker_take_within_seconds)``: a window closes when it holds ``worker_tak
 records or after ``within`` seconds, whichever comes first; the shared pipeline then splits
 it into audit batches per policy bundle by count and token budget. Each window is decoded,
 redacted, pre-filtered, audited and stored by ``refusal_audit.audit.pipeline.AuditPipeline`` (the
-batch-mode code path) into a ``StreamSink`` (ClickHouse, then the output topics).
+batch-mode code path) into a ``ResultWriter`` (ClickHouse, then the output topics).
 
 At-least-once: ``noack_take`` leaves acking to us, and we ack a window's events only after
 the pipeline stored everything and ``TopicWriter.confirm`` saw every output acknowledged by
@@ -54,11 +54,12 @@ from refusal_audit.streaming.owner import MAX_REQUEST_BYTES, UNAUTHORIZED, Owner
 from refusal_audit.streaming.worker_detectors import DetectorRunner
 from refusal_audit.streaming.worker_loop import PipelineLoop
 from refusal_audit.streaming.worker_web import record_metrics
+from streams.dead_letters import kafka_location, window_originals
 from streams.logs import json_logging_config
 from streams.membership import AssignmentWatch, group_instance_id, leave_group
 from streams.metrics import WorkerMetrics
 from streams.producer import TopicWriter, make_producer
-from streams.sink import StreamSink, kafka_location, window_originals
+from streams.result_writer import ResultWriter
 from streams.topics import Topics, admin_client, require_topic
 from warehouse.client import ping
 from warehouse.private import make_private_dir
@@ -164,7 +165,7 @@ def build_context(cfg: Settings, wrap_sink: Callable[[Sink], Sink] | None = None
     store.on_retry = lambda table: metrics.warehouse_retries.labels(table).inc()
     writer = TopicWriter(make_producer(cfg.kafka()))
     inner: Sink = wrap_sink(store) if wrap_sink is not None else store
-    sink = StreamSink(
+    sink = ResultWriter(
         inner,
         writer,
         topics,
@@ -284,7 +285,7 @@ async def process_window(ctx: WorkerContext, events: Sequence[Any]) -> RunReport
     Only after both succeed does this return, so the caller may ack ``events``.
     """
     records = window_records(events)
-    if isinstance(ctx.pipeline.sink, StreamSink):  # dead-letter copies keep key and headers
+    if isinstance(ctx.pipeline.sink, ResultWriter):  # dead-letter copies keep key and headers
         ctx.pipeline.sink.use_originals(window_originals(events))
     loop = asyncio.get_running_loop()
     started = loop.time()

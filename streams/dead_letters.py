@@ -1,15 +1,14 @@
-"""The worker's sink: the warehouse first, then the output topics.
+"""Dead-letter topic messages: the framing of a dead letter's copy on the dead-letter topic
+(:func:`dead_letter_message`), read back by the warehouse sink
+(:func:`dead_letter_from_message`), and what a consumed record carries besides its value
+(:class:`OriginalRecord`), kept on its dead letter's copy. Written by the transactional
+worker (``refusal_audit.streaming.window_outputs``), the faust worker's writer
+(``streams.result_writer``) and the service consumers (``streams.consumer_loop``); also the
+headers of the transactional worker's result messages that the sink's ``duplicate_log_id``
+dead letters are built from (``INPUT_*_HEADER``, :data:`CONTENT_FINGERPRINT_HEADER`).
 
-``StreamSink`` has the methods of the pipeline's ``Sink`` protocol
-(``refusal_audit.audit.pipeline``,
-not imported here: ``TableSink`` is the same shape). Every row goes to ClickHouse (where
-dedup on write makes redelivery harmless) and then to its topic through a ``TopicWriter``;
-the worker acknowledges its input only after ``TopicWriter.confirm`` succeeds, so an
-event's offset becomes committable only once its assessment is stored and its outputs are
-on the broker.
-
-Dead-letter topic copies (``dead_letter_message``): the value is the record's bytes as the
-dead letter keeps them (PII redacted), cut to fit the producer's size limit. The headers
+The copy's value is the record's bytes as the dead letter keeps them (PII redacted), cut to
+fit the producer's size limit. The headers
 are ours first, in this order: ``x-dead-letter-id``, ``x-stage``, ``x-reason-code``,
 ``x-reason``, ``x-source``, ``x-source-location``, for Kafka input ``x-source-topic``,
 ``x-source-partition``, ``x-source-offset``, ``x-log-id`` whenever the log id is known,
@@ -20,25 +19,20 @@ as they apply ``x-tombstone: true`` (a null value stays null), ``x-original-key-
 original value's length) with ``x-raw-sha256`` (its SHA-256) whenever the value sent is not
 the whole value. The original record's headers follow, each renamed
 ``x-original-header-<name>`` with its value unchanged (not redacted), in their original
-order (duplicates kept). When the worker passes the original records
-(``StreamSink.use_originals``) the key is the original key (none stays none); without them
+order (duplicates kept). When the original record is known (the worker passes it:
+``ResultWriter.use_originals``) the key is the original key (none stays none); without it
 the key is the log id, if known (intake keeps the log id a decode failure could read).
 """
 
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from schemas.audit import BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
-from schemas.events import StoredEvent, StoredIdentity
-from streams.producer import Headers, TopicWriter
-from streams.topics import Topics
+from streams.producer import Headers
 
 MAX_TOPIC_RAW_BYTES = 900_000
 # key + value + headers of a dead-letter copy stay below this, under the producer's default
@@ -64,19 +58,6 @@ _TRUNCATION_HEADERS_BYTES = 192
 _KAFKA_LOCATION = re.compile(r"^partition (\d+) offset (\d+)$")
 
 OriginalHeaders = tuple[tuple[str, bytes | None], ...]
-
-
-class TableSink(Protocol):
-    """Where ``StreamSink`` stores rows before it publishes them (``warehouse.store.Warehouse``
-    in the worker): the methods of the pipeline's ``Sink`` protocol."""
-
-    def insert_events(self, events: Sequence[StoredEvent]) -> None: ...
-    def insert_assessments(self, items: Sequence[StoredAssessment]) -> None: ...
-    def insert_batches(self, batches: Sequence[BatchRecord]) -> None: ...
-    def insert_dead_letters(self, items: Sequence[DeadLetter]) -> None: ...
-    def stored_identities(
-        self, keys: Sequence[tuple[str, str]]
-    ) -> Mapping[str, StoredIdentity]: ...
 
 
 def kafka_location(partition: int, offset: int) -> str:
@@ -114,7 +95,8 @@ def window_originals(events: Sequence[Any]) -> dict[tuple[str, str], OriginalRec
     """The originals of a window of faust events, keyed like their dead letters.
 
     Keys are ``(topic, kafka_location(partition, offset))``, the ``source`` and ``location``
-    the worker gives each ``SourceRecord``; pass the result to ``StreamSink.use_originals``.
+    the worker gives each ``SourceRecord``; pass the result to
+    ``streams.result_writer.ResultWriter.use_originals``.
     """
     originals: dict[tuple[str, str], OriginalRecord] = {}
     for event in events:
@@ -198,81 +180,6 @@ def dead_letter_message(
             ("x-raw-sha256", letter.raw_sha256),
         ]
     return raw, key, [*ours, *originals]
-
-
-class StreamSink:
-    """Warehouse + topics; see the module docstring. Methods block (call them off the loop).
-
-    ``observe_write(table, seconds)`` receives the duration of each warehouse insert.
-    """
-
-    def __init__(
-        self,
-        warehouse: TableSink,
-        writer: TopicWriter,
-        topics: Topics,
-        observe_write: Callable[[str, float], None] | None = None,
-    ) -> None:
-        self.warehouse = warehouse
-        self.writer = writer
-        self.topics = topics
-        self.observe_write = observe_write
-        self._originals: Mapping[tuple[str, str], OriginalRecord] = {}
-
-    def use_originals(self, originals: Mapping[tuple[str, str], OriginalRecord]) -> None:
-        """Key, headers and tombstone flag of the records about to be processed.
-
-        Keyed by ``(source, location)`` as in their dead letters (``window_originals``);
-        replaces the previous window's. Dead letters of records not in it are published
-        without them (key: the log id).
-        """
-        self._originals = originals
-
-    @contextmanager
-    def _timed(self, table: str) -> Iterator[None]:
-        started = time.perf_counter()
-        yield
-        if self.observe_write is not None:
-            self.observe_write(table, time.perf_counter() - started)
-
-    def insert_events(self, events: Sequence[StoredEvent]) -> None:
-        """Store the redacted events."""
-        with self._timed("refusal_events"):
-            self.warehouse.insert_events(events)
-
-    def insert_assessments(self, items: Sequence[StoredAssessment]) -> None:
-        """Store assessments; publish each one, and sampled ones to the review queue too."""
-        with self._timed("assessments"):
-            self.warehouse.insert_assessments(items)
-        for item in items:
-            value = item.model_dump_json().encode()
-            key = item.log_id.encode()
-            self.writer.send(self.topics.assessments, value, key)
-            if item.sampled_for_review:
-                self.writer.send(self.topics.review_queue, value, key)
-
-    def insert_batches(self, batches: Sequence[BatchRecord]) -> None:
-        """Store the batch rows. Their policy-gap flags reach the policy-gap topic grouped,
-        as alerts of the gap tracker (``refusal_audit.alerts.gaps``), not one message per flag."""
-        with self._timed("audit_batches"):
-            self.warehouse.insert_batches(batches)
-
-    def stored_identities(self, keys: Sequence[tuple[str, str]]) -> Mapping[str, StoredIdentity]:
-        """The warehouse's stored identities of ``(policy_bundle, log_id)`` ``keys``."""
-        return self.warehouse.stored_identities(keys)
-
-    def insert_dead_letters(self, items: Sequence[DeadLetter]) -> None:
-        """Store dead letters; publish their original bytes with the reason in headers.
-
-        The topic copy keeps the original key, headers and null value when the originals
-        are known (``use_originals``); see the module docstring.
-        """
-        with self._timed("dead_letters"):
-            self.warehouse.insert_dead_letters(items)
-        for letter in items:
-            original = self._originals.get((letter.source, letter.location))
-            value, key, headers = dead_letter_message(letter, original)
-            self.writer.send(self.topics.dead_letters, value, key, headers)
 
 
 def dead_letter_from_message(value: bytes | None, headers: Any) -> DeadLetter:

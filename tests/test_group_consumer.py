@@ -1,0 +1,129 @@
+"""The one consumer core's bounded batch (``streams.group_consumer``, issue 26) against a
+scripted consumer: the bounds by count, bytes and time, a rebalance inside a poll dropping
+what was read before it, partition ends passed over and other errors handed to the reader.
+The real-broker behaviour of its readers is in tests/test_consumer_loop.py,
+tests/test_sink_duplicates.py and tests/test_stream_recovery.py."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from streams import group_consumer
+from streams.group_consumer import BatchBounds, GroupConsumer, next_offsets
+
+
+def message(
+    offset: int, value: bytes = b"v", error: KafkaError | None = None, partition: int = 0
+) -> Any:
+    """What the core reads of a message."""
+    return SimpleNamespace(
+        topic=lambda: "t", partition=lambda: partition, offset=lambda: offset,
+        value=lambda: value, error=lambda: error,
+    )  # fmt: skip
+
+
+class FakeConsumer:
+    """Each ``consume`` returns the next scripted step's messages (running its action
+    first: a rebalance callback), then nothing after ``idle`` seconds."""
+
+    def __init__(self, steps: list[tuple[Callable[[], None] | None, list[Any]]]) -> None:
+        self.steps = steps
+        self.asked: list[tuple[int, float]] = []
+        self.callbacks: dict[str, Any] = {}
+
+    def subscribe(self, topics: list[str], **callbacks: Any) -> None:
+        self.callbacks = callbacks
+
+    def consume(self, num_messages: int, timeout: float) -> list[Any]:
+        self.asked.append((num_messages, timeout))
+        if not self.steps:
+            time.sleep(timeout)
+            return []
+        action, messages = self.steps.pop(0)
+        if action is not None:
+            action()
+        return messages
+
+
+def core(monkeypatch: pytest.MonkeyPatch, fake: FakeConsumer) -> GroupConsumer:
+    monkeypatch.setattr(group_consumer, "build_consumer", lambda config: fake)
+    return GroupConsumer({}, ["t"], logging.getLogger("test.group_consumer"))
+
+
+def test_a_batch_closes_on_count_then_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeConsumer([(None, [message(i) for i in range(3)]),
+                         (None, [message(i) for i in range(3, 6)])])  # fmt: skip
+    polled = core(monkeypatch, fake).poll_batch(BatchBounds(max_messages=4, max_wait=5.0))
+    assert [m.offset() for m in polled.messages] == [0, 1, 2, 3, 4, 5]
+    assert fake.asked[0][0] == 4 and fake.asked[1][0] == 1  # asks for what the batch takes
+    fake = FakeConsumer([(None, [message(0, b"x" * 10)]), (None, [message(1, b"y")])])
+    polled = core(monkeypatch, fake).poll_batch(BatchBounds(100, 5.0, max_bytes=10))
+    assert [m.offset() for m in polled.messages] == [0] and polled.bytes == 10
+
+
+def test_a_batch_closes_on_time_from_the_start_or_from_its_first_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def slow() -> None:
+        time.sleep(0.3)
+
+    fake = FakeConsumer([(slow, []), (None, [message(0)])])
+    polled = core(monkeypatch, fake).poll_batch(BatchBounds(10, 0.2, poll_slice=0.05))
+    assert polled.messages == []  # 0.2 s from the start have passed
+    fake = FakeConsumer([(lambda: time.sleep(0.2), []), (None, [message(0)])])
+    started = time.monotonic()
+    polled = core(monkeypatch, fake).poll_batch(
+        BatchBounds(10, 0.5, wait_from_first=True, poll_slice=0.05)
+    )
+    assert [m.offset() for m in polled.messages] == [0]
+    assert time.monotonic() - started >= 0.2 + 0.5  # it waited max_wait after the message
+
+
+def test_a_rebalance_inside_a_poll_drops_what_was_read_before_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = FakeConsumer([])
+    reader = core(monkeypatch, fake)
+
+    def rebalance() -> None:
+        fake.callbacks["on_revoke"](fake, [TopicPartition("t", 0)])
+        fake.callbacks["on_assign"](fake, [TopicPartition("t", 0), TopicPartition("t", 1)])
+
+    fake.steps = [(None, [message(0), message(1)]), (rebalance, [message(0)])]
+    before = reader.generation
+    polled = reader.poll_batch(BatchBounds(3, 0.3, poll_slice=0.05))
+    assert [m.offset() for m in polled.messages] == [0]
+    assert polled.generation == before + 2 == reader.generation
+    assert reader.assigned == {("t", 0), ("t", 1)}
+    assert reader.owns(polled.generation, next_offsets(polled.messages))
+    assert not reader.owns(before, next_offsets(polled.messages))
+
+
+def test_partition_ends_are_passed_over_and_other_errors_go_to_the_reader(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    eof = message(9, error=KafkaError(KafkaError._PARTITION_EOF))
+    broken = message(9, error=KafkaError(KafkaError._TRANSPORT))
+    fake = FakeConsumer([(None, [eof, message(0), broken, message(1)])])
+    seen: list[int] = []
+    polled = core(monkeypatch, fake).poll_batch(
+        BatchBounds(2, 1.0), on_error=lambda error: seen.append(error.code())
+    )
+    assert [m.offset() for m in polled.messages] == [0, 1]
+    assert seen == [KafkaError._TRANSPORT]
+    fake = FakeConsumer([(None, [broken])])
+    with pytest.raises(KafkaException):  # by default a poll error is raised
+        core(monkeypatch, fake).poll_batch(BatchBounds(2, 1.0))
+
+
+def test_next_offsets_are_the_last_plus_one_per_partition() -> None:
+    messages = [message(5), message(3, partition=1), message(7),
+                message(4, partition=1)]  # fmt: skip
+    assert next_offsets(messages) == {("t", 0): 8, ("t", 1): 5}
