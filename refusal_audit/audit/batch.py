@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -249,12 +250,19 @@ def run_batch(
         finally:
             await close_engine(pipeline.engine)
 
-    if progress_factory is None:
-        report = asyncio.run(main(None))
-    else:
-        with progress_factory() as progress:
-            task = progress.add_task("auditing", total=record_total(files, sources))
-            report = asyncio.run(main(lambda: progress.advance(task)))
+    # what exists now (modules, bundles, the engine's indexes) outlives the run: frozen out of
+    # the cyclic collector's sight for its duration, full collections do not walk it again
+    # and again (~5% of the CPU per event); unfrozen after, so nothing is kept for good
+    gc.freeze()
+    try:
+        if progress_factory is None:
+            report = asyncio.run(main(None))
+        else:
+            with progress_factory() as progress:
+                task = progress.add_task("auditing", total=record_total(files, sources))
+                report = asyncio.run(main(lambda: progress.advance(task)))
+    finally:
+        gc.unfreeze()
     if isinstance(target, Warehouse) and report.already_audited:
         add_stored_results(report, target)
         report.trends = pipeline.run_trends(report.all_assessments())
