@@ -14,9 +14,11 @@ into embedded chDB <= 100 µs per event beyond start-up. This script prints, for
   ``processors.refusal_cascade.Cascade.decide`` over the pre-filter's decisions with the
   shipped head and its int8 MiniLM encoder (``refusal_audit.audit.prefilter_cascade.build_cascade``;
   loading them is not timed), and ``cascade reached``, the share of events the encoder ran on;
-- ``tokens``: ``processors.batching.event_tokens`` (o200k_base, the batcher's cost);
+- ``tokens``: ``processors.batching.event_tokens`` (o200k_base, the batcher's cost with an
+  LLM engine; the local engine's batches count none);
 - ``local engine``: ``LocalEngine.audit_sync`` over the batches ``make_batches`` forms from
-  the refusals (figure per event fed in, so stages add up);
+  the refusals by ``batch_max_events`` alone, as the pipeline does for it (figure per event
+  fed in, so stages add up);
 - ``trend lines``: ``processors.trends.trend_lines`` once per batch, against a baseline;
 - ``end to end``: ``refusal_audit.audit.batch.run_batch`` with the local engine into an embedded
   chDB store in a fresh temporary directory (start-up, i.e. opening the store and loading
@@ -140,7 +142,7 @@ def measure_stages(
     refusals = [e for e, d in zip(redacted, dec, strict=True) if d.is_refusal]  # type: ignore[call-overload]
     reached = _cascade_stage(band, redacted, dec, repeat, sec) if band else None  # type: ignore[arg-type]
     sec["tokens"], _ = _cpu(lambda: [event_tokens(e) for e in refusals], repeat)
-    batches = make_batches(refusals, cfg.batch_max_events, cfg.batch_token_budget)
+    batches = make_batches(refusals, cfg.batch_max_events, None)
 
     def audit() -> list[Any]:
         return [engine.audit_sync(b.events, bundles[b.policy_bundle]) for b in batches]
@@ -220,7 +222,7 @@ def profile(stage: str, records: Sequence[SourceRecord]) -> None:
     bundles = load_bundles(cfg.policy_bundles)
     engine = LocalEngine(cfg.local_false_positive_threshold)
     refusals = [e for e, d in zip(events, detect_refusals(events), strict=True) if d.is_refusal]
-    batches = make_batches(refusals, cfg.batch_max_events, cfg.batch_token_budget)
+    batches = make_batches(refusals, cfg.batch_max_events, None)
     work: dict[str, Callable[[], object]] = {
         "decode": lambda: [decode_record(r, "jsonl", options) for r in records],
         "redaction": lambda: [redact_event(e, redactor) for e in events],

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import orjson
+from pydantic import AwareDatetime, TypeAdapter
 
 from processors.adapters import (
     DecodeFailure,
@@ -28,6 +29,7 @@ from schemas.deadletter import DeadLetter, DeadLetterStage
 from schemas.events import RefusalEvent, StoredEvent
 
 DEFAULT_DEAD_LETTER_MAX_RAW_BYTES = 1_048_576
+_EVENT_TIME: TypeAdapter[datetime] = TypeAdapter(AwareDatetime)  # RefusalEvent.event_time's type
 
 
 def dead_letter_id(source: str, location: str, raw: bytes) -> str:
@@ -50,9 +52,11 @@ def content_fingerprint(event: RefusalEvent) -> str:
     copy that differs in any field has another one.
     """
     # one instant, one text: UTC, to the millisecond the warehouse keeps, in pydantic's form
+    # (the field's own serializer, without copying the event to put the time in)
     utc = event.event_time.astimezone(UTC)
     utc = utc.replace(microsecond=utc.microsecond // 1000 * 1000)
-    data = event.model_copy(update={"event_time": utc}).model_dump(mode="json")
+    data = event.model_dump(mode="json")
+    data["event_time"] = _EVENT_TIME.dump_python(utc, mode="json")
     canonical = orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
     return hashlib.blake2b(canonical, digest_size=16).hexdigest()
 

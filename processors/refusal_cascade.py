@@ -41,7 +41,6 @@ import numpy.typing as npt
 
 from processors.prefilter import RefusalDecision, decide_from_score
 from processors.refusal_cues import CueReading, read_cues
-from processors.refusal_model import featurize
 from processors.text_encoder import TextEncoder
 
 #: Feature families of the cue reading the head reads (see processors.refusal_model).
@@ -146,6 +145,8 @@ def head_rows(
     requests and responses, shape ``(n, dim)`` each (an empty request's vector is whatever
     the encoder gives for ""; the row stays defined). Raises ``ValueError`` on shape mismatch.
     """
+    from processors.refusal_model import featurize  # lazily: scipy stays out of workers
+
     n = len(readings)
     q = np.asarray(q, dtype=np.float64)
     r = np.asarray(r, dtype=np.float64)

@@ -106,20 +106,21 @@ def _parse_rfc3339(value: str, label: str) -> datetime:
             "bad_timestamp",
             f"{label}: {_short(value)} is not an RFC 3339 timestamp (e.g. 2025-06-01T12:00:00Z)",
         )
-    year, month, day, hour, minute, second = (int(m.group(i)) for i in range(1, 7))
-    micro = int((m.group(7) or "0")[:6].ljust(6, "0"))
-    if m.group(8):
+    year, month, day, hour, minute, second, fraction, zulu, sign, h, mins = m.groups()
+    micro = int((fraction or "0")[:6].ljust(6, "0"))
+    if zulu:
         tz: timezone | None = UTC
-    elif m.group(9):
-        oh, om = int(m.group(10)), int(m.group(11))
+    elif sign:
+        oh, om = int(h), int(mins)
         if oh > 23 or om > 59:
             _reject("bad_timestamp", f"{label}: {_short(value)} has an invalid UTC offset")
-        sign = 1 if m.group(9) == "+" else -1
-        tz = timezone(sign * timedelta(hours=oh, minutes=om))
+        tz = timezone((1 if sign == "+" else -1) * timedelta(hours=oh, minutes=om))
     else:
         tz = None
     try:
-        parsed = datetime(year, month, day, hour, minute, second, micro)
+        parsed = datetime(
+            int(year), int(month), int(day), int(hour), int(minute), int(second), micro
+        )
     except ValueError as exc:
         _reject("bad_timestamp", f"{label}: {_short(value)} is not a valid date-time ({exc})")
     if tz is None:

@@ -50,10 +50,19 @@ def decode_record(
     try:
         _check_size(record.raw, options)
         event = decoder(record, options, ctx)
-        _refuse_nul(event)
+        if fmt != "jsonl" or _may_hold_nul(record.raw):
+            _refuse_nul(event)
         return event
     except _Reject as failure:
         return DecodeFailure(failure.code, failure.reason, ctx.log_id)
+
+
+def _may_hold_nul(raw: bytes) -> bool:
+    """Whether a ``jsonl`` record's decoded event can hold a NUL character. Every value of
+    such an event comes from the record's JSON (the defaults hold none), and JSON can carry
+    a NUL only as the escape ``\\u0000`` or a raw NUL byte: without either, the walk over the
+    dumped event (:func:`_refuse_nul`, ~6 µs per event) has nothing to find."""
+    return b"\\u0000" in raw or b"\x00" in raw
 
 
 def _nul_path(value: object, path: str) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,7 +20,6 @@ from processors.adapters import (
     detect_format,
 )
 from processors.intake import IntakeSettings
-from refusal_audit.alerts.drift import DriftConfig, bundle_baselines
 from refusal_audit.audit.engines import (
     close_engine,
     configured_redactor,
@@ -156,7 +156,9 @@ def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) ->
     """The pipeline configured from ``cfg``.
 
     With an LLM engine the batch token budget is also capped so that every batch's prompt
-    fits the model's context window. With ``prefilter_model = "trained"`` the shipped model
+    fits the model's context window; the local engine has no context window, so its batches
+    are bounded by ``batch_max_events`` alone and no tokens are counted (nor the tokenizer
+    loaded). With ``prefilter_model = "trained"`` the shipped model
     is loaded here (start-up) and its version is appended to the engine's
     (``tag_prefilter``), as are the cascade's and, with ``prefilter_request_aware`` off,
     :data:`RESPONSE_ONLY` (the default detection reads the request; a store audited both ways
@@ -190,10 +192,14 @@ def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) ->
         tag_prefilter(engine, cascade.version)
     if cfg.prefilter_enabled and not cfg.prefilter_request_aware:
         tag_prefilter(engine, RESPONSE_ONLY)
-    budget, in_flight = cfg.batch_token_budget, 1
+    budget: int | None = None  # the local engine: no context window, nothing to count
+    in_flight = 1
     context_cap = getattr(engine, "event_token_budget", None)
     if context_cap is not None:  # an LLM engine: the batch must also fit its context window
-        budget = min([budget, *(context_cap(b, cfg.batch_max_events) for b in bundles.values())])
+        budget = min(
+            [cfg.batch_token_budget,
+             *(context_cap(b, cfg.batch_max_events) for b in bundles.values())]
+        )  # fmt: skip
         if budget < 1:
             raise ConfigError("the policy bundle's prompt alone exceeds the model's context window")
         # the engine's calls in flight, across batches (capped at a llama.cpp server's slots)
@@ -231,6 +237,9 @@ def run_batch(
     target = sink if sink is not None else Warehouse.open(cfg)
     pipeline = build_pipeline(cfg, target, engine_name)
     if isinstance(target, Warehouse):  # trend lines compare batches with the drift baseline
+        # imported here: the drift tests pull scipy, which the streaming workers never need
+        from refusal_audit.alerts.drift import DriftConfig, bundle_baselines
+
         config = DriftConfig.from_settings(cfg)
         now = datetime.now(UTC)
         pipeline.baselines = bundle_baselines(target.client, target.database, config, now=now)
@@ -241,12 +250,19 @@ def run_batch(
         finally:
             await close_engine(pipeline.engine)
 
-    if progress_factory is None:
-        report = asyncio.run(main(None))
-    else:
-        with progress_factory() as progress:
-            task = progress.add_task("auditing", total=record_total(files, sources))
-            report = asyncio.run(main(lambda: progress.advance(task)))
+    # what exists now (modules, bundles, the engine's indexes) outlives the run: frozen out of
+    # the cyclic collector's sight for its duration, full collections do not walk it again
+    # and again (~5% of the CPU per event); unfrozen after, so nothing is kept for good
+    gc.freeze()
+    try:
+        if progress_factory is None:
+            report = asyncio.run(main(None))
+        else:
+            with progress_factory() as progress:
+                task = progress.add_task("auditing", total=record_total(files, sources))
+                report = asyncio.run(main(lambda: progress.advance(task)))
+    finally:
+        gc.unfreeze()
     if isinstance(target, Warehouse) and report.already_audited:
         add_stored_results(report, target)
         report.trends = pipeline.run_trends(report.all_assessments())

@@ -230,7 +230,9 @@ class AuditPipeline:
     ``bundles`` maps policy-bundle names to parsed bundles; ``flush_every`` bounds the number
     of decoded events held before they are written (memory bound). ``review_rate``,
     ``review_seed`` and ``review_band`` (uncertainty band, 0 = off) drive the review
-    sampling of ``processors.auditing.audit_batch``. ``baselines`` maps bundle
+    sampling of ``processors.auditing.audit_batch``. ``max_events`` and ``token_budget``
+    bound each audit batch (``processors.batching.Batcher``; a None budget counts no tokens,
+    for an engine without a context window). ``baselines`` maps bundle
     names to the drift baseline counts the batch summaries' trend lines compare with
     (replaced as a whole by the caller, e.g. after each detector run; empty = no baseline).
 
@@ -249,7 +251,7 @@ class AuditPipeline:
         sink: Sink,
         intake: IntakeSettings,
         max_events: int,
-        token_budget: int,
+        token_budget: int | None,
         review_rate: float,
         review_seed: int,
         review_band: float = 0.0,

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from inference.model_files import load_head
 from processors.refusal_cascade import Cascade, CascadeBand, EncoderHead
-from processors.refusal_model import ModelArtifactError
 from refusal_audit.config import ConfigError, Settings
-from refusal_audit.encoders.catalog import EncoderError
-from refusal_audit.encoders.runtime import OnnxEncoder
+
+if TYPE_CHECKING:
+    from refusal_audit.encoders.runtime import OnnxEncoder
 
 #: Stem of the head shipped in the package (``python -m refusal_audit.training.refusal_cascade``).
 HEAD_STEM = Path(__file__).resolve().parents[1] / "models" / "refusal_cascade_head"
@@ -27,6 +27,9 @@ _WHAT = "refusal cascade head"
 
 @lru_cache(maxsize=4)
 def _cached(stem: Path, encoder_dir: Path, threads: int) -> tuple[EncoderHead, OnnxEncoder]:
+    from inference.model_files import load_head
+    from refusal_audit.encoders.runtime import OnnxEncoder
+
     head = load_head(stem)
     cfg = Settings(encoder_dir=encoder_dir, encoder_threads=threads)
     return head, OnnxEncoder.load(head.encoder, cfg)
@@ -38,12 +41,16 @@ def build_cascade(cfg: Settings) -> Cascade | None:
 
     Loads the head (``prefilter_cascade_head_path`` or the shipped one) and its encoder once
     per process. Raises ``ConfigError`` naming the file or the fetch command when either is
-    missing or corrupt, so start-up fails with exit 2.
+    missing or corrupt, so start-up fails with exit 2. The ONNX runtime, the tokenizer and
+    scipy are imported only when the cascade is on (a worker without it does without them).
     """
     low, high = cfg.prefilter_cascade_band
     band = CascadeBand(low, high)
     if band.empty or not cfg.prefilter_enabled:
         return None
+    from processors.refusal_model import ModelArtifactError
+    from refusal_audit.encoders.catalog import EncoderError
+
     stem = cfg.prefilter_cascade_head_path or HEAD_STEM
     if stem.suffix in {".npz", ".json"}:
         stem = stem.with_suffix("")

@@ -148,7 +148,10 @@ class AuditSettings(BaseModel):
     # batching
     batch_max_events: int = Field(default=25, ge=1, description="Max events per audit batch.")
     batch_token_budget: int = Field(
-        default=6000, ge=64, description="Max o200k_base tokens of events per audit batch."
+        default=6000,
+        ge=64,
+        description="Max o200k_base tokens of events per audit batch (LLM engines; the local "
+        "engine's batches are bounded by batch_max_events alone).",
     )
     # input limits
     max_record_bytes: int = Field(

@@ -11,6 +11,7 @@ in hand was committed).
 
 from __future__ import annotations
 
+import gc
 import logging
 import logging.config
 import os
@@ -89,6 +90,10 @@ def run_topics_worker(cfg: Settings, loglevel: str) -> None:
         web.close()
         raise fail_usage(f"worker not started: the broker refused its producer: {exc}") from exc
     started.append(worker)
+    # what start-up built (bundles, clause indexes, compiled scanners, modules) lives as long
+    # as the process: frozen out of the cyclic collector's sight, its full collections do not
+    # walk it again for every window (~5-10% of the CPU per event, shared 2-core machine)
+    gc.freeze()
     logging.getLogger("refusal_audit.worker").info(
         "metrics and health on http://%s:%d/metrics", cfg.worker_web_host, web.port
     )

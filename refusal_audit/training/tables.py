@@ -80,7 +80,7 @@ COST_STAGES = (
     ("fingerprint", "content fingerprint"),
     ("redaction", "redaction"),
     ("pre-filter", "pre-filter (cue scorer + request-aware stage)"),
-    ("tokens", "token counting"),
+    ("tokens", "token counting (LLM engines only; the local engine counts none)"),
     ("local engine", "local engine"),
     ("trend lines", "trend lines"),
     ("intake + local engine", "intake + local engine"),
