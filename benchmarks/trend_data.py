@@ -148,25 +148,27 @@ WHERE (flagged OR sampled) AND h1 % 8 = 0
 
 def _alert_json(start: datetime) -> str:
     """One valid ``schemas.alerts.Alert`` payload (JSON) with the id ``ALERT-ID``."""
-    from schemas.alerts import Alert, Scope, Statistic, TimeWindow
+    from schemas.alerts import Alert
 
-    window = TimeWindow(start=start, end=start + timedelta(hours=1))
-    return Alert(
-        alert_id="ALERT-ID",
-        kind="false_positive_rate_shift",
-        severity="warning",
-        scope=Scope(policy_bundle=BUNDLE, model="model-00", product="all"),
-        window=window,
-        baseline=TimeWindow(start=start - timedelta(hours=24), end=start),
-        statistic=Statistic(
-            name="chi2", value=12.0, threshold=0.05, p_value=0.001, q_value=0.004,
-            effect_size=7.5, effect_size_name="rate_difference_pp", effect_size_threshold=5.0,
-        ),  # fmt: skip
-        current_counts={"refusals": 400, "false_positives": 90},
-        baseline_counts={"refusals": 9000, "false_positives": 1300},
-        summary="synthetic alert. Reproduce the counts with: SELECT 1",
-        evidence_query="SELECT 1",
-        created_at=start + timedelta(hours=1),
+    hour = timedelta(hours=1)
+    statistic = dict(name="chi2", value=12.0, threshold=0.05, p_value=0.001, q_value=0.004,
+                     effect_size=7.5, effect_size_name="rate_difference_pp",
+                     effect_size_threshold=5.0)  # fmt: skip
+    return Alert.model_validate(
+        {
+            "alert_id": "ALERT-ID",
+            "kind": "false_positive_rate_shift",
+            "severity": "warning",
+            "scope": {"policy_bundle": BUNDLE, "model": "model-00", "product": "all"},
+            "window": {"start": start, "end": start + hour},
+            "baseline": {"start": start - 24 * hour, "end": start},
+            "statistic": statistic,
+            "current_counts": {"refusals": 400, "false_positives": 90},
+            "baseline_counts": {"refusals": 9000, "false_positives": 1300},
+            "summary": "synthetic alert. Reproduce the counts with: SELECT 1",
+            "evidence_query": "SELECT 1",
+            "created_at": start + hour,
+        }
     ).model_dump_json()
 
 
@@ -189,7 +191,8 @@ FROM numbers(3000)""",
        location, raw, log_id, created_at)
 SELECT concat('dl-', toString(number)), ['decode', 'audit', 'sink'][1 + number % 3],
        ['invalid_json', 'schema', 'duplicate_log_id'][1 + number % 3], 'synthetic',
-       concat('kafka:topic-', toString(number % 4)), concat('partition 0 offset ', toString(number)),
+       concat('kafka:topic-', toString(number % 4)),
+       concat('partition 0 offset ', toString(number)),
        '{{}}', NULL, toDateTime64({t0} + number * 1700, 3, 'UTC')
 FROM numbers(20000)""",
         f"""INSERT INTO `{db}`.policy_gap_sightings

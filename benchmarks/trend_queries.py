@@ -29,6 +29,7 @@ Run: ``python benchmarks/trend_queries.py --rows 1e6 --store /tmp/trend-1m [--ru
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import shutil
 import statistics
@@ -36,6 +37,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +45,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from grafana_expand import ALL, Variable, expand  # noqa: E402
 from trend_data import generate  # noqa: E402
 
 from refusal_audit.dashboards import build_dashboards  # noqa: E402
@@ -61,12 +62,13 @@ GRAFANA_INTERVAL_S = 7200
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 Query = tuple[str, str, Callable[[], Any]]
+_GRAFANA: Any = importlib.import_module("grafana_expand")  # tests/grafana_expand.py
 
 
 def named_queries(client: Client, db: str) -> Iterator[Query]:
     """``refusal-audit query NAME`` for every name, no filter."""
     for name in sorted(NAMED_QUERIES):
-        yield "named", name, lambda name=name: run_named(client, db, name)
+        yield "named", name, partial(run_named, client, db, name)
 
 
 def report_queries(client: Client, db: str) -> Iterator[Query]:
@@ -82,8 +84,10 @@ def report_queries(client: Client, db: str) -> Iterator[Query]:
     yield "report", "false_positives_by_model", lambda: rq.false_positives_by_model(client, db, f)
     yield "report", "top_gap_flags", lambda: rq.top_gap_flags(client, db, f)
     yield "report", "period_alerts", lambda: rq.period_alerts(client, db, f)
-    yield "report", "collect (whole report)", lambda: collect(
-        client, db, f, warehouse="bench", max_width=0.1
+    yield (
+        "report",
+        "collect (whole report)",
+        lambda: collect(client, db, f, warehouse="bench", max_width=0.1),
     )
 
 
@@ -99,15 +103,15 @@ def dashboard_queries(client: Client, db: str) -> Iterator[Query]:
     now = datetime.now(UTC)
     start = now - timedelta(days=int(board["time"]["from"].removeprefix("now-").rstrip("d")))
 
-    def run(sql: str, variables: dict[str, Variable], interval_s: int) -> Any:
-        return client.query(expand(sql, variables, start, now, interval_s)).result_rows
+    def run(sql: str, variables: dict[str, Any], interval_s: int) -> Any:
+        return client.query(_GRAFANA.expand(sql, variables, start, now, interval_s)).result_rows
 
     options: dict[str, list[str]] = {}
     for variable in board["templating"]["list"]:
         sql = variable["query"]["rawSql"]
-        yield "grafana", f"variable {variable['name']}", lambda sql=sql: run(sql, {}, 0)
+        yield "grafana", f"variable {variable['name']}", partial(run, sql, {}, 0)
         options[variable["name"]] = [str(r[0]) for r in run(sql, {}, 0)]
-    every = {name: Variable([ALL], values) for name, values in options.items()}
+    every = {name: _GRAFANA.Variable([_GRAFANA.ALL], v) for name, v in options.items()}
     for panel in board["panels"]:
         interval_s = max(_seconds(panel.get("interval")), GRAFANA_INTERVAL_S)
         for target in panel.get("targets", []):
@@ -117,12 +121,14 @@ def dashboard_queries(client: Client, db: str) -> Iterator[Query]:
             yield (
                 "grafana",
                 f"{panel['title']} [{target.get('refId', 'A')}]",
-                lambda sql=sql, i=interval_s: run(sql, every, i),
+                partial(run, sql, every, interval_s),
             )
     for annotation in board["annotations"]["list"][1:]:
         sql = annotation["target"]["rawSql"]
-        yield "grafana", f"annotation {annotation['name']}", lambda sql=sql: run(
-            sql, every, GRAFANA_INTERVAL_S
+        yield (
+            "grafana",
+            f"annotation {annotation['name']}",
+            partial(run, sql, every, GRAFANA_INTERVAL_S),
         )
 
 
@@ -131,8 +137,18 @@ def drift_queries(client: Client, db: str) -> Iterator[Query]:
     now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     for window in (3600, 86400):
         start = now - timedelta(seconds=27 * window)
-        yield "drift", f"window_counts {window}s x 27", lambda w=window, s=start: window_counts(
-            client, db, window_seconds=w, grace_seconds=300, start=s, end=now
+        yield (
+            "drift",
+            f"window_counts {window}s x 27",
+            partial(
+                window_counts,
+                client,
+                db,
+                window_seconds=window,
+                grace_seconds=300,
+                start=start,
+                end=now,
+            ),
         )
 
 
@@ -142,7 +158,7 @@ def time_queries(
     """Each query ``runs`` times (after one untimed warm-up run): p50, p95, max, rows."""
     out: dict[str, dict[str, float | int | str]] = {}
     for group, name, call in queries:
-        if only and only not in name:
+        if only and not any(part in f"{group}: {name}" for part in only.split(",")):
             continue
         result = call()
         seconds = []
@@ -190,7 +206,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--keep", action="store_true", help="keep the store")
     parser.add_argument("--reuse", action="store_true", help="time an existing store")
-    parser.add_argument("--only", default=None, help="time only queries naming this")
+    parser.add_argument(
+        "--only",
+        default=None,
+        help="time only the queries whose 'group: name' holds one of these comma-separated parts",
+    )
     parser.add_argument("--label", default="", help="suffix of the result's key")
     parser.add_argument("--json", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -216,8 +236,9 @@ def main() -> None:
         client.close()
         if not args.keep:
             shutil.rmtree(args.store, ignore_errors=True)
-    slowest = max(report["queries"].items(), key=lambda kv: kv[1]["p95"])
-    print(f"slowest p95: {slowest[0]} {slowest[1]['p95']:.3f} s")
+    if report["queries"]:
+        slowest = max(report["queries"].items(), key=lambda kv: kv[1]["p95"])
+        print(f"slowest p95: {slowest[0]} {slowest[1]['p95']:.3f} s")
     saved = json.loads(args.json.read_text()) if args.json.exists() else {}
     saved[f"{rows}{args.label}"] = report
     args.json.parent.mkdir(parents=True, exist_ok=True)
