@@ -22,8 +22,11 @@ It prints p50 and p95 (seconds) per query and adds them under the store's size t
 query's p95 <= 1 s at 100 M rows.
 
 Run: ``python benchmarks/trend_queries.py --rows 1e6 --store /tmp/trend-1m [--runs 5]
-[--keep] [--reuse] [--only SUBSTRING]``. The store directory is deleted at the end unless
-``--keep``; ``--reuse`` times an existing store (kept earlier) without generating.
+[--keep] [--reuse] [--upto VERSION] [--only PARTS]``. The store directory is deleted at the
+end unless ``--keep``; ``--reuse`` times an existing store (kept earlier) without generating,
+after applying the pending migrations (timed: the migration on a populated store);
+``--upto 0021`` applies the migrations up to that version only (the schema before issue 27's
+migration, to compare).
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from warehouse import report_queries as rq  # noqa: E402
 from warehouse.client import Client  # noqa: E402
 from warehouse.connect import connect  # noqa: E402
 from warehouse.drift import window_counts  # noqa: E402
-from warehouse.migrate import migrate  # noqa: E402
+from warehouse.migrate import applied_migrations, load_migrations, migrate  # noqa: E402
 from warehouse.queries import NAMED_QUERIES, run_named  # noqa: E402
 
 DATABASE = "trend"
@@ -212,13 +215,22 @@ def main() -> None:
         help="time only the queries whose 'group: name' holds one of these comma-separated parts",
     )
     parser.add_argument("--label", default="", help="suffix of the result's key")
+    parser.add_argument(
+        "--upto", default=None, help="apply migrations up to this version only (e.g. 0021)"
+    )
     parser.add_argument("--json", type=Path, default=RESULTS)
     args = parser.parse_args()
     rows = int(args.rows)
     client = connect(f"chdb://{args.store.resolve()}", DATABASE, via_owner=False)
     report: dict[str, Any] = {"rows": rows, "runs": args.runs, "started": datetime.now(UTC)}
     try:
-        migrate(client, DATABASE)
+        wanted = [m for m in load_migrations() if args.upto is None or m.version <= args.upto]
+        t = time.perf_counter()
+        report["migrated"] = migrate(client, DATABASE, migrations=wanted)
+        report["migrate_s"] = time.perf_counter() - t
+        report["schema"] = max(applied_migrations(client, DATABASE))
+        print(f"migrations applied now: {report['migrated']} ({report['migrate_s']:.2f} s), "
+              f"schema {report['schema']}", flush=True)  # fmt: skip
         if not args.reuse:
             t = time.perf_counter()
             report["generate_s"] = generate(client, DATABASE, rows)
