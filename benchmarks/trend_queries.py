@@ -156,16 +156,22 @@ def drift_queries(client: Client, db: str) -> Iterator[Query]:
 
 
 def time_queries(
-    queries: list[Query], runs: int, only: str | None
+    queries: list[Query], runs: int, only: str | None, warmup: bool = True
 ) -> dict[str, dict[str, float | int | str]]:
-    """Each query ``runs`` times (after one untimed warm-up run): p50, p95, max, rows."""
+    """Each query ``runs`` times (after one untimed warm-up run unless ``warmup`` is False):
+    p50, p95 (nearest rank), max, result rows."""
     out: dict[str, dict[str, float | int | str]] = {}
     for group, name, call in queries:
         if only and not any(part in f"{group}: {name}" for part in only.split(",")):
             continue
-        result = call()
         seconds = []
-        for _ in range(runs):
+        if warmup:
+            result = call()
+        else:
+            t = time.perf_counter()
+            result = call()
+            seconds.append(time.perf_counter() - t)
+        for _ in range(runs - len(seconds)):
             t = time.perf_counter()
             call()
             seconds.append(time.perf_counter() - t)
@@ -201,13 +207,31 @@ def store_stats(client: Client, db: str) -> dict[str, dict[str, int]]:
     return {str(t): {"rows": int(r), "parts": int(p), "bytes": int(b)} for t, r, p, b in rows}
 
 
+def markdown(saved: dict[str, Any]) -> str:
+    """A Markdown table of every query's p50 / p95 (seconds) per stored run (column)."""
+    runs = list(saved)
+    names: list[str] = []
+    for run in runs:
+        names += [n for n in saved[run].get("queries", {}) if n not in names]
+    head = "| query | " + " | ".join(f"{r} rows: p50 / p95 s" for r in runs) + " |"
+    lines = [head, "| --- |" + " ---: |" * len(runs)]
+    for name in names:
+        cells = []
+        for run in runs:
+            q = saved[run].get("queries", {}).get(name)
+            cells.append(f"{q['p50']:.2f} / {q['p95']:.2f}" if q else "")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     """Parse the options, build or reuse the store, time every query, write the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=float, default=1e6, help="assessments (1e6, 1e7, 1e8)")
-    parser.add_argument("--store", type=Path, required=True, help="the chDB data directory")
+    parser.add_argument("--store", type=Path, default=None, help="the chDB data directory")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--keep", action="store_true", help="keep the store")
+    parser.add_argument("--no-warmup", action="store_true", help="time the first run too")
     parser.add_argument("--reuse", action="store_true", help="time an existing store")
     parser.add_argument(
         "--only",
@@ -219,8 +243,14 @@ def main() -> None:
         "--upto", default=None, help="apply migrations up to this version only (e.g. 0021)"
     )
     parser.add_argument("--json", type=Path, default=RESULTS)
+    parser.add_argument("--table", action="store_true", help="print --json as Markdown, exit")
     args = parser.parse_args()
+    if args.table:
+        print(markdown(json.loads(args.json.read_text())))
+        return
     rows = int(args.rows)
+    if args.store is None:
+        parser.error("--store is required")
     client = connect(f"chdb://{args.store.resolve()}", DATABASE, via_owner=False)
     report: dict[str, Any] = {"rows": rows, "runs": args.runs, "started": datetime.now(UTC)}
     try:
@@ -243,7 +273,7 @@ def main() -> None:
             *dashboard_queries(client, DATABASE),
             *drift_queries(client, DATABASE),
         ]
-        report["queries"] = time_queries(queries, args.runs, args.only)
+        report["queries"] = time_queries(queries, args.runs, args.only, not args.no_warmup)
     finally:
         client.close()
         if not args.keep:
