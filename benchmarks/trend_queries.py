@@ -39,7 +39,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -207,6 +207,43 @@ def store_stats(client: Client, db: str) -> dict[str, dict[str, int]]:
     return {str(t): {"rows": int(r), "parts": int(p), "bytes": int(b)} for t, r, p, b in rows}
 
 
+_VIEW_BODY = (
+    "(SELECT * FROM `{db}`.assessments FINAL WHERE (log_id, policy_bundle) IN ("
+    "SELECT log_id, policy_bundle FROM `{db}`.refusal_events FINAL WHERE is_refusal){settings})"
+)
+_AB = {
+    "0006": "",
+    "0022": " SETTINGS use_index_for_in_with_subqueries = 0",
+}
+
+
+def view_ab(client: Client, db: str, runs: int) -> dict[str, dict[str, float]]:
+    """The named queries that read ``current_assessments``, each with the view's body of
+    migration 0006 and of 0022 inlined, run alternately ``runs`` times (same load for
+    both): median seconds of each and their ratio."""
+    out: dict[str, dict[str, float]] = {}
+    params = {"since": date(1970, 1, 1), "until": date(2149, 6, 6), "model": "", "product": ""}
+    for name, query in sorted(NAMED_QUERIES.items()):
+        if "current_assessments" not in query.sql:
+            continue
+        sqls = {
+            k: query.sql.replace(
+                "{db:Identifier}.current_assessments", _VIEW_BODY.format(db=db, settings=v)
+            ).replace("{db:Identifier}", f"`{db}`")
+            for k, v in _AB.items()
+        }
+        seconds: dict[str, list[float]] = {k: [] for k in sqls}
+        for _ in range(runs):
+            for k, sql in sqls.items():
+                t = time.perf_counter()
+                client.query(sql, parameters=params)
+                seconds[k].append(time.perf_counter() - t)
+        old, new = (statistics.median(seconds[k]) for k in _AB)
+        out[name] = {"0006_s": old, "0022_s": new, "ratio": old / new}
+        print(f"  {name:32} 0006 {old:7.3f} s  0022 {new:7.3f} s  x{old / new:5.1f}", flush=True)
+    return out
+
+
 def markdown(saved: dict[str, Any]) -> str:
     """A Markdown table of every query's p50 / p95 (seconds) per stored run (column)."""
     runs = list(saved)
@@ -244,6 +281,9 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, default=RESULTS)
     parser.add_argument("--table", action="store_true", help="print --json as Markdown, exit")
+    parser.add_argument(
+        "--ab", action="store_true", help="also compare the view bodies of 0006 and 0022"
+    )
     args = parser.parse_args()
     if args.table:
         print(markdown(json.loads(args.json.read_text())))
@@ -273,6 +313,8 @@ def main() -> None:
             *dashboard_queries(client, DATABASE),
             *drift_queries(client, DATABASE),
         ]
+        if args.ab:
+            report["view_ab"] = view_ab(client, DATABASE, args.runs)
         report["queries"] = time_queries(queries, args.runs, args.only, not args.no_warmup)
     finally:
         client.close()
