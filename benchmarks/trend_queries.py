@@ -307,11 +307,18 @@ def main() -> None:
             print(f"generated {rows:,} assessments in {time.perf_counter() - t:.0f} s: "
                   f"{report['generate_s']}", flush=True)  # fmt: skip
         report["tables"] = store_stats(client, DATABASE)
-        queries = [
-            *named_queries(client, DATABASE),
-            *report_queries(client, DATABASE),
-            *dashboard_queries(client, DATABASE),
-            *drift_queries(client, DATABASE),
+        builders = {
+            "named": named_queries,
+            "report": report_queries,
+            "grafana": dashboard_queries,
+            "drift": drift_queries,
+        }
+        parts = args.only.split(",") if args.only else []
+        queries = [  # a group's list runs queries (days, variables): build only those asked
+            query
+            for group, build in builders.items()
+            if not parts or any(p.startswith(f"{group}:") or ":" not in p for p in parts)
+            for query in build(client, DATABASE)
         ]
         if args.ab:
             report["view_ab"] = view_ab(client, DATABASE, args.runs)
