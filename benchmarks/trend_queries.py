@@ -1,0 +1,340 @@
+"""How long do the trend queries take as the warehouse grows? (issue 27, item 4)
+
+Builds an embedded chDB store of ``--rows`` synthetic assessments (``benchmarks/trend_data.py``:
+generated inside ClickHouse with ``INSERT ... SELECT`` from ``numbers()``, through the
+project's migrations, so the schema is the real one) and times, ``--runs`` times each:
+
+- every named query (``warehouse.queries.NAMED_QUERIES``, as ``refusal-audit query NAME``
+  runs it: no filter, every day);
+- the report's queries (``warehouse.report_queries`` and the named queries the report reads,
+  ``refusal_audit.report.html.data.collect``) over the whole stored period, as
+  ``refusal-audit report`` does without ``--since``/``--until``;
+- every ClickHouse panel, annotation and variable query of the ``refusal-audit`` Grafana
+  dashboard as deployed (``refusal_audit.dashboards``), expanded as Grafana and the
+  ClickHouse plugin do (``tests/grafana_expand.py``) with its default time range (now-90d to
+  now), "All" for every variable and ``$__interval`` the larger of the panel's minimum
+  interval and 2 h (90 days over about 1,000 points);
+- the alert detectors' reads (``warehouse.drift.window_counts``): 27 one-hour windows (24 of
+  baseline, 3 looked back: the defaults) and 27 one-day windows.
+
+It prints p50 and p95 (seconds) per query and adds them under the store's size to
+``--json`` (default ``benchmarks/results/trend_queries.json``). Target (issue 27): every
+query's p95 <= 1 s at 100 M rows.
+
+Run: ``python benchmarks/trend_queries.py --rows 1e6 --store /tmp/trend-1m [--runs 5]
+[--keep] [--reuse] [--upto VERSION] [--only PARTS]``. The store directory is deleted at the
+end unless ``--keep``; ``--reuse`` times an existing store (kept earlier) without generating,
+after applying the pending migrations (timed: the migration on a populated store);
+``--upto 0021`` applies the migrations up to that version only (the schema before issue 27's
+migration, to compare).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, date, datetime, timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from trend_data import generate  # noqa: E402
+
+from refusal_audit.dashboards import build_dashboards  # noqa: E402
+from refusal_audit.report.html.data import collect  # noqa: E402
+from warehouse import report_queries as rq  # noqa: E402
+from warehouse.client import Client  # noqa: E402
+from warehouse.connect import connect  # noqa: E402
+from warehouse.drift import window_counts  # noqa: E402
+from warehouse.migrate import applied_migrations, load_migrations, migrate  # noqa: E402
+from warehouse.queries import NAMED_QUERIES, run_named  # noqa: E402
+
+DATABASE = "trend"
+RESULTS = REPO / "benchmarks" / "results" / "trend_queries.json"
+GRAFANA_INTERVAL_S = 7200
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+Query = tuple[str, str, Callable[[], Any]]
+_GRAFANA: Any = importlib.import_module("grafana_expand")  # tests/grafana_expand.py
+
+
+def named_queries(client: Client, db: str) -> Iterator[Query]:
+    """``refusal-audit query NAME`` for every name, no filter."""
+    for name in sorted(NAMED_QUERIES):
+        yield "named", name, partial(run_named, client, db, name)
+
+
+def report_queries(client: Client, db: str) -> Iterator[Query]:
+    """The report's own queries over the whole stored period, then its whole collection."""
+    days = rq.event_day_range(client, db)
+    if days is None:
+        return
+    f = rq.ReportFilter(days[0], days[1])
+    yield "report", "event_day_range", lambda: rq.event_day_range(client, db)
+    yield "report", "stored_values", lambda: rq.stored_values(client, db, "model")
+    yield "report", "period_counts", lambda: rq.period_counts(client, db, f)
+    yield "report", "audit_configurations", lambda: rq.audit_configurations(client, db, f)
+    yield "report", "false_positives_by_model", lambda: rq.false_positives_by_model(client, db, f)
+    yield "report", "top_gap_flags", lambda: rq.top_gap_flags(client, db, f)
+    yield "report", "period_alerts", lambda: rq.period_alerts(client, db, f)
+    yield (
+        "report",
+        "collect (whole report)",
+        lambda: collect(client, db, f, warehouse="bench", max_width=0.1),
+    )
+
+
+def _seconds(interval: str | None) -> int:
+    if not interval:
+        return 0
+    return int(interval[:-1]) * _UNITS[interval[-1]]
+
+
+def dashboard_queries(client: Client, db: str) -> Iterator[Query]:
+    """Every ClickHouse target of the audit dashboard, expanded for its default range."""
+    board = build_dashboards()["refusal-audit.json"]
+    now = datetime.now(UTC)
+    start = now - timedelta(days=int(board["time"]["from"].removeprefix("now-").rstrip("d")))
+
+    def run(sql: str, variables: dict[str, Any], interval_s: int) -> Any:
+        return client.query(_GRAFANA.expand(sql, variables, start, now, interval_s)).result_rows
+
+    options: dict[str, list[str]] = {}
+    for variable in board["templating"]["list"]:
+        sql = variable["query"]["rawSql"]
+        yield "grafana", f"variable {variable['name']}", partial(run, sql, {}, 0)
+        options[variable["name"]] = [str(r[0]) for r in run(sql, {}, 0)]
+    every = {name: _GRAFANA.Variable([_GRAFANA.ALL], v) for name, v in options.items()}
+    for panel in board["panels"]:
+        interval_s = max(_seconds(panel.get("interval")), GRAFANA_INTERVAL_S)
+        for target in panel.get("targets", []):
+            if "rawSql" not in target:
+                continue
+            sql = target["rawSql"]
+            yield (
+                "grafana",
+                f"{panel['title']} [{target.get('refId', 'A')}]",
+                partial(run, sql, every, interval_s),
+            )
+    for annotation in board["annotations"]["list"][1:]:
+        sql = annotation["target"]["rawSql"]
+        yield (
+            "grafana",
+            f"annotation {annotation['name']}",
+            partial(run, sql, every, GRAFANA_INTERVAL_S),
+        )
+
+
+def drift_queries(client: Client, db: str) -> Iterator[Query]:
+    """The detectors' window counts: 27 hourly and 27 daily windows up to now."""
+    now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    for window in (3600, 86400):
+        start = now - timedelta(seconds=27 * window)
+        yield (
+            "drift",
+            f"window_counts {window}s x 27",
+            partial(
+                window_counts,
+                client,
+                db,
+                window_seconds=window,
+                grace_seconds=300,
+                start=start,
+                end=now,
+            ),
+        )
+
+
+def time_queries(
+    queries: list[Query], runs: int, only: str | None, warmup: bool = True
+) -> dict[str, dict[str, float | int | str]]:
+    """Each query ``runs`` times (after one untimed warm-up run unless ``warmup`` is False):
+    p50, p95 (nearest rank), max, result rows."""
+    out: dict[str, dict[str, float | int | str]] = {}
+    for group, name, call in queries:
+        if only and not any(part in f"{group}: {name}" for part in only.split(",")):
+            continue
+        seconds = []
+        if warmup:
+            result = call()
+        else:
+            t = time.perf_counter()
+            result = call()
+            seconds.append(time.perf_counter() - t)
+        for _ in range(runs - len(seconds)):
+            t = time.perf_counter()
+            call()
+            seconds.append(time.perf_counter() - t)
+        seconds.sort()
+        p95 = seconds[min(len(seconds) - 1, round(0.95 * (len(seconds) - 1)))]
+        rows = len(result.rows) if hasattr(result, "rows") else _length(result)
+        out[f"{group}: {name}"] = {
+            "group": group,
+            "p50": statistics.median(seconds),
+            "p95": p95,
+            "max": seconds[-1],
+            "result_rows": rows,
+        }
+        print(f"  {group:8} {name[:60]:60} p50 {statistics.median(seconds):8.3f} s"
+              f"  p95 {p95:8.3f} s  ({rows} rows)", flush=True)  # fmt: skip
+    return out
+
+
+def _length(result: Any) -> int:
+    try:
+        return len(result)
+    except TypeError:
+        return 1
+
+
+def store_stats(client: Client, db: str) -> dict[str, dict[str, int]]:
+    """Rows, active parts and bytes on disk per table of ``db``."""
+    rows = client.query(
+        "SELECT table, sum(rows), count(), sum(bytes_on_disk) FROM system.parts "
+        "WHERE database = {db:String} AND active GROUP BY table ORDER BY table",
+        parameters={"db": db},
+    ).result_rows
+    return {str(t): {"rows": int(r), "parts": int(p), "bytes": int(b)} for t, r, p, b in rows}
+
+
+_VIEW_BODY = (
+    "(SELECT * FROM `{db}`.assessments FINAL WHERE (log_id, policy_bundle) IN ("
+    "SELECT log_id, policy_bundle FROM `{db}`.refusal_events FINAL WHERE is_refusal){settings})"
+)
+_AB = {
+    "0006": "",
+    "0022": " SETTINGS use_index_for_in_with_subqueries = 0",
+}
+
+
+def view_ab(client: Client, db: str, runs: int) -> dict[str, dict[str, float]]:
+    """The named queries that read ``current_assessments``, each with the view's body of
+    migration 0006 and of 0022 inlined, run alternately ``runs`` times (same load for
+    both): median seconds of each and their ratio."""
+    out: dict[str, dict[str, float]] = {}
+    params = {"since": date(1970, 1, 1), "until": date(2149, 6, 6), "model": "", "product": ""}
+    for name, query in sorted(NAMED_QUERIES.items()):
+        if "current_assessments" not in query.sql:
+            continue
+        sqls = {
+            k: query.sql.replace(
+                "{db:Identifier}.current_assessments", _VIEW_BODY.format(db=db, settings=v)
+            ).replace("{db:Identifier}", f"`{db}`")
+            for k, v in _AB.items()
+        }
+        seconds: dict[str, list[float]] = {k: [] for k in sqls}
+        for _ in range(runs):
+            for k, sql in sqls.items():
+                t = time.perf_counter()
+                client.query(sql, parameters=params)
+                seconds[k].append(time.perf_counter() - t)
+        old, new = (statistics.median(seconds[k]) for k in _AB)
+        out[name] = {"0006_s": old, "0022_s": new, "ratio": old / new}
+        print(f"  {name:32} 0006 {old:7.3f} s  0022 {new:7.3f} s  x{old / new:5.1f}", flush=True)
+    return out
+
+
+def markdown(saved: dict[str, Any]) -> str:
+    """A Markdown table of every query's p50 / p95 (seconds) per stored run (column)."""
+    runs = list(saved)
+    names: list[str] = []
+    for run in runs:
+        names += [n for n in saved[run].get("queries", {}) if n not in names]
+    head = "| query | " + " | ".join(f"{r} rows: p50 / p95 s" for r in runs) + " |"
+    lines = [head, "| --- |" + " ---: |" * len(runs)]
+    for name in names:
+        cells = []
+        for run in runs:
+            q = saved[run].get("queries", {}).get(name)
+            cells.append(f"{q['p50']:.2f} / {q['p95']:.2f}" if q else "")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """Parse the options, build or reuse the store, time every query, write the JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=float, default=1e6, help="assessments (1e6, 1e7, 1e8)")
+    parser.add_argument("--store", type=Path, default=None, help="the chDB data directory")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--keep", action="store_true", help="keep the store")
+    parser.add_argument("--no-warmup", action="store_true", help="time the first run too")
+    parser.add_argument("--reuse", action="store_true", help="time an existing store")
+    parser.add_argument(
+        "--only",
+        default=None,
+        help="time only the queries whose 'group: name' holds one of these comma-separated parts",
+    )
+    parser.add_argument("--label", default="", help="suffix of the result's key")
+    parser.add_argument(
+        "--upto", default=None, help="apply migrations up to this version only (e.g. 0021)"
+    )
+    parser.add_argument("--json", type=Path, default=RESULTS)
+    parser.add_argument("--table", action="store_true", help="print --json as Markdown, exit")
+    parser.add_argument(
+        "--ab", action="store_true", help="also compare the view bodies of 0006 and 0022"
+    )
+    args = parser.parse_args()
+    if args.table:
+        print(markdown(json.loads(args.json.read_text())))
+        return
+    rows = int(args.rows)
+    if args.store is None:
+        parser.error("--store is required")
+    client = connect(f"chdb://{args.store.resolve()}", DATABASE, via_owner=False)
+    report: dict[str, Any] = {"rows": rows, "runs": args.runs, "started": datetime.now(UTC)}
+    try:
+        wanted = [m for m in load_migrations() if args.upto is None or m.version <= args.upto]
+        t = time.perf_counter()
+        report["migrated"] = migrate(client, DATABASE, migrations=wanted)
+        report["migrate_s"] = time.perf_counter() - t
+        report["schema"] = max(applied_migrations(client, DATABASE))
+        print(f"migrations applied now: {report['migrated']} ({report['migrate_s']:.2f} s), "
+              f"schema {report['schema']}", flush=True)  # fmt: skip
+        if not args.reuse:
+            t = time.perf_counter()
+            report["generate_s"] = generate(client, DATABASE, rows)
+            print(f"generated {rows:,} assessments in {time.perf_counter() - t:.0f} s: "
+                  f"{report['generate_s']}", flush=True)  # fmt: skip
+        report["tables"] = store_stats(client, DATABASE)
+        builders = {
+            "named": named_queries,
+            "report": report_queries,
+            "grafana": dashboard_queries,
+            "drift": drift_queries,
+        }
+        parts = args.only.split(",") if args.only else []
+        queries = [  # a group's list runs queries (days, variables): build only those asked
+            query
+            for group, build in builders.items()
+            if not parts or any(p.startswith(f"{group}:") or ":" not in p for p in parts)
+            for query in build(client, DATABASE)
+        ]
+        if args.ab:
+            report["view_ab"] = view_ab(client, DATABASE, args.runs)
+        report["queries"] = time_queries(queries, args.runs, args.only, not args.no_warmup)
+    finally:
+        client.close()
+        if not args.keep:
+            shutil.rmtree(args.store, ignore_errors=True)
+    if report["queries"]:
+        slowest = max(report["queries"].items(), key=lambda kv: kv[1]["p95"])
+        print(f"slowest p95: {slowest[0]} {slowest[1]['p95']:.3f} s")
+    saved = json.loads(args.json.read_text()) if args.json.exists() else {}
+    saved[f"{rows}{args.label}"] = report
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(saved, indent=1, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()
