@@ -209,10 +209,10 @@ def test_no_import_goes_up_a_layer() -> None:
             "refusal_audit.config.Settings (application, a layer above)",
         ),
         (
-            "streams/sink.py",
+            "streams/result_writer.py",
             "import warehouse.store\n",
-            "streams/sink.py:1: streams.sink (Kafka side) imports warehouse.store (warehouse): "
-            "they must not import each other",
+            "streams/result_writer.py:1: streams.result_writer (Kafka side) imports "
+            "warehouse.store (warehouse): they must not import each other",
         ),
         (
             "refusal_audit/audit/batch.py",

@@ -2,7 +2,7 @@
 for each result topic, each warehouse column as an SQL expression of the message, exactly as
 ``warehouse.store``'s ``insert_*`` build rows from ``StoredEvent``, ``StoredAssessment``,
 ``BatchRecord`` and, for the dead-letter topic, from the headers
-``streams.sink.dead_letter_message`` writes. Pure: nothing here connects to a server.
+``streams.dead_letters.dead_letter_message`` writes. Pure: nothing here connects to a server.
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ _BATCH_MAP: Mapping[str, str] = {
     "latency_ms": _json(_B, "usage.latency_ms", "Float64"),
 }
 
-# streams.sink.dead_letter_from_message: ids, stage, reason, source, location, log id and
+# streams.dead_letters.dead_letter_from_message: ids, stage, reason, source, location, log id and
 # creation time from the headers; raw is the value; with x-raw-truncated, the whole
 # value's length and SHA-256 from the headers, else (DeadLetter's validator) of raw itself.
 _TRUNCATED = _has_header("x-raw-truncated")

@@ -21,8 +21,8 @@ could not read (``_error``/``_raw_message``) as a problem row instead of failing
 The rows views map each message to the table's columns exactly as the row builders of
 ``warehouse.rows`` (what ``warehouse.store``'s ``insert_*`` use) build rows from
 ``StoredEvent``, ``StoredAssessment``, ``BatchRecord`` and, for the dead-letter topic, from
-the headers ``streams.sink.dead_letter_message`` writes
-(``streams.sink.dead_letter_from_message`` reads them back for the sink); the columns are
+the headers ``streams.dead_letters.dead_letter_message`` writes
+(``streams.dead_letters.dead_letter_from_message`` reads them back for the sink); the columns are
 those of ``warehouse.rows.EVENT_COLUMNS`` etc. A message that would not validate as its
 model (``problems`` not empty) becomes a dead letter like the sink's undecodable messages:
 stage ``store``, reason ``sink_decode``, the reason naming the failing fields the way
