@@ -171,27 +171,6 @@ def _transient(exc: BaseException) -> bool:
     return cause is not None and is_transient(cause)
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector (if enabled) for the duration.
-
-    Decoding a block allocates about ten containers per row (the row, its dicts and lists,
-    its ``Located``) that all live until the block is inserted: garbage to none of the
-    collector's passes, which the allocations trigger hundreds of times per block (their
-    full passes walk every object of the process). With the collector running, decoding a
-    50,475-row block of worker output took 31-32 us of CPU per row, paused 10.3-10.6
-    (``benchmarks/sink_growth.py``'s blocks, 2026-12-05, shared 2-core machine). Reference
-    counting still frees everything at once; cycles made meanwhile wait for the next pass."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
 @dataclass
 class _Rows:
     """A block decoded: event copies and assessments (each with its table row,
@@ -299,14 +278,37 @@ class WarehouseSink:
                 continue
             yield msg, item
 
+    @contextmanager
+    def _decoded(self, block: Block) -> Iterator[_Rows]:
+        """The block's rows (:meth:`_rows`) while it is stored, kept out of the cyclic
+        garbage collector's passes.
+
+        Decoding allocates about ten containers per row (the row, its dicts and lists, its
+        ``Located``) that all live until the block is inserted and hold no cycle: garbage to
+        none of the collector's passes, which their allocation triggers hundreds of times
+        per block (the full ones walk every object of the process). So the collector is
+        paused while they are made, and they are frozen (``gc.freeze``: moved out of its
+        generations, still freed by reference counting) until the block is stored, then
+        handed back (``gc.unfreeze``; what a cycle made meanwhile by another thread waits
+        for the next full pass). Measured on ``benchmarks/sink_growth.py``'s blocks
+        (2026-12-05, shared 2-core machine): decoding alone 31-32 -> 10.3-10.6 us of CPU per
+        row with the collector off; the effect on ``store_block``: see docs/streaming.md."""
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            rows = self._rows(block)
+            gc.freeze()
+        finally:
+            if enabled:
+                gc.enable()
+        try:
+            yield rows
+        finally:
+            gc.unfreeze()
+
     def _rows(self, block: Block) -> _Rows:
         """Decode ``block`` into the tables' rows (what cannot be decoded becomes a
-        ``sink_decode`` dead letter), with the cyclic garbage collector paused
-        (:func:`_collector_paused`)."""
-        with _collector_paused():
-            return self._decode_rows(block)
-
-    def _decode_rows(self, block: Block) -> _Rows:
+        ``sink_decode`` dead letter)."""
         t, rows = self.topics, _Rows()
         for msg, event in self._decode(block, t.stored_events, StoredEvent, rows.undecodable):
             written = written_at(msg)
@@ -330,7 +332,8 @@ class WarehouseSink:
         """Judge (``refusal_audit.streaming.sink_rules``) and insert one block's rows, table by
         table
         (events first), once. Raises ``WarehouseError`` (nothing is committed then)."""
-        self._store(block, self._rows(block))
+        with self._decoded(block) as rows:
+            self._store(block, rows)
 
     def _store(self, block: Block, rows: _Rows) -> None:
         t = self.topics
@@ -364,7 +367,6 @@ class WarehouseSink:
         """Store ``block``, retrying with backoff (module docstring) until it is stored (True)
         or ``stop`` is set (False: the block is not stored whole). Raises ``WarehouseError``
         once a non-transient failure has lasted ``give_up_after`` seconds."""
-        rows = self._rows(block)
 
         def given_up(state: RetryCallState) -> bool:
             if stop.is_set():
@@ -400,12 +402,13 @@ class WarehouseSink:
             before_sleep=logged,
             reraise=True,
         )
-        try:
-            retrying(self._store, block, rows)
-        except WarehouseError:
-            if stop.is_set():
-                return False
-            raise
+        with self._decoded(block) as rows:
+            try:
+                retrying(self._store, block, rows)
+            except WarehouseError:
+                if stop.is_set():
+                    return False
+                raise
         return True
 
     def run(
