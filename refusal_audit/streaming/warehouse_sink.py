@@ -4,7 +4,9 @@
 ``assessments``, ``audit-batches``, ``dead-letters``) with ``read_committed`` in its own
 consumer group, in large blocks (``streams.blocks``: bounded by rows, bytes and time), and
 inserts each block's rows table by table, events first (the current-assessments view joins
-them), each insert carrying a deduplication token built from its topic and the block's
+them), each table's rows in one columnar insert (``Warehouse.insert_built``: one Arrow
+table; each message is validated by its contract's pydantic model and kept as its row, not
+its model) carrying a deduplication token built from its topic and the block's
 partition/offset ranges. The block's offsets are committed only after every insert
 succeeded: at least once into tables whose ``ReplacingMergeTree`` keys and ``FINAL`` reads
 make a redelivered block change no query result.
