@@ -234,3 +234,24 @@ def test_unknown_types_and_bad_values_are_refused(warehouse: Warehouse) -> None:
     with pytest.raises(WarehouseError, match="insert of 2 row"):
         warehouse.insert_built("dead_letters", bad, "t")
     assert read_back(warehouse, "dead_letters") == []
+
+
+def test_timestamps_are_floored_to_the_column_precision_nested_ones_too() -> None:
+    """The driver floors a datetime to its ``DateTime64`` ticks (pyarrow would truncate
+    toward zero, which differs before 1970); a naive datetime is UTC."""
+    from warehouse.columnar import arrow_schema, arrow_table
+
+    before_epoch = datetime(1969, 12, 31, 23, 59, 59, 999_500, tzinfo=UTC)
+    schema = arrow_schema([
+        ("at", "DateTime64(3, 'UTC')"), ("ats", "Array(Nullable(DateTime64(3, 'UTC')))"),
+        ("pair", "Tuple(name String, at DateTime64(6, 'UTC'))"),
+        ("by", "Map(String, DateTime64(0, 'UTC'))"),
+    ])  # fmt: skip
+    rows = [[before_epoch, [T, None], ("x", datetime(1970, 1, 1, 0, 0, 1)), {"k": T}]]
+    table = arrow_table(schema, rows).to_pylist()[0]
+    assert table["at"] == datetime(1969, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC)
+    assert table["ats"] == [datetime(2026, 3, 1, 6, 15, 0, 999_000, tzinfo=UTC), None]
+    assert table["pair"] == {"name": b"x", "at": datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC)}
+    assert table["by"] == [(b"k", datetime(2026, 3, 1, 6, 15, 0, tzinfo=UTC))]
+    with pytest.raises(ValueError, match="every row must have 4 values"):
+        arrow_table(schema, [[before_epoch]])
