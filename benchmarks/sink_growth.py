@@ -16,7 +16,16 @@ a transactional worker writes:
    messages (the sink's ``max_rows`` default: 50,000), with growing offsets;
 3. each block is stored; its rows/s (rows / wall seconds of ``store_block``; building the
    block is not timed) and the rows stored before it are printed, and at the end the rate
-   over the first and the last ``--window`` rows (default 1,000,000) and their ratio.
+   over the first and the last ``--window`` rows (default 1,000,000) and their ratio;
+4. the reference, in the same run: a bare decode loop (``orjson.loads`` of every message
+   value of the block, nothing else; no broker, so it is faster than scaleout.py's bare
+   consume + decode loop) timed over each block, and the sink's rate as a share of it
+   (issue 27's sink target: >= 0.15 x the bare loop, >= 100,000 rows/s);
+5. where the time goes, per stage and over all blocks (wall seconds of the sink's own calls,
+   timed by wrapping them, so the path is ``store_block``'s): decode (validate each message,
+   build its row: ``WarehouseSink._rows``), the duplicate rule's lookup
+   (``Warehouse.first_fingerprints``), the rest of the rule, and each table's insert
+   (``Warehouse.insert_built``: Arrow table built and inserted).
 
 Target (issue 27): loading 10,000,000 rows into one store, the rate over the last million
 within 20% of the rate over the first (``--rows 10000000``; about 20 minutes at 10k rows/s).
@@ -33,10 +42,13 @@ import json
 import tempfile
 import time
 import uuid
+from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 from confluent_kafka import TIMESTAMP_CREATE_TIME
 
 from processors.adapters import DecodeOptions, SourceRecord
@@ -125,6 +137,40 @@ def make_block(templates: list[Any], rows: int, offsets: dict[str, int]) -> Bloc
     return block
 
 
+class Stages:
+    """Wall seconds spent in named calls: :meth:`wrap` replaces an object's method with a
+    timed one (calls nested in another timed call count in both)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    def wrap(self, owner: Any, name: str, label: Callable[..., str] | None = None) -> None:
+        """Time ``owner.name`` under ``label(*args)`` (default: ``name``); nothing when
+        ``owner`` has no such method (an older version of the sink)."""
+        real = getattr(owner, name, None)
+        if real is None:
+            return
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                key = label(*args) if label else name
+                self.seconds[key] += time.perf_counter() - start
+
+        setattr(owner, name, timed)
+
+
+def bare_decode(block: Block) -> float:
+    """Seconds of a bare decode loop over ``block``: ``orjson.loads`` of every value."""
+    start = time.perf_counter()
+    for messages in block.records.values():
+        for m in messages:
+            orjson.loads(m.value() or b"")
+    return time.perf_counter() - start
+
+
 def main() -> None:
     """Print one line per block, then the first and last window's rates."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -141,20 +187,42 @@ def main() -> None:
         templates = worker_messages(cfg, topics)
         client = connect(f"chdb://{root / 'store'}", "bench")
         migrate(client, "bench")
-        sink = WarehouseSink(Warehouse(client, "bench"), None, topics)  # type: ignore[arg-type]
+        store = Warehouse(client, "bench")
+        sink = WarehouseSink(store, None, topics)  # type: ignore[arg-type]
+        stages = Stages()
+        stages.wrap(sink, "_rows", lambda *_: "decode + validate + rows")
+        stages.wrap(store, "first_fingerprints", lambda *_: "rule: lookup")
+        stages.wrap(store, "insert_built", lambda table, *_: f"insert {table}")
+        stages.wrap(store, "insert_dead_letters", lambda *_: "insert dead_letters")
+        for method, table in (("insert_events", "refusal_events"), ("insert_assessments",
+                              "assessments"), ("insert_batches", "audit_batches")):  # fmt: skip
+            stages.wrap(store, method, lambda *_, t=table: f"insert {t}")  # the older sink's
         print(f"{len(templates)} messages per copy of the example log; blocks of "
               f"{args.block_rows:,} rows into {root / 'store'} (embedded chDB)")  # fmt: skip
         curve: list[tuple[int, int, float]] = []  # rows stored before, block rows, seconds
-        stored, offsets = 0, dict[str, int]()
+        stored, offsets, bare, total = 0, dict[str, int](), 0.0, 0.0
         while stored < args.rows:
             block = make_block(templates, args.block_rows, offsets)
+            bare += bare_decode(block)
             start = time.perf_counter()
             sink.store_block(block)
             seconds = time.perf_counter() - start
+            total += seconds
             curve.append((stored, block.rows, seconds))
             print(f"  {stored:>12,} stored  block {block.rows:,} rows  {seconds:6.2f} s  "
                   f"{block.rows / seconds:>9,.0f} rows/s", flush=True)  # fmt: skip
             stored += block.rows
+        # what no wrapped call covers: the rule's own loop, the block's tokens, the stats
+        rest = total - sum(stages.seconds.values())
+        stages.seconds["the rest (rule's loop, tokens, stats)"] = rest
+        print("where the time goes (all blocks, wall seconds, share of store_block):")
+        for name, sec in sorted(stages.seconds.items(), key=lambda kv: -kv[1]):
+            print(f"  {name:<40} {sec:8.2f} s  {sec / total:6.1%}  "
+                  f"{sec / stored * 1e6:7.2f} us/row")  # fmt: skip
+        sink_rate, bare_rate = stored / total, stored / bare
+        print(f"sink {sink_rate:,.0f} rows/s; bare decode loop (orjson.loads only, same "
+              f"messages) {bare_rate:,.0f} rows/s; sink / bare = {sink_rate / bare_rate:.3f} "
+              "(target >= 0.15, and >= 100,000 rows/s)")  # fmt: skip
         first = [c for c in curve if c[0] < args.window]
         last = [c for c in curve if c[0] >= stored - args.window]
 
@@ -169,6 +237,8 @@ def main() -> None:
             args.json.write_text(json.dumps({
                 "rows": stored, "block_rows": args.block_rows, "window": args.window,
                 "first_rate": r_first, "last_rate": r_last, "ratio": r_last / r_first,
+                "sink_rate": sink_rate, "bare_decode_rate": bare_rate,
+                "sink_over_bare": sink_rate / bare_rate, "stages": dict(stages.seconds),
                 "curve": curve,
             }, indent=1))  # fmt: skip
 

@@ -31,6 +31,7 @@ from uuid import UUID
 
 import httpx
 import orjson
+import pyarrow as pa
 import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError, InterfaceError, OperationalError
 from streaming import Deployment, stop, wait_for_web
@@ -229,6 +230,35 @@ def test_served_command_and_insert(warehouse_db: tuple[Any, str]) -> None:
     assert same([list(r) for r in stored.result_rows], expected)
 
 
+def test_served_arrow_insert(warehouse_db: tuple[Any, str]) -> None:
+    """``insert_arrow`` (the columnar inserts, ``warehouse.columnar``): the rows travel as an
+    Arrow IPC stream and are stored once per deduplication token."""
+    client, database = warehouse_db
+    client.command(f"CREATE TABLE `{database}`.arrow_t (k String, at DateTime64(3, 'UTC'), "
+                   "m Map(String, UInt32)) ENGINE = MergeTree ORDER BY k "
+                   "SETTINGS non_replicated_deduplication_window = 10")  # fmt: skip
+    counts = pa.map_(pa.string(), pa.uint32())
+    table = pa.table({"k": pa.array([b"a", "b 🙂".encode()]),
+                      "at": pa.array([0, 1_700_000_000_123], pa.timestamp("ms", tz="UTC")),
+                      "m": pa.array([{"x": 1}, {}], counts)})  # fmt: skip
+    stream = pa.BufferOutputStream()
+    with pa.ipc.new_stream(stream, table.schema) as writer:
+        writer.write_table(table)
+    request = {"op": "insert_arrow", "database": "default", "table": "arrow_t",
+               "table_database": database, "arrow": encode_value(stream.getvalue().to_pybytes()),
+               "settings": {"insert_deduplication_token": "t1"}}  # fmt: skip
+    for _ in range(2):  # the same token twice: stored once
+        status, out = call(client, **request)
+        assert status == 200, out
+    stored = client.query(f"SELECT k, at, m FROM `{database}`.arrow_t ORDER BY k").result_rows
+    assert [list(r) for r in stored] == [
+        ["a", datetime(1970, 1, 1, tzinfo=UTC), {"x": 1}],
+        ["b 🙂", datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=UTC), {}],
+    ]
+    status, out = call(client, **{**request, "arrow": encode_value(b"not arrow")})
+    assert status == 400 and "not an Arrow IPC stream" in out["error"]["message"]
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [
@@ -241,6 +271,8 @@ def test_served_command_and_insert(warehouse_db: tuple[Any, str]) -> None:
         (b'{"op": "query", "sql": "SELECT 1", "database": "x; DROP"}', "invalid database"),
         (b'{"op": "query", "sql": "SELECT {a:Int8}", "parameters": {"a": {"$t": "?"}}}', "tag"),
         (b'{"op": "insert", "table": "t", "rows": [1, 2]}', "list of rows"),
+        (b'{"op": "insert_arrow", "table": "t", "arrow": "x"}', "wrong type"),
+        (b'{"op": "insert_arrow", "table": "t; DROP", "arrow": {}}', "table name"),
         (b"[" * 100_000 + b"]" * 100_000, "malformed"),
     ],
 )
@@ -464,9 +496,7 @@ def test_remote_client_behaves_like_the_driver(owner: Owner) -> None:
             parameters={"ids": ["a", "b"], "at": at, "p": str(2**100)},
         )
         assert result.column_names == ("ids", "at", "p")
-        assert list(result.named_results()) == [
-            {"ids": ["a", "b"], "at": at, "p": 2**100}
-        ]
+        assert list(result.named_results()) == [{"ids": ["a", "b"], "at": at, "p": 2**100}]
         types = [t.name for t in result.column_types]  # chDB drops DateTime's zone name
         assert types[0] == "Array(String)" and types[1].startswith("DateTime")
         assert types[2] == "UInt128"

@@ -5,6 +5,7 @@ rule: tests/test_sink_duplicates.py and tests/test_sink_rules.py."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from datetime import datetime
@@ -60,7 +61,7 @@ def test_detector_passes_follow_the_interval_and_a_failure_is_not_fatal() -> Non
 
 
 class Failing:
-    """A store whose ``insert_events`` fails ``failures`` times (transient: from a
+    """A store whose events' insert fails ``failures`` times (transient: from a
     ``ConnectionError``), then succeeds; ``on_call(n)`` runs before the n-th call."""
 
     def __init__(
@@ -76,8 +77,11 @@ class Failing:
             cause = ConnectionError("connection refused") if self.transient else ValueError("bad")
             raise WarehouseError(f"insert failed ({self.calls})") from cause
 
-    def insert_assessments(self, rows: Any, token: str | None = None) -> None: ...
-    def insert_batches(self, rows: Any, token: str | None = None) -> None: ...
+    def insert_built(self, table: str, rows: Any, token: str | None = None) -> None:
+        """The sink's columnar inserts (``Warehouse.insert_built``): the events' fail."""
+        if table == "refusal_events":
+            self.insert_events(rows, token)
+
     def insert_dead_letters(self, rows: Any, token: str | None = None) -> None: ...
 
 
@@ -144,22 +148,28 @@ def test_a_failing_warehouse_loses_and_duplicates_nothing(
     last = ends(kafka_bootstrap, deployment)
     total = sum(len(read(kafka_bootstrap, t)) for t in result_topics(deployment))
     group = f"{unique_topic_prefix}sink"
-    names = ("first_fingerprints", "insert_events", "insert_assessments", "insert_dead_letters")
+    names = ("first_fingerprints", "insert_built", "insert_dead_letters")
     real = {name: getattr(warehouse, name) for name in names}
+    # the sink inserts the events and the assessments with Warehouse.insert_built (one
+    # columnar insert per table): their failures are injected there, per table
+    tables = {"refusal_events": "insert_events", "assessments": "insert_assessments"}
+    injected: dict[str, tuple[list[int], bool, bool]] = {}  # name -> [left], transient, after
+
+    def call(method: str, *args: Any, **kwargs: Any) -> Any:
+        name = tables.get(args[0], method) if method == "insert_built" else method
+        left, transient, after = injected.get(name, ([0], True, False))
+        if left[0] > 0 and after:  # the insert is done, its acknowledgement lost
+            real[method](*args, **kwargs)
+        if left[0] > 0:
+            left[0] -= 1
+            cause = ConnectionError("ClickHouse down") if transient else ValueError("bad")
+            raise WarehouseError(f"injected {name} failure") from cause
+        return real[method](*args, **kwargs)
 
     def failing(name: str, times: int, transient: bool = True, after: bool = False) -> None:
-        left = [times]
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if left[0] > 0 and after:  # the insert is done, its acknowledgement lost
-                real[name](*args, **kwargs)
-            if left[0] > 0:
-                left[0] -= 1
-                cause = ConnectionError("ClickHouse down") if transient else ValueError("bad")
-                raise WarehouseError(f"injected {name} failure") from cause
-            return real[name](*args, **kwargs)
-
-        monkeypatch.setattr(warehouse, name, call)
+        injected[name] = ([times], transient, after)
+        method = "insert_built" if name in tables.values() else name
+        monkeypatch.setattr(warehouse, method, functools.partial(call, method))
 
     # 1. the assessments insert fails for good (not transient): the sink gives up, after
     # the events insert of the same block succeeded, and commits nothing

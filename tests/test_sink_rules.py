@@ -40,7 +40,7 @@ def _ms(at: datetime) -> int:
 def copy(
     log_id: str, fingerprint: str, at: float, offset: int, response: str = "I can't help.",
     model: str = "m1",
-) -> Located:  # fmt: skip
+) -> Located[StoredEvent]:  # fmt: skip
     """A ``stored-events`` message written ``at`` seconds after T0 (ingested 0.1 s before)."""
     event = StoredEvent(
         event=RefusalEvent(log_id=log_id, event_time=EVENT_TIME, request="q", response=response,
@@ -49,10 +49,12 @@ def copy(
         ingested_at=T0 + timedelta(seconds=at - 0.1), content_fingerprint=fingerprint,
     )  # fmt: skip
     value = event.model_dump_json().encode()
-    return Located(0, offset, value, _ms(T0 + timedelta(seconds=at)), event)
+    return Located(0, offset, value, _ms(T0 + timedelta(seconds=at)), log_id, fingerprint, event)
 
 
-def assessment(log_id: str, fingerprint: str | None, category: str) -> Fingerprinted:
+def assessment(
+    log_id: str, fingerprint: str | None, category: str
+) -> Fingerprinted[StoredAssessment]:
     """An ``assessments`` message of the copy with ``fingerprint`` (None: no header)."""
     item = StoredAssessment(
         log_id=log_id, category=category, is_estimated_false_positive=False,
@@ -61,17 +63,21 @@ def assessment(log_id: str, fingerprint: str | None, category: str) -> Fingerpri
         engine_model="", engine_version="1", prompt_version="none", audited_at=T0,
         event_time=EVENT_TIME, model="m1", product="p",
     )  # fmt: skip
-    return Fingerprinted(fingerprint, item)
+    return Fingerprinted(fingerprint, log_id, item)
 
 
-def store(wh: Warehouse, judged: Judgement) -> None:
+def store(wh: Warehouse, judged: Judgement[StoredEvent, StoredAssessment]) -> None:
     """Insert a judgement as the sink does."""
     wh.insert_events(judged.events)
     wh.insert_assessments(judged.assessments)
     wh.insert_dead_letters(judged.letters)
 
 
-def judge(wh: Warehouse, copies: Sequence[Located], items: Sequence[Fingerprinted]) -> Judgement:
+def judge(
+    wh: Warehouse,
+    copies: Sequence[Located[StoredEvent]],
+    items: Sequence[Fingerprinted[StoredAssessment]],
+) -> Judgement[StoredEvent, StoredAssessment]:
     """Judge a block, store it, and check that judging it again (a redelivery) changes
     nothing."""
     judged = judge_block(wh, TOPIC, copies, items)
@@ -94,7 +100,7 @@ def test_a_later_copy_in_the_same_block_is_refused_with_its_assessment(warehouse
     e1, e2 = copy("a", "f1", 1, 10), copy("a", "f2", 5, 20, response="Changed.")
     judged = judge(warehouse, [e2, e1], [assessment("a", "f2", "second"),
                                          assessment("a", "f1", "first")])  # fmt: skip
-    assert judged.events == [e1.event] and judged.dropped == 1
+    assert judged.events == [e1.item] and judged.dropped == 1
     assert [a.category for a in judged.assessments] == ["first"]
     (letter,) = judged.letters
     assert (letter.stage, letter.reason_code) == ("validate", "duplicate_log_id")

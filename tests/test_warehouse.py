@@ -495,7 +495,9 @@ def test_empty_inserts_are_no_ops(warehouse: Warehouse, monkeypatch: pytest.Monk
         raise AssertionError("insert called for an empty sequence")
 
     monkeypatch.setattr(warehouse.client, "insert", boom)
+    monkeypatch.setattr(warehouse.client, "insert_arrow", boom)
     warehouse.insert_events([])
+    warehouse.insert_batches([])
     warehouse.insert_assessments([])
     warehouse.insert_dead_letters([])
     warehouse.insert_alerts([])
@@ -912,7 +914,8 @@ def test_server_side_readonly_setting_is_honoured(
 
 
 class FlakyInsert:
-    """Wraps ``client.insert``: the first ``failures`` calls fail with ``error``; with
+    """Wraps ``client.insert_arrow`` (the columnar insert of the sink's tables,
+    ``warehouse.columnar``): the first ``failures`` calls fail with ``error``; with
     ``write_first`` the failing calls still write (a lost acknowledgement)."""
 
     def __init__(
@@ -939,8 +942,8 @@ def test_transient_failures_are_retried_and_stored_once(
     warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stop_merges(warehouse)
-    flaky = FlakyInsert(warehouse.client.insert, 2, OperationalError("connection reset"))
-    monkeypatch.setattr(warehouse.client, "insert", flaky)
+    flaky = FlakyInsert(warehouse.client.insert_arrow, 2, OperationalError("connection reset"))
+    monkeypatch.setattr(warehouse.client, "insert_arrow", flaky)
     warehouse.insert_events(EVENTS)
     assert flaky.calls == 3
     assert warehouse.count_events() == len(EVENTS)
@@ -959,9 +962,9 @@ def test_retry_after_lost_acknowledgement_is_deduplicated(
 ) -> None:
     stop_merges(warehouse)
     flaky = FlakyInsert(
-        warehouse.client.insert, 2, OperationalError("read timeout"), write_first=True
+        warehouse.client.insert_arrow, 2, OperationalError("read timeout"), write_first=True
     )
-    monkeypatch.setattr(warehouse.client, "insert", flaky)
+    monkeypatch.setattr(warehouse.client, "insert_arrow", flaky)
     warehouse.insert_assessments(ASSESSMENTS)
     assert flaky.calls == 3
     # every attempt reached the server, the dedup token kept only the first
@@ -971,8 +974,8 @@ def test_retry_after_lost_acknowledgement_is_deduplicated(
 def test_exhausted_retries_raise_warehouse_error(
     warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    flaky = FlakyInsert(warehouse.client.insert, 99, OperationalError("connection refused"))
-    monkeypatch.setattr(warehouse.client, "insert", flaky)
+    flaky = FlakyInsert(warehouse.client.insert_arrow, 99, OperationalError("connection refused"))
+    monkeypatch.setattr(warehouse.client, "insert_arrow", flaky)
     with pytest.raises(WarehouseError, match="after 3 attempt") as info:
         warehouse.insert_events(EVENTS)
     assert isinstance(info.value.__cause__, OperationalError)
@@ -983,8 +986,8 @@ def test_exhausted_retries_raise_warehouse_error(
 def test_permanent_errors_are_not_retried(
     warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    flaky = FlakyInsert(warehouse.client.insert, 99, DatabaseError("Code: 53. type mismatch"))
-    monkeypatch.setattr(warehouse.client, "insert", flaky)
+    flaky = FlakyInsert(warehouse.client.insert_arrow, 99, DatabaseError("Code: 53. type mismatch"))
+    monkeypatch.setattr(warehouse.client, "insert_arrow", flaky)
     with pytest.raises(WarehouseError, match="type mismatch"):
         warehouse.insert_events(EVENTS)
     assert flaky.calls == 1
@@ -1040,8 +1043,8 @@ def test_retry_count_comes_from_the_constructor(
 ) -> None:
     client, database = warehouse_db
     wh = Warehouse(client, database, retries=5, retry_wait=0.0)
-    flaky = FlakyInsert(client.insert, 4, OperationalError("busy"))
-    monkeypatch.setattr(client, "insert", flaky)
+    flaky = FlakyInsert(client.insert_arrow, 4, OperationalError("busy"))
+    monkeypatch.setattr(client, "insert_arrow", flaky)
     wh.insert_dead_letters(DEAD_LETTERS)
     assert flaky.calls == 5
     single = Warehouse(client, database, retries=0, retry_wait=0.0)

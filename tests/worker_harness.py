@@ -81,15 +81,22 @@ def wrap(inner: Sink) -> Sink:
     if kind == "transient":
         countdown = Countdown(int(count or 0))
         client = inner.client  # type: ignore[attr-defined]
-        real_insert = client.insert
-
-        def flaky_insert(*args: Any, **kwargs: Any) -> Any:
-            if countdown.fire():
-                raise OperationalError("injected: connection refused")
-            return real_insert(*args, **kwargs)
-
-        client.insert = flaky_insert
+        # the driver's row inserts and the columnar ones (the events' and results' tables,
+        # warehouse.columnar) share the countdown
+        for name in ("insert", "insert_arrow"):
+            setattr(client, name, _flaky(getattr(client, name), countdown))
     return inner
+
+
+def _flaky(real: Any, countdown: Countdown) -> Any:
+    """``real`` failing with a transient error while ``countdown`` fires."""
+
+    def flaky_insert(*args: Any, **kwargs: Any) -> Any:
+        if countdown.fire():
+            raise OperationalError("injected: connection refused")
+        return real(*args, **kwargs)
+
+    return flaky_insert
 
 
 def busy(seconds: float) -> None:

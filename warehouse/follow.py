@@ -33,8 +33,8 @@ TAKEOVER_WAIT = 15.0
 
 class FollowingClient:
     """The subset of ``Client`` this package uses (``query``, ``command``, ``insert``,
-    ``create_insert_context``, ``close``, ``database``), on the current owner's channel
-    (``remote``) or, after a takeover, on the store opened here.
+    ``insert_arrow``, ``create_insert_context``, ``close``, ``database``), on the current
+    owner's channel (``remote``) or, after a takeover, on the store opened here.
 
     ``open_local()`` opens the store in this process (it raises ``WarehouseError`` while
     another process holds it). A call that fails with ``OperationalError`` (owner
@@ -91,6 +91,9 @@ class FollowingClient:
 
     def insert(self, *args: Any, **kwargs: Any) -> Any:
         return self._call("insert", *args, **kwargs)
+
+    def insert_arrow(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("insert_arrow", *args, **kwargs)
 
     def create_insert_context(self, *args: Any, **kwargs: Any) -> Any:
         return self._call("create_insert_context", *args, **kwargs)

@@ -35,7 +35,7 @@ from warehouse.rows import (
 
 __all__ = ["KAFKA_SOURCES", "KafkaSource", "source_columns"]
 
-# ---- column mappings (warehouse.rows' _event_row, _assessment_row, ...) -----------------
+# ---- column mappings (warehouse.rows' event_row, assessment_row, ...) -----------------
 
 
 def _field_info(model: type[BaseModel], path: str) -> FieldInfo:

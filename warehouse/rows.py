@@ -1,9 +1,12 @@
 """The tables' columns and how the pipeline's records become their rows.
 
 ``EVENT_COLUMNS``, ``ASSESSMENT_COLUMNS``, ``BATCH_COLUMNS``, ``DEAD_LETTER_COLUMNS`` and
-``ALERT_COLUMNS`` in insert order; the row builders ``Warehouse`` inserts with (one list of
-values per record, datetimes as aware UTC); ``dedup_token``, the content-derived insert
-deduplication token; ``to_utc``. The Kafka engine's column mappings
+``ALERT_COLUMNS`` in insert order (``TABLE_COLUMNS``: the first four by table); the row
+builders ``Warehouse`` inserts with (``event_row``, ``assessment_row``, ``batch_row``,
+``dead_letter_row``: one list of values per record, in its table's column order, datetimes
+as aware UTC; the warehouse sink builds its rows with them too, see
+``Warehouse.insert_built``); ``dedup_token``, the content-derived insert deduplication
+token; ``to_utc``. The Kafka engine's column mappings
 (``warehouse.kafka_columns``) follow the same order.
 """
 
@@ -26,7 +29,12 @@ __all__ = [
     "BATCH_COLUMNS",
     "DEAD_LETTER_COLUMNS",
     "EVENT_COLUMNS",
+    "TABLE_COLUMNS",
+    "assessment_row",
+    "batch_row",
+    "dead_letter_row",
     "dedup_token",
+    "event_row",
     "to_utc",
 ]
 
@@ -58,6 +66,14 @@ DEAD_LETTER_COLUMNS = (
     "dead_letter_id", "stage", "reason_code", "reason", "source", "location", "raw",
     "raw_length", "raw_sha256", "raw_truncated", "log_id", "created_at",
 )  # fmt: skip
+
+#: The columns of the tables the row builders fill, by table, in insert order.
+TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = {
+    "refusal_events": EVENT_COLUMNS,
+    "assessments": ASSESSMENT_COLUMNS,
+    "audit_batches": BATCH_COLUMNS,
+    "dead_letters": DEAD_LETTER_COLUMNS,
+}
 
 #: Columns of the ``alerts`` table: name -> default for an optional key (``...``: required).
 ALERT_COLUMNS: Mapping[str, Any] = {
@@ -110,7 +126,8 @@ def dedup_token(table: str, rows: Sequence[Sequence[Any]]) -> str:
     return f"{table}:{hashlib.sha256(payload).hexdigest()}"
 
 
-def _event_row(item: StoredEvent) -> list[Any]:
+def event_row(item: StoredEvent) -> list[Any]:
+    """A ``refusal_events`` row (``EVENT_COLUMNS``) of a stored event."""
     event = item.event
     signal = event.classifier
     return [
@@ -143,7 +160,8 @@ def _event_row(item: StoredEvent) -> list[Any]:
     ]
 
 
-def _assessment_row(item: StoredAssessment) -> list[Any]:
+def assessment_row(item: StoredAssessment) -> list[Any]:
+    """An ``assessments`` row (``ASSESSMENT_COLUMNS``) of an assessment."""
     return [
         item.log_id,
         item.category,
@@ -168,7 +186,8 @@ def _assessment_row(item: StoredAssessment) -> list[Any]:
     ]
 
 
-def _batch_row(batch: BatchRecord) -> list[Any]:
+def batch_row(batch: BatchRecord) -> list[Any]:
+    """An ``audit_batches`` row (``BATCH_COLUMNS``) of an audited batch."""
     summary = batch.summary
     return [
         batch.batch_id,
@@ -201,7 +220,8 @@ def _gap_flag(value: Any) -> PolicyGapFlag:
     return PolicyGapFlag(description=description, example_log_ids=list(examples))
 
 
-def _dead_letter_row(item: DeadLetter) -> list[Any]:
+def dead_letter_row(item: DeadLetter) -> list[Any]:
+    """A ``dead_letters`` row (``DEAD_LETTER_COLUMNS``) of a dead letter."""
     return [
         item.dead_letter_id,
         item.stage,

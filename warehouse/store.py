@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
+import pyarrow as pa
 from clickhouse_connect.driver.exceptions import ClickHouseError, DatabaseError, OperationalError
 from pydantic import SecretStr
 from tenacity import (
@@ -30,20 +31,19 @@ from schemas import BatchRecord, DeadLetter, StoredAssessment, StoredEvent
 from schemas.audit import PolicyGapFlag
 from schemas.events import StoredIdentity
 from warehouse.client import Client, WarehouseError, validate_identifier
+from warehouse.columnar import arrow_schema, arrow_table
 from warehouse.connect import connect
 from warehouse.rows import (
     ALERT_COLUMNS,
     ASSESSMENT_COLUMNS,
-    BATCH_COLUMNS,
-    DEAD_LETTER_COLUMNS,
-    EVENT_COLUMNS,
+    TABLE_COLUMNS,
     _alert_row,
-    _assessment_row,
-    _batch_row,
-    _dead_letter_row,
-    _event_row,
     _gap_flag,
+    assessment_row,
+    batch_row,
+    dead_letter_row,
     dedup_token,
+    event_row,
     to_utc,
 )
 
@@ -190,6 +190,8 @@ class Warehouse:
         # (table, columns) -> the columns' ClickHouse types, read once (DESCRIBE TABLE)
         # instead of before every insert; dropped when an insert into the table fails
         self._column_types: dict[tuple[str, tuple[str, ...]], Sequence[Any]] = {}
+        # the same for the columnar inserts: (table, columns) -> their Arrow schema
+        self._arrow_schemas: dict[tuple[str, tuple[str, ...]], pa.Schema] = {}
         self._column_types_lock = threading.Lock()
 
     @classmethod
@@ -226,17 +228,30 @@ class Warehouse:
     # ---- writes ---------------------------------------------------------------------
 
     def _insert(
-        self, table: str, columns: Sequence[str], rows: list[list[Any]], token: str | None = None
+        self,
+        table: str,
+        columns: Sequence[str],
+        rows: list[list[Any]],
+        token: str | None = None,
+        *,
+        columnar: bool = False,
     ) -> None:
         """Insert ``rows`` with ``token`` as the insert deduplication token (default: one
-        derived from the content), retrying transient failures."""
+        derived from the content), retrying transient failures. ``columnar``: one Arrow
+        insert typed by the table's DDL (``warehouse.columnar``), else the driver's rows."""
         if not rows:
             return
         token = f"{table}:{token}" if token is not None else dedup_token(table, rows)
         key = (table, tuple(columns))
+        settings = {**_INSERT_SETTINGS, "insert_deduplication_token": token}
 
         def attempt() -> None:
             try:
+                if columnar:
+                    data = arrow_table(self._arrow_schema(key), rows)
+                    self.client.insert_arrow(table, data, database=self.database,
+                                             settings=settings)  # fmt: skip
+                    return
                 self.client.insert(
                     table,
                     rows,
@@ -245,19 +260,40 @@ class Warehouse:
                     # a remote client's context has no types (the owner reads them); None
                     # lets the driver read them too when the store was taken over since
                     column_types=self._types_of(key) or None,
-                    settings={**_INSERT_SETTINGS, "insert_deduplication_token": token},
+                    settings=settings,
                 )
             except BaseException:  # the table may have changed: read its types again
                 with self._column_types_lock:
                     self._column_types.pop(key, None)
+                    self._arrow_schemas.pop(key, None)
                 raise
 
         try:
             self._with_retries(table, f"insert of {len(rows)} row(s) into", attempt)
-        except (ClickHouseError, OSError, ValueError, TypeError) as exc:
+        except (ClickHouseError, OSError, ValueError, TypeError, OverflowError) as exc:
             raise WarehouseError(
                 f"insert of {len(rows)} row(s) into {self.database}.{table} failed: {exc}"
             ) from exc
+
+    def _arrow_schema(self, key: tuple[str, tuple[str, ...]]) -> pa.Schema:
+        """The Arrow schema of ``key``'s columns, from ``DESCRIBE TABLE`` (cached like
+        :meth:`_types_of`; through the owner channel too). Raises ``WarehouseError`` (a
+        column the table lacks too) and ``TypeError`` (``warehouse.columnar.arrow_type``)."""
+        with self._column_types_lock:
+            schema = self._arrow_schemas.get(key)
+        if schema is None:
+            table, columns = key
+            _, described = self._select(
+                "DESCRIBE TABLE {db:Identifier}.{table:Identifier}", {"table": table}
+            )
+            types = {str(r[0]): str(r[1]) for r in described}
+            missing = [c for c in columns if c not in types]
+            if missing:
+                raise WarehouseError(f"{self.database}.{table} has no column(s) {missing}")
+            schema = arrow_schema([(c, types[c]) for c in columns])
+            with self._column_types_lock:
+                self._arrow_schemas[key] = schema
+        return schema
 
     def _with_retries(self, table: str, what: str, call: Callable[[], _R]) -> _R:
         """``call()`` with up to ``insert_attempts`` attempts and exponential backoff on
@@ -324,7 +360,7 @@ class Warehouse:
         re-run (a newer ``ingested_at`` replacing the event row) does not move an event
         into a later window.
         """
-        self._insert("refusal_events", EVENT_COLUMNS, [_event_row(e) for e in events], token)
+        self.insert_built("refusal_events", [event_row(e) for e in events], token)
 
     def _lookup(self, table: str, what: str, sql: str, name: str, keys: Sequence[Any]) -> list[Any]:
         """The rows of ``sql`` with its ``name`` parameter bound to ``keys``, queried
@@ -388,7 +424,7 @@ class Warehouse:
 
         An empty sequence is a no-op. Raises ``WarehouseError``.
         """
-        self._insert("assessments", ASSESSMENT_COLUMNS, [_assessment_row(a) for a in items], token)
+        self.insert_built("assessments", [assessment_row(a) for a in items], token)
 
     def insert_batch(self, batch: BatchRecord) -> None:
         """Store one audited batch (re-running the same ``batch_id`` replaces it).
@@ -402,7 +438,16 @@ class Warehouse:
 
         Raises ``WarehouseError``.
         """
-        self._insert("audit_batches", BATCH_COLUMNS, [_batch_row(b) for b in batches], token)
+        self.insert_built("audit_batches", [batch_row(b) for b in batches], token)
+
+    def insert_built(self, table: str, rows: list[list[Any]], token: str | None = None) -> None:
+        """Insert rows built by ``warehouse.rows``' builders (``event_row`` for
+        ``refusal_events``, ``assessment_row``, ``batch_row``, ``dead_letter_row``; the
+        tables of ``TABLE_COLUMNS``) in one columnar insert (``warehouse.columnar``: Arrow,
+        on chDB, a server and the owner channel alike), with ``token`` as in
+        :meth:`insert_events` (empty ``rows``: no-op). Raises ``KeyError`` for another
+        table, ``WarehouseError`` on failure."""
+        self._insert(table, TABLE_COLUMNS[table], rows, token, columnar=True)
 
     def insert_rows(self, table: str, columns: Sequence[str], rows: list[list[Any]]) -> None:
         """Insert ``rows`` (values in ``columns`` order) into ``table`` of this database, one
@@ -421,9 +466,7 @@ class Warehouse:
 
         Raises ``WarehouseError``.
         """
-        self._insert(
-            "dead_letters", DEAD_LETTER_COLUMNS, [_dead_letter_row(d) for d in items], token
-        )
+        self.insert_built("dead_letters", [dead_letter_row(d) for d in items], token)
 
     def insert_alerts(self, alerts: Sequence[Mapping[str, Any]]) -> None:
         """Store generic alert rows (an empty sequence is a no-op).

@@ -45,15 +45,18 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any, Generic, TypeVar
 
 from processors.intake import dead_letter_id
-from schemas.audit import StoredAssessment
 from schemas.deadletter import DeadLetter
 from schemas.events import StoredEvent
 from streams.dead_letters import kafka_location
 from warehouse.store import Warehouse, to_utc
 
 log = logging.getLogger("refusal_audit.sink")
+
+T = TypeVar("T")
+U = TypeVar("U")
 
 #: The Unix epoch (UTC): message timestamps count milliseconds from it.
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -73,36 +76,44 @@ class InputOrigin:
 
 
 @dataclass(frozen=True)
-class Located:
+class Located(Generic[T]):
     """One ``stored-events`` message: its partition, offset, value, timestamp (ms since the
-    epoch), decoded event and its input record's origin (None: the message has no
-    ``x-input-*`` headers)."""
+    epoch), its event's log id and content fingerprint, ``item`` (what is stored of it: the
+    warehouse sink keeps the event's row, ``warehouse.rows.event_row``, not the decoded
+    model) and its input record's origin (None: the message has no ``x-input-*`` headers).
+    ``value`` is the message as written, a ``StoredEvent`` as JSON: a refused copy's dead
+    letter decodes it again (:func:`duplicate_letter`)."""
 
     partition: int
     offset: int
     value: bytes
     timestamp: int
-    event: StoredEvent
+    log_id: str
+    fingerprint: str
+    item: T
     origin: InputOrigin | None = None
 
 
 @dataclass(frozen=True)
-class Fingerprinted:
+class Fingerprinted(Generic[T]):
     """One ``assessments`` message: the content fingerprint of the event copy it assessed
-    (its ``x-content-fingerprint`` header; None without one) and the assessment."""
+    (its ``x-content-fingerprint`` header; None without one), the assessment's log id and
+    ``item``, what is stored of it (the sink: its row, ``warehouse.rows.assessment_row``)."""
 
     fingerprint: str | None
-    assessment: StoredAssessment
+    log_id: str
+    item: T
 
 
 @dataclass
-class Judgement:
-    """What to store of a block: ``events`` and ``assessments`` to insert, ``letters`` (one
+class Judgement(Generic[T, U]):
+    """What to store of a block: ``events`` and ``assessments`` to insert (the ``item`` of
+    each copy and assessment kept, in the order judged), ``letters`` (one
     ``duplicate_log_id`` dead letter per refused copy) and ``dropped`` (the number of
     assessments not stored, those of refused copies)."""
 
-    events: list[StoredEvent] = field(default_factory=list)
-    assessments: list[StoredAssessment] = field(default_factory=list)
+    events: list[T] = field(default_factory=list)
+    assessments: list[U] = field(default_factory=list)
     letters: list[DeadLetter] = field(default_factory=list)
     dropped: int = 0
 
@@ -120,11 +131,12 @@ def duplicate_reason(log_id: str) -> str:
     )
 
 
-def duplicate_letter(copy: Located, topic: str) -> DeadLetter:
+def duplicate_letter(copy: Located[Any], topic: str) -> DeadLetter:
     """The dead letter of a refused copy read from ``topic``: it describes the copy's input
     record when the message names it (``copy.origin``), else the message (module
-    docstring)."""
-    event, origin = copy.event, copy.origin
+    docstring). Raises ``pydantic.ValidationError`` when ``copy.value`` is not a
+    ``StoredEvent`` (the sink judges only messages that decoded)."""
+    event, origin = StoredEvent.model_validate_json(copy.value), copy.origin
     raw = event.event.model_dump_json().encode()
     if origin is None:
         location = kafka_location(copy.partition, copy.offset)
@@ -142,25 +154,27 @@ def duplicate_letter(copy: Located, topic: str) -> DeadLetter:
 
 
 def judge_block(
-    store: Warehouse, topic: str, copies: Sequence[Located], assessments: Sequence[Fingerprinted]
-) -> Judgement:
+    store: Warehouse,
+    topic: str,
+    copies: Sequence[Located[T]],
+    assessments: Sequence[Fingerprinted[U]],
+) -> Judgement[T, U]:
     """Apply the rule (module docstring) to a block's event ``copies`` (read from ``topic``)
     and ``assessments``. Reads the warehouse, writes nothing. Raises ``WarehouseError``."""
-    ids = [c.event.event.log_id for c in copies] + [f.assessment.log_id for f in assessments]
+    ids = [c.log_id for c in copies] + [f.log_id for f in assessments]
     stored = store.first_fingerprints(ids) if ids else {}
     first = {i: f for i, f in stored.items() if f}
-    out = Judgement()
+    out: Judgement[T, U] = Judgement()
     for copy in sorted(copies, key=lambda c: (c.partition, c.offset)):
-        event = copy.event
-        log_id, fingerprint = event.event.log_id, event.content_fingerprint
+        log_id, fingerprint = copy.log_id, copy.fingerprint
         if not fingerprint or first.setdefault(log_id, fingerprint) == fingerprint:
-            out.events.append(event)
+            out.events.append(copy.item)
         else:
             out.letters.append(duplicate_letter(copy, topic))
     for item in assessments:
-        known = first.get(item.assessment.log_id)
+        known = first.get(item.log_id)
         if known is None or not item.fingerprint or item.fingerprint == known:
-            out.assessments.append(item.assessment)
+            out.assessments.append(item.item)
         else:
             out.dropped += 1
     return out

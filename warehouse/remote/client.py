@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 import orjson
+import pyarrow as pa
 from clickhouse_connect.datatypes.registry import get_from_name
 from clickhouse_connect.driver.exceptions import (
     ClickHouseError,
@@ -79,7 +80,8 @@ class RemoteClient:
     ``column_types``, ``named_results()``...); ``command`` returns what the local driver
     would (str, int, list of str or ``QuerySummary``); ``insert`` takes ``table``, rows,
     ``column_names``, ``database`` and ``settings`` (``column_types`` is accepted and
-    ignored); ``create_insert_context`` returns a ``RemoteInsertContext``. ``database`` is
+    ignored); ``insert_arrow`` takes ``table``, a ``pyarrow.Table``, ``database`` and
+    ``settings``; ``create_insert_context`` returns a ``RemoteInsertContext``. ``database`` is
     the default database, sent with every call, like the driver's attribute.
 
     Errors are the driver's exception classes: the ClickHouse error as the owner's client
@@ -212,6 +214,28 @@ class RemoteClient:
             table=table,
             rows=rows,
             column_names=column_names if isinstance(column_names, str) else list(column_names),
+            table_database=database,
+            settings=encode_value(settings),
+        )
+        return QuerySummary(decode_value(out.get("summary") or {}))
+
+    def insert_arrow(
+        self,
+        table: str,
+        arrow_table: Any,
+        database: str | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> QuerySummary:
+        """Insert the ``pyarrow.Table`` ``arrow_table`` into ``table`` on the owner (one
+        ``INSERT ... FORMAT Arrow`` there, as the driver's ``insert_arrow``); it travels as
+        an Arrow IPC stream. See ``clickhouse_connect`` ``Client.insert_arrow``."""
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, arrow_table.schema) as writer:
+            writer.write_table(arrow_table)
+        out = self._call(
+            "insert_arrow",
+            table=table,
+            arrow=encode_value(sink.getvalue().to_pybytes()),
             table_database=database,
             settings=encode_value(settings),
         )

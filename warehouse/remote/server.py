@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
+import pyarrow as pa
 from clickhouse_connect.driver.binding import _query_is_insert
 from clickhouse_connect.driver.exceptions import ClickHouseError, Error, OperationalError
 from clickhouse_connect.driver.summary import QuerySummary
@@ -105,6 +106,17 @@ def _identifier_field(req: Mapping[str, Any], name: str) -> str | None:
     return value  # type: ignore[no-any-return]
 
 
+def _arrow_field(req: Mapping[str, Any]) -> pa.Table:
+    """The ``arrow`` field of an ``insert_arrow`` request (an Arrow IPC stream) as a table."""
+    data = decode_value(_field(req, "arrow", dict, required=True))
+    if not isinstance(data, bytes):
+        raise _BadRequest("field 'arrow' must be bytes (an Arrow IPC stream)")
+    try:
+        return pa.ipc.open_stream(data).read_all()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise _BadRequest(f"field 'arrow' is not an Arrow IPC stream: {exc}") from exc
+
+
 def _parse(req: Any) -> tuple[str, str | None, dict[str, Any]]:
     """(op, database, keyword arguments for the client call) of a decoded request."""
     if not isinstance(req, dict):
@@ -122,28 +134,22 @@ def _parse(req: Any) -> tuple[str, str | None, dict[str, Any]]:
         if op == "query":
             kwargs["column_formats"] = decode_value(_field(req, "column_formats", dict))
         return op, database, {"sql": _field(req, "sql", str, required=True), **kwargs}
-    if op == "insert":
+    if op in ("insert", "insert_arrow"):
         table = _field(req, "table", str, required=True)
         if not _TABLE_NAME_RE.match(table):  # a dotted name reaches the SQL text unquoted
             raise _BadRequest("field 'table' must be a table name (db.table or table)")
-        table_database = _identifier_field(req, "table_database")
+        target = {"table": table, "database": _identifier_field(req, "table_database"),
+                  "settings": settings}  # fmt: skip
+        if op == "insert_arrow":
+            return op, database, {**target, "arrow_table": _arrow_field(req)}
         rows = decode_value(_field(req, "rows", list, required=True))
         if not all(isinstance(r, list | tuple) for r in rows):
             raise _BadRequest("field 'rows' must be a list of rows")
         names = _field(req, "column_names", (str, list))
         if isinstance(names, list) and not all(isinstance(n, str) for n in names):
             raise _BadRequest("field 'column_names' must be a list of names")
-        return (
-            op,
-            database,
-            {
-                "table": table,
-                "data": rows,
-                "column_names": names if names is not None else "*",
-                "database": table_database,
-                "settings": settings,
-            },
-        )
+        return op, database, {**target, "data": rows,
+                              "column_names": names if names is not None else "*"}  # fmt: skip
     raise _BadRequest(f"unknown op {str(op)[:40]!r}")
 
 
@@ -173,7 +179,7 @@ def _execute(client: Client, op: str, kwargs: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(out, str | int):  # a sequence of strings
             out = list(out)
         return {"result": encode_value(out)}
-    summary = client.insert(**kwargs)
+    summary = client.insert_arrow(**kwargs) if op == "insert_arrow" else client.insert(**kwargs)
     return {"summary": encode_value(dict(summary.summary))}
 
 
@@ -206,7 +212,8 @@ def serve_request(client: Client, body: bytes) -> tuple[int, bytes]:
     parser): one statement, nothing that reaches outside the store (table functions but
     ``numbers``/``zeros``, ``file()``, dictionary sources, foreign table engines, backups);
     a refused one answers 422 with code 497 (ACCESS_DENIED) and does not run. An insert's
-    ``table`` must be a plain ``[db.]table`` name.
+    ``table`` must be a plain ``[db.]table`` name; ``insert_arrow`` carries its rows as an
+    Arrow IPC stream (``arrow``, bytes) and runs the driver's ``insert_arrow``.
     """
     try:
         op, database, kwargs = _parse(orjson.loads(body))
