@@ -35,7 +35,7 @@ from schemas.audit import (
 )
 from schemas.deadletter import DeadLetter
 from schemas.events import ClassifierSignal, RefusalEvent, StoredEvent
-from streams.sink import dead_letter_from_message
+from streams.dead_letters import dead_letter_from_message
 from streams.transactional import OutputMessage
 from warehouse import Warehouse, migrate
 from warehouse.client import Client
