@@ -110,7 +110,8 @@ def dedup_token(table: str, rows: Sequence[Sequence[Any]]) -> str:
     return f"{table}:{hashlib.sha256(payload).hexdigest()}"
 
 
-def _event_row(item: StoredEvent) -> list[Any]:
+def event_row(item: StoredEvent) -> list[Any]:
+    """The ``refusal_events`` column values of ``item``, in ``EVENT_COLUMNS`` order."""
     event = item.event
     signal = event.classifier
     return [
@@ -143,7 +144,8 @@ def _event_row(item: StoredEvent) -> list[Any]:
     ]
 
 
-def _assessment_row(item: StoredAssessment) -> list[Any]:
+def assessment_row(item: StoredAssessment) -> list[Any]:
+    """The ``assessments`` column values of ``item``, in ``ASSESSMENT_COLUMNS`` order."""
     return [
         item.log_id,
         item.category,
@@ -168,7 +170,8 @@ def _assessment_row(item: StoredAssessment) -> list[Any]:
     ]
 
 
-def _batch_row(batch: BatchRecord) -> list[Any]:
+def batch_row(batch: BatchRecord) -> list[Any]:
+    """The ``batches`` column values of ``batch``, in ``BATCH_COLUMNS`` order."""
     summary = batch.summary
     return [
         batch.batch_id,
@@ -192,7 +195,7 @@ def _batch_row(batch: BatchRecord) -> list[Any]:
     ]
 
 
-def _gap_flag(value: Any) -> PolicyGapFlag:
+def gap_flag(value: Any) -> PolicyGapFlag:
     """A stored ``policy_gap_flags`` element (a named tuple: a dict from chDB, a pair from a
     server) as a ``PolicyGapFlag``."""
     if isinstance(value, Mapping):
@@ -201,7 +204,8 @@ def _gap_flag(value: Any) -> PolicyGapFlag:
     return PolicyGapFlag(description=description, example_log_ids=list(examples))
 
 
-def _dead_letter_row(item: DeadLetter) -> list[Any]:
+def dead_letter_row(item: DeadLetter) -> list[Any]:
+    """The ``dead_letters`` column values of ``item``, in ``DEAD_LETTER_COLUMNS`` order."""
     return [
         item.dead_letter_id,
         item.stage,
@@ -218,7 +222,9 @@ def _dead_letter_row(item: DeadLetter) -> list[Any]:
     ]
 
 
-def _alert_row(alert: Mapping[str, Any]) -> list[Any]:
+def alert_row(alert: Mapping[str, Any]) -> list[Any]:
+    """The ``alerts`` column values of ``alert``, in ``ALERT_COLUMNS`` order; ValueError on unknown
+    fields."""
     unknown = set(alert) - set(ALERT_COLUMNS)
     if unknown:
         raise ValueError(f"unknown alert field(s) {sorted(unknown)}; known: {list(ALERT_COLUMNS)}")

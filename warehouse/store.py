@@ -37,13 +37,13 @@ from warehouse.rows import (
     BATCH_COLUMNS,
     DEAD_LETTER_COLUMNS,
     EVENT_COLUMNS,
-    _alert_row,
-    _assessment_row,
-    _batch_row,
-    _dead_letter_row,
-    _event_row,
-    _gap_flag,
+    alert_row,
+    assessment_row,
+    batch_row,
+    dead_letter_row,
     dedup_token,
+    event_row,
+    gap_flag,
     to_utc,
 )
 
@@ -121,7 +121,7 @@ def _transient_cause(exc: BaseException) -> bool:
 
 # per log id: the first fingerprinted copy's fingerprint and whether the newest copy is a
 # refusal (the primary key is log_id)
-_FIRST_FINGERPRINTS = (
+FIRST_FINGERPRINTS = (
     "SELECT log_id, argMinIf(content_fingerprint, ingested_at, content_fingerprint != ''), "
     "argMax(is_refusal, ingested_at) FROM {db:Identifier}.refusal_events "
     "WHERE log_id IN {ids:Array(String)} GROUP BY log_id"
@@ -324,7 +324,7 @@ class Warehouse:
         re-run (a newer ``ingested_at`` replacing the event row) does not move an event
         into a later window.
         """
-        self._insert("refusal_events", EVENT_COLUMNS, [_event_row(e) for e in events], token)
+        self._insert("refusal_events", EVENT_COLUMNS, [event_row(e) for e in events], token)
 
     def _lookup(self, table: str, what: str, sql: str, name: str, keys: Sequence[Any]) -> list[Any]:
         """The rows of ``sql`` with its ``name`` parameter bound to ``keys``, queried
@@ -352,7 +352,7 @@ class Warehouse:
             return {}
         pairs = list(dict.fromkeys(keys))
         ids = list(dict.fromkeys(log_id for _, log_id in pairs))
-        events_sql = _FIRST_FINGERPRINTS
+        events_sql = FIRST_FINGERPRINTS
         audits_sql = (
             "SELECT log_id, argMax(concat(policy_bundle, '|', bundle_version, '|', engine, '|', "
             "engine_model, '|', engine_version, '|', prompt_version), audited_at) "
@@ -378,7 +378,7 @@ class Warehouse:
         if not ids:
             return {}
         what = f"lookup of {len(ids)} log id(s) in"
-        rows = self._lookup("refusal_events", what, _FIRST_FINGERPRINTS, "ids", ids)
+        rows = self._lookup("refusal_events", what, FIRST_FINGERPRINTS, "ids", ids)
         return {str(r[0]): str(r[1]) for r in rows}
 
     def insert_assessments(
@@ -388,7 +388,7 @@ class Warehouse:
 
         An empty sequence is a no-op. Raises ``WarehouseError``.
         """
-        self._insert("assessments", ASSESSMENT_COLUMNS, [_assessment_row(a) for a in items], token)
+        self._insert("assessments", ASSESSMENT_COLUMNS, [assessment_row(a) for a in items], token)
 
     def insert_batch(self, batch: BatchRecord) -> None:
         """Store one audited batch (re-running the same ``batch_id`` replaces it).
@@ -402,7 +402,7 @@ class Warehouse:
 
         Raises ``WarehouseError``.
         """
-        self._insert("audit_batches", BATCH_COLUMNS, [_batch_row(b) for b in batches], token)
+        self._insert("audit_batches", BATCH_COLUMNS, [batch_row(b) for b in batches], token)
 
     def insert_rows(self, table: str, columns: Sequence[str], rows: list[list[Any]]) -> None:
         """Insert ``rows`` (values in ``columns`` order) into ``table`` of this database, one
@@ -422,7 +422,7 @@ class Warehouse:
         Raises ``WarehouseError``.
         """
         self._insert(
-            "dead_letters", DEAD_LETTER_COLUMNS, [_dead_letter_row(d) for d in items], token
+            "dead_letters", DEAD_LETTER_COLUMNS, [dead_letter_row(d) for d in items], token
         )
 
     def insert_alerts(self, alerts: Sequence[Mapping[str, Any]]) -> None:
@@ -436,7 +436,7 @@ class Warehouse:
 
         Raises ``ValueError`` for a missing/unknown field, ``WarehouseError`` on failure.
         """
-        self._insert("alerts", list(ALERT_COLUMNS), [_alert_row(a) for a in alerts])
+        self._insert("alerts", list(ALERT_COLUMNS), [alert_row(a) for a in alerts])
 
     # ---- reads ----------------------------------------------------------------------
 
@@ -519,7 +519,7 @@ class Warehouse:
             {"ids": ids},
         )
         flags = {str(r[0]): r[1] for r in rows}
-        return [_gap_flag(f) for batch_id in ids for f in flags.get(batch_id, [])]
+        return [gap_flag(f) for batch_id in ids for f in flags.get(batch_id, [])]
 
     def assessment_counts_per_log_id(self) -> dict[str, int]:
         """Map log_id -> number of current assessments (1 each when every log_id is audited
