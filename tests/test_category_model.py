@@ -18,7 +18,7 @@ from processors.category_model import CATEGORY_CLASSES
 from processors.engines.local import LocalEngine
 from processors.refusal_model import ModelArtifactError
 from processors.validation import validate_result
-from refusal_audit.audit.engines import make_engine
+from refusal_audit.audit.engine_setup import make_engine
 from refusal_audit.audit.prefilter_model import CATEGORY_STEM, load_shipped_category_model
 from refusal_audit.cli import app
 from refusal_audit.config import ConfigError, load_settings
@@ -151,9 +151,10 @@ def test_verdicts_join_training_weighted_and_reported(shared_data: Path, tmp_pat
     }
     assert meta["evaluation"]["verdicts"]["n"] == 18
     assert meta["training"]["verdict_category_rows"] == 18
-    assert "18 reviewer verdicts read, 18 of them category-model rows" in (
-        tmp_path / "heavy.md"
-    ).read_text()
+    assert (
+        "18 reviewer verdicts read, 18 of them category-model rows"
+        in (tmp_path / "heavy.md").read_text()
+    )
 
 
 def test_verdict_file_errors_name_the_line(tmp_path: Path) -> None:

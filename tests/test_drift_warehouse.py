@@ -12,11 +12,11 @@ import pytest
 from drift_data import Row, stored_rows, xstest_refusals
 from scipy.stats import binom
 
-from processors.drift import DetectorSettings, WindowCounts
+from processors.drift_detection import DetectorSettings, WindowCounts
 from refusal_audit.alerts.drift import DriftConfig, closed_windows, evaluate_windows, window_start
 from schemas.alerts import Scope
 from warehouse import connect, load_migrations, migrate
-from warehouse.drift import view_call, window_counts
+from warehouse.drift_assessments import view_call, window_counts
 from warehouse.store import Warehouse
 
 pytestmark = pytest.mark.integration
@@ -275,9 +275,7 @@ def test_classification_drift_when_reviewers_disagree_more(warehouse: Warehouse)
     from warehouse.review import insert_verdicts
 
     bundle = load_bundles(settings().policy_bundles)["default"]
-    rows = {
-        w: [Row(f"w{w}-{i}", "over_refusal", i % 2 == 0) for i in range(200)] for w in (0, 1)
-    }
+    rows = {w: [Row(f"w{w}-{i}", "over_refusal", i % 2 == 0) for i in range(200)] for w in (0, 1)}
     for w, window_rows in rows.items():
         store(warehouse, window_rows, W0 + w * HOUR + timedelta(minutes=10))
     share = {0: 0.10, 1: 0.35}

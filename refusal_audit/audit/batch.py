@@ -20,7 +20,7 @@ from processors.adapters import (
 )
 from processors.intake import IntakeSettings
 from refusal_audit.alerts.drift import DriftConfig, bundle_baselines
-from refusal_audit.audit.engines import (
+from refusal_audit.audit.engine_setup import (
     close_engine,
     configured_redactor,
     make_engine,

@@ -1,4 +1,4 @@
-"""The ``openai`` question engine: an LLM writes the questions, the harness checks them.
+"""The ``openai`` question engine's harness: an LLM writes the questions, this checks them.
 
 One refusal, one chat completion (``inference.chat`` and ``processors.engines.llm_call``,
 shared with the audit engine: the same client handling, usage counting, JSON decoding, retry
