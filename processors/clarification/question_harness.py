@@ -27,6 +27,10 @@ values, the check of an answer) and the schema:
 
 ``raw_output`` is a JSON array with one ``{"kind", "finish_reason", "content", "refusal"}``
 object per call (kinds ``questions``, ``retry``), API key masked.
+
+The prompt's maintainer notes still call this module ``openai_questions`` (its name before issue
+26): the prompt version is the hash of the whole file, so editing them would make a new
+prompt version.
 """
 
 from __future__ import annotations
