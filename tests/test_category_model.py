@@ -151,10 +151,9 @@ def test_verdicts_join_training_weighted_and_reported(shared_data: Path, tmp_pat
     }
     assert meta["evaluation"]["verdicts"]["n"] == 18
     assert meta["training"]["verdict_category_rows"] == 18
-    assert (
-        "18 reviewer verdicts read, 18 of them category-model rows"
-        in (tmp_path / "heavy.md").read_text()
-    )
+    assert "18 reviewer verdicts read, 18 of them category-model rows" in (
+        tmp_path / "heavy.md"
+    ).read_text()
 
 
 def test_verdict_file_errors_name_the_line(tmp_path: Path) -> None:

@@ -275,7 +275,9 @@ def test_classification_drift_when_reviewers_disagree_more(warehouse: Warehouse)
     from warehouse.review import insert_verdicts
 
     bundle = load_bundles(settings().policy_bundles)["default"]
-    rows = {w: [Row(f"w{w}-{i}", "over_refusal", i % 2 == 0) for i in range(200)] for w in (0, 1)}
+    rows = {
+        w: [Row(f"w{w}-{i}", "over_refusal", i % 2 == 0) for i in range(200)] for w in (0, 1)
+    }
     for w, window_rows in rows.items():
         store(warehouse, window_rows, W0 + w * HOUR + timedelta(minutes=10))
     share = {0: 0.10, 1: 0.35}

@@ -1,4 +1,8 @@
-"""DOC"""
+"""The counts the drift detectors read: ``WindowCounts`` of one scope over one window (or a
+pooled baseline), their JSON form (``counts_to_dict``/``counts_from_dict``, the worker's
+baseline state), pooling, and the roll-up scopes (bundle, model, "all") and (bundle, "all",
+"all") built from the finest ones.
+"""
 
 from __future__ import annotations
 

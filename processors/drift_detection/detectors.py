@@ -1,4 +1,9 @@
-"""DOC"""
+"""The detectors: one statistical test (or rule) per alert kind, from the counts of one scope to
+a ``Finding`` (see the package docstring for each test, its effect size and its sources), with
+their thresholds (``DetectorSettings``), the per-test level from a false-alarm budget
+(``alpha_for``), rates with Wilson intervals (``rate_estimate``), and the list of two-sample
+tests both evaluators run (``TESTED_DETECTORS``, ``applies``, ``two_sample_test``).
+"""
 
 from __future__ import annotations
 
@@ -316,3 +321,26 @@ def _insufficient(
         baseline_counts={trials: n0},
         note=note,
     )
+
+
+TESTED_DETECTORS: tuple[AlertKind, ...] = ("category_mix_drift", *RATE_DETECTORS)
+"""The two-sample tests of a period against its baseline, in the order both evaluators
+(``evaluate``, ``evaluate_series``) report them; ``volume_anomaly`` and ``new_category``
+follow them. A new test goes here and into :func:`two_sample_test`."""
+
+
+def applies(kind: AlertKind, reviewed: bool) -> bool:
+    """Whether the detector ``kind`` applies to a scope: ``classification_drift`` only where
+    someone reviews (``reviewed``: reviewed refusals in the period or its baseline); where
+    nobody does it is left out, not reported as insufficient data."""
+    return kind != "classification_drift" or reviewed
+
+
+def two_sample_test(
+    kind: AlertKind, scope: Scope, cur: WindowCounts, base: WindowCounts, s: DetectorSettings
+) -> Finding:
+    """The test of ``kind`` (one of ``TESTED_DETECTORS``) on ``cur`` against ``base``:
+    :func:`category_mix` or :func:`rate_shift`."""
+    if kind == "category_mix_drift":
+        return category_mix(scope, cur, base, s)
+    return rate_shift(kind, scope, cur, base, s)

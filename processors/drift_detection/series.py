@@ -1,4 +1,15 @@
-"""DOC"""
+"""The multi-resolution evaluation the warehouse path and the worker run (``evaluate_series``):
+counts per window as prefix sums (``CountSeries``), the period and baseline of each
+resolution (``period_bounds``), the resolution each detector tests, and continuations (an
+alert over k windows that repeats one from less than k windows earlier).
+
+``evaluate`` (``window.py``) is not built on this, nor this on it, because the same counts
+would give other findings: ``evaluate`` asks ``min_events`` refusals of the window as well as
+of the baseline (this asks them of the baseline only, per period, and tests any non-empty
+period), its ``insufficient_data`` notes say other things, and it takes one pooled baseline
+(not windows, so no resolution can be chosen). Both run the same detectors:
+``TESTED_DETECTORS`` through ``two_sample_test``, then ``volume`` and ``new_categories``.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +20,14 @@ import numpy as np
 
 from processors.drift_detection.counts import COUNT_FIELDS, WindowCounts, pooled, rollup_scopes
 from processors.drift_detection.detectors import (
-    RATE_DETECTORS,
     RATE_TRIALS,
     RISE_ONLY,
+    TESTED_DETECTORS,
     DetectorSettings,
     Finding,
-    category_mix,
+    applies,
     new_categories,
-    rate_shift,
+    two_sample_test,
     volume,
 )
 from processors.drift_detection.window import Evaluation, adjust
@@ -273,22 +284,16 @@ def _scope_findings(
     views = [_view(series, end, members, k, *bounds) for k in ks]
     found: list[Finding] = []
     by_refusals = _choose(views, "refusals", settings.min_events)
-    kinds: list[AlertKind] = ["category_mix_drift", *RATE_DETECTORS]
-    for kind in kinds:
+    reviewed = any(v.cur.reviewed or v.base.reviewed for v in views)
+    for kind in TESTED_DETECTORS:
         trials = RATE_TRIALS.get(kind, "refusals")
-        if kind == "classification_drift" and not any(
-            v.cur.reviewed or v.base.reviewed for v in views
-        ):
-            continue  # nobody reviews this scope: the detector does not apply
+        if not applies(kind, reviewed):
+            continue
         v = by_refusals if trials == "refusals" else _choose(views, trials, settings.min_events)
         if v is None:
             found.append(_not_tested(kind, scope, views, trials, settings))
             continue
-        f = (
-            category_mix(scope, v.cur, v.base, loose)
-            if kind == "category_mix_drift"
-            else rate_shift(kind, scope, v.cur, v.base, loose)
-        )
+        f = two_sample_test(kind, scope, v.cur, v.base, loose)
         if f.status == "insufficient_data":
             f = replace(f, note=f"no {trials} in the period of {v.resolution} window(s)")
         found.append(replace(f, resolution=v.resolution, late=v.cur.late))

@@ -1,4 +1,7 @@
-"""DOC"""
+"""One window's evaluation at one resolution over pooled counts (``evaluate``: the tests and
+``benchmarks/drift_shift.py``) and the Benjamini-Hochberg adjustment every evaluation ends
+with (``adjust``).
+"""
 
 from __future__ import annotations
 
@@ -9,13 +12,13 @@ from scipy.stats import false_discovery_control
 
 from processors.drift_detection.counts import WindowCounts, pooled, rollup_scopes
 from processors.drift_detection.detectors import (
-    RATE_DETECTORS,
     RISE_ONLY,
+    TESTED_DETECTORS,
     DetectorSettings,
     Finding,
-    category_mix,
+    applies,
     new_categories,
-    rate_shift,
+    two_sample_test,
     volume,
 )
 from schemas.alerts import Scope
@@ -42,8 +45,9 @@ def evaluate(
 ) -> Evaluation:
     """Run every detector on every scope of one window and adjust p-values together, at one
     resolution over pooled counts (the tests and ``benchmarks/drift_shift.py``). The
-    warehouse path runs :func:`evaluate_series`, which chooses a resolution per scope: a new
-    detector goes into both.
+    warehouse path runs :func:`evaluate_series`, which chooses a resolution per scope; both
+    run ``TESTED_DETECTORS`` (a new two-sample test goes there), ``volume`` and
+    ``new_categories``.
 
     ``current`` and ``baseline`` map finest scopes (bundle, model, product) to their counts
     in the evaluated window and in the pooled baseline (``baseline_windows`` windows long);
@@ -60,12 +64,11 @@ def evaluate(
     for scope, members in rollup_scopes([*current, *baseline]).items():
         cur = pooled(current[m] for m in members if m in current)
         base = pooled(baseline[m] for m in members if m in baseline)
-        found = [category_mix(scope, cur, base, settings)]
-        found += [
-            rate_shift(kind, scope, cur, base, settings)
-            for kind in RATE_DETECTORS
-            # nobody reviews this scope: the detector does not apply (not "insufficient")
-            if kind != "classification_drift" or cur.reviewed or base.reviewed
+        reviewed = bool(cur.reviewed or base.reviewed)
+        found = [
+            two_sample_test(kind, scope, cur, base, settings)
+            for kind in TESTED_DETECTORS
+            if applies(kind, reviewed)
         ]
         windows = baseline_windows
         if active_windows is not None:
