@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 from scipy.spatial.distance import jensenshannon
 
-from processors.drift import Finding, WindowCounts
+from processors.drift_detection import Finding, WindowCounts
 from refusal_audit.alerts.drift import DriftConfig, evaluate_counts
 from schemas.alerts import DRIFT_KINDS, Scope
 

@@ -40,7 +40,7 @@ import uvicorn
 from processors.clarification.flow import Clarifier
 from processors.clarification.local_questions import LocalQuestionEngine
 from processors.engines.local import LocalEngine
-from refusal_audit.audit.engines import configured_redactor
+from refusal_audit.audit.engine_setup import configured_redactor
 from refusal_audit.bundles import load_bundles
 from refusal_audit.clarification.app import create_app
 from refusal_audit.clarification.service import ClarifyService

@@ -29,7 +29,7 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from processors.drift import DetectorSettings, Evaluation, WindowCounts, evaluate
+from processors.drift_detection import DetectorSettings, Evaluation, WindowCounts, evaluate
 from refusal_audit.alerts.drift import DriftConfig, evaluate_windows
 from refusal_audit.audit.batch import BatchOptions, run_batch
 from refusal_audit.config import load_settings

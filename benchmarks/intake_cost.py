@@ -57,7 +57,7 @@ import orjson
 
 from processors.adapters import DecodeOptions, SourceRecord, decode_record
 from processors.batching import event_tokens, make_batches
-from processors.drift import WindowCounts
+from processors.drift_detection import WindowCounts
 from processors.engines.local import LocalEngine
 from processors.intake import content_fingerprint
 from processors.prefilter import RefusalDecision, detect_refusals

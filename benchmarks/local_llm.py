@@ -2,7 +2,7 @@
 
 For audit batch sizes ``--sizes`` (1, 5, 10, 25), ``--batches`` batches each (distinct real
 XSTest refusals, GPT-4 then Llama-2 completions, read by path from ../shared/data), the
-openai audit engine (built by ``refusal_audit.audit.engines.make_engine`` from the settings, as
+openai audit engine (built by ``refusal_audit.audit.engine_setup.make_engine`` from the settings, as
 ``audit``/``eval`` build it) audits each batch against
 
 - the local model: ``--base-url`` (key in ``$REFUSAL_AUDIT_OPENAI_API_KEY``), else
@@ -47,7 +47,7 @@ from pydantic import ValidationError
 from inference.audit_engine import OpenAIEngine
 from processors.engines.base import EngineError
 from processors.engines.llm_call import ChatAnswer
-from refusal_audit.audit.engines import close_engine, make_engine
+from refusal_audit.audit.engine_setup import close_engine, make_engine
 from refusal_audit.bundles import load_bundles
 from refusal_audit.config import Settings
 from schemas.events import RefusalEvent

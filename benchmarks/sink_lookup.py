@@ -2,7 +2,7 @@
 
 Issue 27: the sink slowed down as the store grew. Each block's duplicate rule asks
 ``refusal_events`` for the first fingerprint of every log id in the block
-(``warehouse.store._FIRST_FINGERPRINTS``: ``WHERE log_id IN {ids}``). This script fills an
+(``warehouse.store.FIRST_FINGERPRINTS``: ``WHERE log_id IN {ids}``). This script fills an
 embedded chDB store with ``--rows`` synthetic events (random hex log ids, 1 KB of text each),
 then times, for fresh ids (none stored: the common case), one query per list size of
 ``--sizes`` and the same 33,000 ids in chunks (``--chunks``), wall seconds with
@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from warehouse import connect, migrate
-from warehouse.store import _FIRST_FINGERPRINTS
+from warehouse.store import FIRST_FINGERPRINTS
 
 COLUMNS = ["log_id", "content_fingerprint", "ingested_at", "event_time", "is_refusal",
            "request", "response"]  # fmt: skip
@@ -57,7 +57,7 @@ def main() -> None:
         migrate(client, "bench")
         fill(client, "bench", args.rows)
         client.command("OPTIMIZE TABLE bench.refusal_events FINAL")
-        sql = _FIRST_FINGERPRINTS.replace("{db:Identifier}", "bench")
+        sql = FIRST_FINGERPRINTS.replace("{db:Identifier}", "bench")
         print(f"refusal_events: {args.rows:,} rows (embedded chDB)")
         for size in args.sizes:
             ids = [uuid.uuid4().hex for _ in range(size)]

@@ -14,8 +14,8 @@ project's migrations, so the schema is the real one) and times, ``--runs`` times
   ClickHouse plugin do (``tests/grafana_expand.py``) with its default time range (now-90d to
   now), "All" for every variable and ``$__interval`` the larger of the panel's minimum
   interval and 2 h (90 days over about 1,000 points);
-- the alert detectors' reads (``warehouse.drift.window_counts``): 27 one-hour windows (24 of
-  baseline, 3 looked back: the defaults) and 27 one-day windows.
+- the alert detectors' reads (``warehouse.drift_assessments.window_counts``): 27 one-hour
+  windows (24 of baseline, 3 looked back: the defaults) and 27 one-day windows.
 
 It prints p50 and p95 (seconds) per query and adds them under the store's size to
 ``--json`` (default ``benchmarks/results/trend_queries.json``). Target (issue 27): every
@@ -55,7 +55,7 @@ from refusal_audit.report.html.data import collect  # noqa: E402
 from warehouse import report_queries as rq  # noqa: E402
 from warehouse.client import Client  # noqa: E402
 from warehouse.connect import connect  # noqa: E402
-from warehouse.drift import window_counts  # noqa: E402
+from warehouse.drift_assessments import window_counts  # noqa: E402
 from warehouse.migrate import applied_migrations, load_migrations, migrate  # noqa: E402
 from warehouse.queries import NAMED_QUERIES, run_named  # noqa: E402
 

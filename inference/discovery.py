@@ -1,7 +1,7 @@
 """Ask an OpenAI-compatible server what it is and how large its context is (issue 24).
 
 The engines' prompts and checks are pure (``processors/``); this module does the I/O when
-an engine is built (``refusal_audit.audit.engines``), once per engine (issue 26 moved it
+an engine is built (``refusal_audit.audit.engine_setup``), once per engine (issue 26 moved it
 here from ``refusal_audit.llm.discovery``; its logger keeps that name):
 
 1. ``GET <root>/props`` (root = the base URL without its trailing ``/v1``): llama.cpp's

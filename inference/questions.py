@@ -1,5 +1,5 @@
 """The ``openai`` question engine: its call and the one retry (issue 26 moved them here from
-``processors.clarification.openai_questions``, whose module docstring describes the steps
+``processors.clarification.question_harness``, whose module docstring describes the steps
 and which keeps the prompt values, the output schema and the check of an answer)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 from inference.prompted import PromptedCaller
 from processors.clarification.base import GeneratedQuestions, QuestionContext
-from processors.clarification.openai_questions import (
+from processors.clarification.question_harness import (
     ENGINE_VERSION,
     QUESTIONS_JSON_SCHEMA,
     QUESTIONS_SCHEMA_NAME,

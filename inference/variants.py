@@ -1,5 +1,5 @@
 """The ``openai`` variant engine: its call and the one retry (issue 26 moved them here from
-``processors.calibration.openai_variants``, whose module docstring describes the steps and
+``processors.calibration.variant_harness``, whose module docstring describes the steps and
 which keeps the output schema, the prompt values and the check of an answer)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 from inference.prompted import PromptedCaller
 from processors.calibration.base import CalibrationContext, GeneratedVariants
-from processors.calibration.openai_variants import (
+from processors.calibration.variant_harness import (
     ENGINE_VERSION,
     PREVIOUS_ERROR,
     RETRY_CONSTRAINT,

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 import numpy as np
-from scipy.stats import norm
 
 from processors.stats import wilson_interval
 
@@ -125,6 +124,8 @@ def agreement(
         from statsmodels.stats.inter_rater import cohens_kappa  # heavy (pandas): on first use
 
         result = cohens_kappa(np.array(table, dtype=float))
+    from scipy.stats import norm  # imported here: a worker loads no scipy (issue 27)
+
     z = float(norm.ppf(0.5 + confidence / 2))
     # the variance rounds to just below 0 when agreement is perfect: its root is then 0
     kappa, se = float(result.kappa), max(float(result.var_kappa), 0.0) ** 0.5

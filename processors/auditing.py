@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from processors.batching import AuditBatch
-from processors.drift import WindowCounts
+from processors.drift_detection import WindowCounts
 from processors.engines.base import AuditEngine
 from processors.intake import dead_letter_id
 from processors.sampling import review_reasons

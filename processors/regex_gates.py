@@ -112,13 +112,9 @@ def _item_gate(op: Any, av: Any) -> Gate | None:
     return None
 
 
-def required_literals(pattern: re.Pattern[str]) -> Gate | None:
-    """Literals at least one of which occurs in every text ``pattern`` can match, or ``None``.
-
-    ``None`` means no gate (search always). A gate is never returned for a pattern compiled
-    with ``re.IGNORECASE``, and is limited by :data:`MAX_GATE_LITERALS` and
-    :data:`MIN_GATE_LENGTH`.
-    """
+def _case_sensitive_tree(pattern: re.Pattern[str]) -> Any:
+    """The parsed tree of a case-sensitive text ``pattern``; None for a bytes pattern or one
+    with ``re.IGNORECASE`` (set by flag or inline), which no literal gate covers."""
     if not isinstance(pattern.pattern, str) or pattern.flags & re.IGNORECASE:
         return None
     try:
@@ -126,6 +122,19 @@ def required_literals(pattern: re.Pattern[str]) -> Gate | None:
     except Exception:  # pragma: no cover - compiled patterns parse
         return None
     if tree.state.flags & re.IGNORECASE:
+        return None
+    return tree
+
+
+def required_literals(pattern: re.Pattern[str]) -> Gate | None:
+    """Literals at least one of which occurs in every text ``pattern`` can match, or ``None``.
+
+    ``None`` means no gate (search always). A gate is never returned for a pattern compiled
+    with ``re.IGNORECASE``, and is limited by :data:`MAX_GATE_LITERALS` and
+    :data:`MIN_GATE_LENGTH`.
+    """
+    tree = _case_sensitive_tree(pattern)
+    if tree is None:
         return None
     gate = _seq_gate(tree)
     if not gate or len(gate) > MAX_GATE_LITERALS:
@@ -329,13 +338,8 @@ def start_literals(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
     :data:`MAX_GATE_LITERALS` of them or one is shorter than :data:`MIN_GATE_LENGTH`
     (finding every place where they occur would cost more than the search).
     """
-    if not isinstance(pattern.pattern, str) or pattern.flags & re.IGNORECASE:
-        return None
-    try:
-        tree = _p.parse(pattern.pattern, pattern.flags)
-    except Exception:  # pragma: no cover - compiled patterns parse
-        return None
-    if tree.state.flags & re.IGNORECASE:
+    tree = _case_sensitive_tree(pattern)
+    if tree is None:
         return None
     starts = _start_literals(tree, True)
     if not starts or len(starts) > _MAX_START_LITERALS:

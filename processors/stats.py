@@ -6,8 +6,10 @@ import math
 from collections.abc import Sequence
 from functools import lru_cache
 
-from scipy.special import ndtri
-from scipy.stats import norm
+# The standard normal quantile of the default two-sided 95% interval, scipy.special.ndtri(0.975)
+# to the last bit (tests/test_stats.py checks it): with it a worker computing 95% intervals
+# imports no scipy (issue 27); other confidences ask scipy.
+Z_95 = 1.959963984540054
 
 
 def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -32,13 +34,20 @@ def _wilson(successes: int, trials: int, confidence: float) -> tuple[float, floa
     that cost about 1 ms a call (the drift detectors ask for four intervals per scope and
     window). Pure, so the cache changes no result."""
     n, p = trials, successes / trials
-    z = float(ndtri(0.5 + 0.5 * confidence))
+    z = Z_95 if confidence == 0.95 else _normal_quantile(0.5 + 0.5 * confidence)
     denom = 2 * (n + z**2)
     center = (2 * n * p + z**2) / denom
     delta = z / denom * math.sqrt(4 * n * p * (1 - p) + z**2)
     low = 0.0 if successes == 0 else center - delta
     high = 1.0 if successes == trials else center + delta
     return (float(low), float(high))
+
+
+def _normal_quantile(q: float) -> float:
+    """The standard normal quantile of ``q`` in (0, 1) (``scipy.special.ndtri``)."""
+    from scipy.special import ndtri
+
+    return float(ndtri(q))
 
 
 def stratified_proportion(
@@ -76,6 +85,8 @@ def stratified_proportion(
         adjusted = (successes + 2) / (trials + 4)
         fpc = 1.0 - trials / population
         variance += weight**2 * fpc * adjusted * (1 - adjusted) / (trials + 4)
+    from scipy.stats import norm
+
     z = float(norm.ppf(0.5 + confidence / 2))
     half = z * math.sqrt(variance)
     return estimate, max(0.0, estimate - half), min(1.0, estimate + half)

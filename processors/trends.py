@@ -1,8 +1,8 @@
 """Trend lines for an audit batch summary, computed from counts (never from model free text).
 
 ``trend_lines`` compares a batch's rates with the baseline the drift detectors use for the
-batch's policy bundle (``processors.drift.WindowCounts`` pooled over the trailing windows),
-each rate with its Wilson 95% interval, e.g.
+batch's policy bundle (``processors.drift_detection.WindowCounts`` pooled over the trailing
+windows), each rate with its Wilson 95% interval, e.g.
 ``over-refusal rate 0.41 [0.36, 0.47] (n=25) vs baseline 0.08 [0.05, 0.12] (n=1200)``.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from processors.drift import WindowCounts, rate_estimate
+from processors.drift_detection import WindowCounts, rate_estimate
 from schemas.audit import IndividualAssessment
 
 

@@ -15,6 +15,10 @@ from typing import Literal, get_args
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
+MAX_NOTE_CHARS = 4000
+"""The longest note (characters) a reviewer may write with a verdict: ``VerdictInput.note``,
+the review app's verdict and retry forms and the clarification pages' verdict form."""
+
 VerdictKind = Literal["agree", "disagree"]
 
 
@@ -35,7 +39,7 @@ class VerdictInput(BaseModel):
     corrected_category: str | None = Field(default=None, min_length=1, max_length=128)
     corrected_false_positive: bool | None = None
     corrected_clause: str | None = Field(default=None, min_length=1, max_length=128)
-    note: str = Field(default="", max_length=4000)
+    note: str = Field(default="", max_length=MAX_NOTE_CHARS)
 
     @model_validator(mode="after")
     def _corrections_match_the_verdict(self) -> VerdictInput:

@@ -21,7 +21,7 @@ from datetime import datetime
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
-from processors.drift import WindowCounts, counts_from_dict, counts_to_dict
+from processors.drift_detection import WindowCounts, counts_from_dict, counts_to_dict
 from streams import clients
 from streams.clients import Brokers
 from streams.producer import TopicWriter

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from processors.drift import Finding, WindowCounts
+from processors.drift_detection import Finding, WindowCounts
 from schemas.audit import StoredAssessment
 from schemas.events import RefusalEvent, StoredEvent
 

@@ -14,12 +14,12 @@ import pytest
 from fake_openai_server import FakeOpenAIServer, content, invalid_json, refusal
 
 from inference.variants import OpenAIVariantEngine
-from processors.calibration.openai_variants import (
+from processors.calibration.run import calibrate
+from processors.calibration.variant_harness import (
     PREVIOUS_ERROR,
     RETRY_CONSTRAINT,
     VARIANTS_JSON_SCHEMA,
 )
-from processors.calibration.run import calibrate
 from prompts.calibration import PLACEHOLDERS, load_calibrate_template
 from schemas.calibration import DEFAULT_SPECTRUM, CalibrationRequest, CalibrationRun
 from schemas.policy import PolicyBundle

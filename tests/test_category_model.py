@@ -18,7 +18,7 @@ from processors.category_model import CATEGORY_CLASSES
 from processors.engines.local import LocalEngine
 from processors.refusal_model import ModelArtifactError
 from processors.validation import validate_result
-from refusal_audit.audit.engines import make_engine
+from refusal_audit.audit.engine_setup import make_engine
 from refusal_audit.audit.prefilter_model import CATEGORY_STEM, load_shipped_category_model
 from refusal_audit.cli import app
 from refusal_audit.config import ConfigError, load_settings

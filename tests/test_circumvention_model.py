@@ -220,7 +220,7 @@ class _FixedEngine(LocalQuestionEngine):
 def test_the_clarifier_never_surfaces_a_set_the_check_rejects(check: CircumventionCheck) -> None:
     from datetime import UTC, datetime
 
-    from refusal_audit.audit.engines import make_engine
+    from refusal_audit.audit.engine_setup import make_engine
     from refusal_audit.bundles import load_bundles
     from schemas.clarification import ClarificationRequest, EscalationReason, Outcome
 

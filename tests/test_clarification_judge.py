@@ -32,7 +32,7 @@ from processors.clarification.judge import (
     RETRY_CONSTRAINT,
 )
 from processors.clarification.local_questions import LocalQuestionEngine
-from processors.clarification.openai_questions import QUESTIONS_SCHEMA_NAME
+from processors.clarification.question_harness import QUESTIONS_SCHEMA_NAME
 from processors.clarification.trail import checks_of, judge_of, step_row
 from processors.engines.local import LocalEngine
 from prompts.clarification import JUDGE_PLACEHOLDERS, load_judge_template

@@ -14,7 +14,7 @@ from fake_openai_server import FakeOpenAIServer, content, invalid_json, refusal
 
 from inference.questions import OpenAIQuestionEngine
 from processors.clarification.flow import Clarifier
-from processors.clarification.openai_questions import (
+from processors.clarification.question_harness import (
     QUESTIONS_JSON_SCHEMA,
     RETRY_CONSTRAINT,
 )

@@ -21,10 +21,10 @@ from inference.judge import OpenAIJudge
 from inference.questions import OpenAIQuestionEngine
 from processors.clarification.flow import Clarifier
 from processors.clarification.judge import JUDGE_SCHEMA_NAME
-from processors.clarification.openai_questions import QUESTIONS_SCHEMA_NAME
+from processors.clarification.question_harness import QUESTIONS_SCHEMA_NAME
 from processors.clarification.trail import step_row
 from processors.redaction import Redactor
-from refusal_audit.audit.engines import configured_redactor
+from refusal_audit.audit.engine_setup import configured_redactor
 from refusal_audit.clarification.service import ClarifyService, StepResult
 from refusal_audit.clarification.store import SqliteStore
 from refusal_audit.config import Settings

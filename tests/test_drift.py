@@ -11,7 +11,7 @@ import pytest
 from drift_data import by_kind, counts_of, xstest_refusals
 from scipy.stats import chi2_contingency, fisher_exact
 
-from processors.drift import (
+from processors.drift_detection import (
     DetectorSettings,
     WindowCounts,
     evaluate,
@@ -189,7 +189,7 @@ def test_rollups_skip_single_member_groups() -> None:
 def test_window_counts_survive_their_json_form_and_bad_forms_are_refused() -> None:
     import orjson
 
-    from processors.drift import WindowCounts, counts_from_dict, counts_to_dict
+    from processors.drift_detection import WindowCounts, counts_from_dict, counts_to_dict
 
     counts = WindowCounts(refusals=12, false_positives=3, review_flags=2, policy_gaps=1, late=4,
                           categories={"a": 7, "b": 5}, examples={"a": ("x", "y")}, reviewed=2,

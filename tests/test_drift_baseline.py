@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from drift_data import Row, stored_rows, xstest_refusals
 
-from processors.drift import DetectorSettings
+from processors.drift_detection import DetectorSettings
 from refusal_audit.alerts.drift import DriftConfig, evaluate_windows
 from warehouse.store import Warehouse
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from processors.drift import (
+from processors.drift_detection import (
     CountSeries,
     DetectorSettings,
     WindowCounts,
@@ -329,7 +329,7 @@ def test_an_hourly_alert_names_the_baseline_it_was_tested_against() -> None:
 def test_two_new_categories_in_one_window_are_two_alerts() -> None:
     """Each new category is its own alert (its id names the category); other kinds' ids are
     kind, scope and period as before."""
-    from processors.drift import new_categories
+    from processors.drift_detection import new_categories
 
     settings = DetectorSettings(new_category_min=5)
     cur = WindowCounts(refusals=400, categories={"x": 10, "y": 12, "old": 378})

@@ -12,11 +12,11 @@ import pytest
 from drift_data import Row, stored_rows, xstest_refusals
 from scipy.stats import binom
 
-from processors.drift import DetectorSettings, WindowCounts
+from processors.drift_detection import DetectorSettings, WindowCounts
 from refusal_audit.alerts.drift import DriftConfig, closed_windows, evaluate_windows, window_start
 from schemas.alerts import Scope
 from warehouse import connect, load_migrations, migrate
-from warehouse.drift import view_call, window_counts
+from warehouse.drift_assessments import view_call, window_counts
 from warehouse.store import Warehouse
 
 pytestmark = pytest.mark.integration

@@ -45,7 +45,7 @@ from processors.tokens import count_tokens
 from prompts import load_template
 from prompts.loader import count_message_tokens
 from refusal_audit.audit.batch import BatchOptions, build_pipeline, file_source
-from refusal_audit.audit.engines import make_engine
+from refusal_audit.audit.engine_setup import make_engine
 from refusal_audit.config import ConfigError, Settings
 from schemas.events import RefusalEvent
 from schemas.policy import PolicyBundle
@@ -439,7 +439,7 @@ def test_budget_settings_reach_the_engine(fake_openai: FakeOpenAIServer) -> None
 
 
 def test_steps_reach_the_metrics_and_eval(fake_openai: FakeOpenAIServer, tmp_path: Path) -> None:
-    from refusal_audit.audit.engines import close_engine
+    from refusal_audit.audit.engine_setup import close_engine
     from refusal_audit.audit.evaluation import MemorySink, run_eval
     from refusal_audit.audit.run_report import print_eval
     from refusal_audit.streaming.worker_web import record_metrics

@@ -38,7 +38,7 @@ from processors.clarification.local_questions import LocalQuestionEngine
 from processors.clarification.routing import classify
 from processors.engines.local import LocalEngine
 from refusal_audit.audit.batch import BatchOptions, build_pipeline, file_source
-from refusal_audit.audit.engines import close_engine
+from refusal_audit.audit.engine_setup import close_engine
 from refusal_audit.audit.evaluation import MemorySink
 from refusal_audit.calibration.runs import run_calibrations
 from refusal_audit.clarification.server import build_clarifier, build_judge

@@ -30,7 +30,7 @@ from test_pipeline import settings
 
 from refusal_audit.audit.batch import run_batch
 from refusal_audit.review.accounts import deactivate_reviewer
-from schemas.review import ReviewQueue
+from schemas.review import MAX_NOTE_CHARS, ReviewQueue
 from warehouse import Warehouse
 from warehouse.client import WarehouseError
 from warehouse.review import current_verdicts, review_item_rows
@@ -478,6 +478,7 @@ def test_odd_requests_are_refused_cleanly(server: ReviewServer) -> None:
     long = bob.submit(item, verdict="agree", note="n" * 4001)
     assert (nul.status_code, long.status_code) == (422, 422)
     assert "not text" in nul.text and "at most 4000 characters" in long.text
+    assert f'maxlength="{MAX_NOTE_CHARS}"' in long.text  # the form holds the same limit
     assert "Value error" not in long.text.split('id="form-error"')[1].split("</p>")[0]
     assert current_verdicts(server.store) == []
 

@@ -20,7 +20,7 @@ ROOM_INTERFACES: dict[str, dict[str, str]] = {
     "audit": {
         "pipeline": "the one audit orchestrator (the streaming worker runs it per window)",
         "batch": "running a batch of events, baselines of a window (worker, produce)",
-        "engines": "engine choice, LLM client options, the configured redactor",
+        "engine_setup": "engine choice, LLM client options, the configured redactor",
         "prefilter_model": "loading the shipped pre-filter and category models (training)",
         "prefilter_cascade": "the cascade's encoder head (training)",
     },

@@ -29,3 +29,16 @@ def test_edges() -> None:
     assert wilson_interval(0, 0) == (0.0, 1.0)
     with pytest.raises(ValueError):
         wilson_interval(5, 3)
+
+
+def test_the_95_percent_quantile_constant_is_scipys_to_the_last_bit() -> None:
+    from scipy.special import ndtri
+    from scipy.stats import binomtest
+
+    from processors.stats import Z_95
+
+    assert float(ndtri(0.975)) == Z_95
+    # the default path (the constant, no scipy) matches scipy's own Wilson interval
+    for k, n in [(1, 7), (3, 10), (41, 97), (500, 1000)]:
+        ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+        assert wilson_interval(k, n) == pytest.approx((ci.low, ci.high), rel=1e-12, abs=1e-15)

@@ -25,7 +25,7 @@ from refusal_audit.dashboards import build_dashboards
 from warehouse import report_queries as rq
 from warehouse.client import Client
 from warehouse.connect import connect
-from warehouse.drift import window_counts
+from warehouse.drift_assessments import window_counts
 from warehouse.migrate import load_migrations, migrate
 from warehouse.queries import NAMED_QUERIES, run_named
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from processors.drift import WindowCounts
+from processors.drift_detection import WindowCounts
 from processors.stats import wilson_interval
 from processors.trends import trend_lines
 from schemas.audit import IndividualAssessment

@@ -46,7 +46,7 @@ from warehouse import (
     run_named,
     run_readonly,
 )
-from warehouse.queries import _run_guarded
+from warehouse.queries import run_guarded
 from warehouse.review import insert_verdicts
 from warehouse.store import is_transient
 
@@ -905,7 +905,7 @@ def test_server_side_readonly_setting_is_honoured(
 ) -> None:
     """The second guard alone (parser bypassed): chDB enforces readonly=1."""
     with pytest.raises((ReadOnlyViolation, WarehouseError)) as info:
-        _run_guarded(separate_client, sql)
+        run_guarded(separate_client, sql)
     assert "readonly" in str(info.value).lower()
     assert_unchanged(loaded)
 

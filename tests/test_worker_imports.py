@@ -76,11 +76,5 @@ def test_a_local_engine_worker_loads_no_tokenizer_encoder_or_training_packages(
     assert not modules & set(UNNEEDED), sorted(modules & set(UNNEEDED))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="processors/drift.py imports scipy at module level (reached through "
-    "processors.trends, processors.auditing and streams.baselines); when that import moves "
-    "into the functions that test with it, this passes: drop the mark",
-)
 def test_a_local_engine_worker_loads_no_scipy(worker_modules: dict[str, object]) -> None:
     assert "scipy" not in set(worker_modules["modules"])  # type: ignore[call-overload]

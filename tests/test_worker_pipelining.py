@@ -191,7 +191,7 @@ def test_a_worker_uses_the_baselines_the_sink_publishes(
 ) -> None:
     from datetime import UTC, datetime
 
-    from processors.drift import WindowCounts
+    from processors.drift_detection import WindowCounts
     from streams.baselines import BaselinePublisher
     from streams.producer import TopicWriter, make_producer
 

@@ -452,7 +452,7 @@ def check_readonly(client: Client, sql: str) -> str:
         raise ReadOnlyViolation(str(exc)) from exc
 
 
-def _run_guarded(client: Client, statement: str) -> QueryResult:
+def run_guarded(client: Client, statement: str) -> QueryResult:
     """Run ``statement`` with the ClickHouse setting ``readonly=1`` (the server-side guard).
 
     Only ever called with statements ``check_readonly`` accepted: on chDB, a *write* refused
@@ -499,4 +499,4 @@ def run_readonly(client: Client, sql: str) -> QueryResult:
     Raises ``ReadOnlyViolation`` for anything the guard refuses, ``WarehouseError`` when the
     query fails (unknown column or table, ...); messages never quote data.
     """
-    return _run_guarded(client, check_readonly(client, sql))
+    return run_guarded(client, check_readonly(client, sql))

@@ -211,7 +211,7 @@ def batch_row(batch: BatchRecord) -> list[Any]:
     ]
 
 
-def _gap_flag(value: Any) -> PolicyGapFlag:
+def gap_flag(value: Any) -> PolicyGapFlag:
     """A stored ``policy_gap_flags`` element (a named tuple: a dict from chDB, a pair from a
     server) as a ``PolicyGapFlag``."""
     if isinstance(value, Mapping):
@@ -238,7 +238,9 @@ def dead_letter_row(item: DeadLetter) -> list[Any]:
     ]
 
 
-def _alert_row(alert: Mapping[str, Any]) -> list[Any]:
+def alert_row(alert: Mapping[str, Any]) -> list[Any]:
+    """The ``alerts`` column values of ``alert``, in ``ALERT_COLUMNS`` order; ValueError on unknown
+    fields."""
     unknown = set(alert) - set(ALERT_COLUMNS)
     if unknown:
         raise ValueError(f"unknown alert field(s) {sorted(unknown)}; known: {list(ALERT_COLUMNS)}")

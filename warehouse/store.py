@@ -37,13 +37,13 @@ from warehouse.rows import (
     ALERT_COLUMNS,
     ASSESSMENT_COLUMNS,
     TABLE_COLUMNS,
-    _alert_row,
-    _gap_flag,
+    alert_row,
     assessment_row,
     batch_row,
     dead_letter_row,
     dedup_token,
     event_row,
+    gap_flag,
     to_utc,
 )
 
@@ -121,7 +121,7 @@ def _transient_cause(exc: BaseException) -> bool:
 
 # per log id: the first fingerprinted copy's fingerprint and whether the newest copy is a
 # refusal (the primary key is log_id)
-_FIRST_FINGERPRINTS = (
+FIRST_FINGERPRINTS = (
     "SELECT log_id, argMinIf(content_fingerprint, ingested_at, content_fingerprint != ''), "
     "argMax(is_refusal, ingested_at) FROM {db:Identifier}.refusal_events "
     "WHERE log_id IN {ids:Array(String)} GROUP BY log_id"
@@ -388,7 +388,7 @@ class Warehouse:
             return {}
         pairs = list(dict.fromkeys(keys))
         ids = list(dict.fromkeys(log_id for _, log_id in pairs))
-        events_sql = _FIRST_FINGERPRINTS
+        events_sql = FIRST_FINGERPRINTS
         audits_sql = (
             "SELECT log_id, argMax(concat(policy_bundle, '|', bundle_version, '|', engine, '|', "
             "engine_model, '|', engine_version, '|', prompt_version), audited_at) "
@@ -414,7 +414,7 @@ class Warehouse:
         if not ids:
             return {}
         what = f"lookup of {len(ids)} log id(s) in"
-        rows = self._lookup("refusal_events", what, _FIRST_FINGERPRINTS, "ids", ids)
+        rows = self._lookup("refusal_events", what, FIRST_FINGERPRINTS, "ids", ids)
         return {str(r[0]): str(r[1]) for r in rows}
 
     def insert_assessments(
@@ -479,7 +479,7 @@ class Warehouse:
 
         Raises ``ValueError`` for a missing/unknown field, ``WarehouseError`` on failure.
         """
-        self._insert("alerts", list(ALERT_COLUMNS), [_alert_row(a) for a in alerts])
+        self._insert("alerts", list(ALERT_COLUMNS), [alert_row(a) for a in alerts])
 
     # ---- reads ----------------------------------------------------------------------
 
@@ -562,7 +562,7 @@ class Warehouse:
             {"ids": ids},
         )
         flags = {str(r[0]): r[1] for r in rows}
-        return [_gap_flag(f) for batch_id in ids for f in flags.get(batch_id, [])]
+        return [gap_flag(f) for batch_id in ids for f in flags.get(batch_id, [])]
 
     def assessment_counts_per_log_id(self) -> dict[str, int]:
         """Map log_id -> number of current assessments (1 each when every log_id is audited

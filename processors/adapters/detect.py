@@ -7,7 +7,7 @@ from typing import Final
 
 import orjson
 
-from processors.adapters.checks import _BOM, _json_type
+from processors.adapters.checks import BOM, json_type
 from processors.adapters.records import InputFormat
 
 _MAP_HINTS: Final[dict[str, tuple[str, ...]]] = {
@@ -36,7 +36,7 @@ def detect_format(first_line: bytes, filename: str) -> InputFormat:
     Raises ``ValueError`` telling the user to pass ``--format`` / ``--map`` otherwise.
     """
     advice = "pass --format (jsonl, mapped-jsonl, openai, xstest-csv) and, for mapped-jsonl, --map"
-    line = first_line[len(_BOM) :] if first_line.startswith(_BOM) else first_line
+    line = first_line[len(BOM) :] if first_line.startswith(BOM) else first_line
     if filename.lower().endswith(".csv"):
         try:
             header = next(csv.reader([line.decode("utf-8")]), [])
@@ -54,7 +54,7 @@ def detect_format(first_line: bytes, filename: str) -> InputFormat:
         raise ValueError(f"{filename}: first record is not JSON ({exc}); {advice}") from None
     if not isinstance(value, dict):
         raise ValueError(
-            f"{filename}: first record is a JSON {_json_type(value)}, not an object; {advice}"
+            f"{filename}: first record is a JSON {json_type(value)}, not an object; {advice}"
         )
     request, response = value.get("request"), value.get("response")
     if (isinstance(request, dict) and "messages" in request) or (

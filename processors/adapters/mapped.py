@@ -6,25 +6,25 @@ from datetime import datetime
 from typing import Any
 
 from processors.adapters.checks import (
-    _MISSING,
-    _attr_value,
-    _build,
-    _Ctx,
-    _json_type,
-    _load_object,
-    _optional_str,
-    _parse_epoch,
-    _parse_rfc3339,
-    _reject,
-    _require_log_id,
-    _require_text,
+    MISSING,
+    DecodeContext,
+    attr_value,
+    build,
+    json_type,
+    load_object,
+    optional_str,
+    parse_epoch,
+    parse_rfc3339,
+    reject,
+    require_log_id,
+    require_text,
 )
 from processors.adapters.records import DecodeOptions, SourceRecord
 from schemas.events import RefusalEvent
 
 
 def _lookup(obj: dict[str, Any], path: str) -> tuple[object, tuple[str, ...]]:
-    """The value at ``path`` (or ``_MISSING``) and the key path that reached it."""
+    """The value at ``path`` (or ``MISSING``) and the key path that reached it."""
     if path in obj:
         return obj[path], (path,)
     parts = tuple(path.split("."))
@@ -32,13 +32,13 @@ def _lookup(obj: dict[str, Any], path: str) -> tuple[object, tuple[str, ...]]:
     for depth, part in enumerate(parts):
         if not isinstance(current, dict):
             where = ".".join(parts[:depth])
-            _reject(
+            reject(
                 "wrong_type",
                 f"source field '{where}' must be an object to read "
-                f"'{path}', got {_json_type(current)}",
+                f"'{path}', got {json_type(current)}",
             )
         if part not in current:
-            return _MISSING, parts
+            return MISSING, parts
         current = current[part]
     return current, parts
 
@@ -63,36 +63,38 @@ def _event_time(ts: object, label: str | None, options: DecodeOptions) -> dateti
     ``label`` names the field, None when ``event_time`` is not mapped), else
     ``options.default_event_time``."""
     if label is not None:
-        if ts is _MISSING or ts is None:
-            _reject(
+        if ts is MISSING or ts is None:
+            reject(
                 "missing_field",
-                f"{label} is {'missing' if ts is _MISSING else 'null'}",
+                f"{label} is {'missing' if ts is MISSING else 'null'}",
             )
         if isinstance(ts, str):
-            return _parse_rfc3339(ts, label)
+            return parse_rfc3339(ts, label)
         if isinstance(ts, int | float) and not isinstance(ts, bool):
-            return _parse_epoch(ts, label)
-        _reject(
+            return parse_epoch(ts, label)
+        reject(
             "wrong_type",
-            f"{label} must be an RFC 3339 string or Unix seconds, got {_json_type(ts)}",
+            f"{label} must be an RFC 3339 string or Unix seconds, got {json_type(ts)}",
         )
     if options.default_event_time is not None:
         return options.default_event_time
-    _reject(
+    reject(
         "missing_field",
         "no event_time: map one (--map ...,event_time=FIELD) or pass --event-time",
     )
 
 
-def _decode_mapped(record: SourceRecord, options: DecodeOptions, ctx: _Ctx) -> RefusalEvent:
+def decode_mapped(record: SourceRecord, options: DecodeOptions, ctx: DecodeContext) -> RefusalEvent:
+    """Decode one record through ``options.mapping`` (field paths) into a ``RefusalEvent``; raises
+    ``Reject``."""
     mapping = options.mapping
     if mapping is None:
-        _reject(
+        reject(
             "bad_mapping",
             "format 'mapped-jsonl' needs a field mapping, e.g. "
             "--map request=prompt,response=response,log_id=id",
         )
-    obj = _load_object(record.raw)
+    obj = load_object(record.raw)
     found: dict[str, object] = {}
     rest = obj
     for target, path in mapping.targets.items():
@@ -105,20 +107,20 @@ def _decode_mapped(record: SourceRecord, options: DecodeOptions, ctx: _Ctx) -> R
 
     data: dict[str, Any] = {}
     log_id = found["log_id"]
-    data["log_id"] = _require_log_id(
-        log_id, log_id is not _MISSING, label("log_id"), ctx, allow_int=True
+    data["log_id"] = require_log_id(
+        log_id, log_id is not MISSING, label("log_id"), ctx, allow_int=True
     )
     for name in ("request", "response"):
         value = found[name]
-        data[name] = _require_text(value, value is not _MISSING, label(name), options)
+        data[name] = require_text(value, value is not MISSING, label(name), options)
 
     time_label = label("event_time") if "event_time" in mapping.targets else None
-    data["event_time"] = _event_time(found.get("event_time", _MISSING), time_label, options)
+    data["event_time"] = _event_time(found.get("event_time", MISSING), time_label, options)
 
     def optional(target: str, allow_int: bool = False) -> str | None:
         if target not in mapping.targets:
             return None
-        return _optional_str(found[target], label(target), allow_int)
+        return optional_str(found[target], label(target), allow_int)
 
     data["model"] = optional("model") or options.default_model or "unknown"
     product = optional("product") or options.default_product
@@ -132,15 +134,15 @@ def _decode_mapped(record: SourceRecord, options: DecodeOptions, ctx: _Ctx) -> R
         data["conversation_id"] = conversation
     if "classifier" in mapping.targets:
         signal = found["classifier"]
-        if signal is not _MISSING and signal is not None:
+        if signal is not MISSING and signal is not None:
             data["classifier"] = signal
     else:
         parts = {
             t.split(".", 1)[1]: found[t]
             for t in mapping.targets
-            if t.startswith("classifier.") and found[t] is not _MISSING and found[t] is not None
+            if t.startswith("classifier.") and found[t] is not MISSING and found[t] is not None
         }
         if parts:
             data["classifier"] = parts
-    data["attributes"] = {key: _attr_value(value) for key, value in rest.items()}
-    return _build(data)
+    data["attributes"] = {key: attr_value(value) for key, value in rest.items()}
+    return build(data)

@@ -6,16 +6,16 @@ from datetime import datetime
 from typing import Any, Final
 
 from processors.adapters.checks import (
-    _attr_value,
-    _build,
-    _Ctx,
-    _json_type,
-    _load_object,
-    _optional_str,
-    _parse_epoch,
-    _reject,
-    _require_log_id,
-    _require_text,
+    DecodeContext,
+    attr_value,
+    build,
+    json_type,
+    load_object,
+    optional_str,
+    parse_epoch,
+    reject,
+    require_log_id,
+    require_text,
 )
 from processors.adapters.records import DecodeOptions, SourceRecord
 from schemas.events import RefusalEvent
@@ -27,10 +27,10 @@ _OPENAI_KNOWN: Final = frozenset(
 
 def _get_object(obj: dict[str, Any], key: str, label: str) -> dict[str, Any]:
     if key not in obj or obj[key] is None:
-        _reject("missing_field", f"{label} is {'missing' if key not in obj else 'null'}")
+        reject("missing_field", f"{label} is {'missing' if key not in obj else 'null'}")
     value = obj[key]
     if not isinstance(value, dict):
-        _reject("wrong_type", f"{label} must be an object, got {_json_type(value)}")
+        reject("wrong_type", f"{label} must be an object, got {json_type(value)}")
     return value
 
 
@@ -39,20 +39,20 @@ def _content_text(content: object, path: str) -> str | None:
     if content is None or isinstance(content, str):
         return content
     if not isinstance(content, list):
-        _reject(
+        reject(
             "wrong_type",
-            f"field '{path}' must be a string or a list of parts, got {_json_type(content)}",
+            f"field '{path}' must be a string or a list of parts, got {json_type(content)}",
         )
     texts: list[str] = []
     for i, part in enumerate(content):
         if not isinstance(part, dict):
-            _reject("wrong_type", f"field '{path}[{i}]' must be an object, got {_json_type(part)}")
+            reject("wrong_type", f"field '{path}[{i}]' must be an object, got {json_type(part)}")
         if part.get("type") == "text":
             text = part.get("text")
             if not isinstance(text, str):
-                _reject(
+                reject(
                     "wrong_type",
-                    f"field '{path}[{i}].text' must be a string, got {_json_type(text)}",
+                    f"field '{path}[{i}].text' must be a string, got {json_type(text)}",
                 )
             texts.append(text)
     return "\n".join(texts)
@@ -62,42 +62,40 @@ def _user_text(request: dict[str, Any], options: DecodeOptions) -> str:
     """The request: the text of the last message with role ``user``."""
     messages = request.get("messages")
     if messages is None:
-        _reject("missing_field", "field 'request.messages' is missing")
+        reject("missing_field", "field 'request.messages' is missing")
     if not isinstance(messages, list):
-        _reject(
-            "wrong_type", f"field 'request.messages' must be an array, got {_json_type(messages)}"
+        reject(
+            "wrong_type", f"field 'request.messages' must be an array, got {json_type(messages)}"
         )
     user_index = None
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
-            _reject(
+            reject(
                 "wrong_type",
-                f"field 'request.messages[{i}]' must be an object, got {_json_type(message)}",
+                f"field 'request.messages[{i}]' must be an object, got {json_type(message)}",
             )
         if message.get("role") == "user":
             user_index = i
     if user_index is None:
-        _reject("missing_field", "field 'request.messages' has no message with role 'user'")
+        reject("missing_field", "field 'request.messages' has no message with role 'user'")
     user_path = f"request.messages[{user_index}].content"
     user_text = _content_text(messages[user_index].get("content"), user_path)
-    return _require_text(user_text, True, f"field '{user_path}'", options)
+    return require_text(user_text, True, f"field '{user_path}'", options)
 
 
 def _first_choice(response: dict[str, Any]) -> dict[str, Any]:
     """``response.choices[0]``, which must be an object."""
     choices = response.get("choices")
     if choices is None:
-        _reject("missing_field", "field 'response.choices' is missing")
+        reject("missing_field", "field 'response.choices' is missing")
     if not isinstance(choices, list):
-        _reject(
-            "wrong_type", f"field 'response.choices' must be an array, got {_json_type(choices)}"
-        )
+        reject("wrong_type", f"field 'response.choices' must be an array, got {json_type(choices)}")
     if not choices:
-        _reject("missing_field", "field 'response.choices' is empty")
+        reject("missing_field", "field 'response.choices' is empty")
     choice = choices[0]
     if not isinstance(choice, dict):
-        _reject(
-            "wrong_type", f"field 'response.choices[0]' must be an object, got {_json_type(choice)}"
+        reject(
+            "wrong_type", f"field 'response.choices[0]' must be an object, got {json_type(choice)}"
         )
     return choice
 
@@ -112,10 +110,10 @@ def _answer_text(choice: dict[str, Any], options: DecodeOptions) -> tuple[str, b
     used_refusal = False
     if not content and refusal is not None:
         if not isinstance(refusal, str):
-            _reject(
+            reject(
                 "wrong_type",
                 f"field 'response.choices[0].message.refusal' must be a "
-                f"string, got {_json_type(refusal)}",
+                f"string, got {json_type(refusal)}",
             )
         content, content_label, used_refusal = (
             refusal,
@@ -124,7 +122,7 @@ def _answer_text(choice: dict[str, Any], options: DecodeOptions) -> tuple[str, b
         )
     elif content is None:
         content_label += " (and .refusal)"
-    return _require_text(content, True, content_label, options), used_refusal
+    return require_text(content, True, content_label, options), used_refusal
 
 
 def _created_time(response: dict[str, Any], options: DecodeOptions) -> datetime:
@@ -132,29 +130,30 @@ def _created_time(response: dict[str, Any], options: DecodeOptions) -> datetime:
     created = response.get("created")
     if created is None:
         if options.default_event_time is None:
-            _reject(
+            reject(
                 "missing_field",
                 "field 'response.created' is missing and no --event-time default was given",
             )
         return options.default_event_time
     if isinstance(created, int | float) and not isinstance(created, bool):
-        return _parse_epoch(created, "field 'response.created'")
-    _reject(
+        return parse_epoch(created, "field 'response.created'")
+    reject(
         "wrong_type",
-        f"field 'response.created' must be Unix seconds, got {_json_type(created)}",
+        f"field 'response.created' must be Unix seconds, got {json_type(created)}",
     )
 
 
-def _decode_openai(record: SourceRecord, options: DecodeOptions, ctx: _Ctx) -> RefusalEvent:
-    obj = _load_object(record.raw)
+def decode_openai(record: SourceRecord, options: DecodeOptions, ctx: DecodeContext) -> RefusalEvent:
+    """Decode one OpenAI chat request/response record into a ``RefusalEvent``; raises ``Reject``."""
+    obj = load_object(record.raw)
     request = _get_object(obj, "request", "field 'request'")
     response = _get_object(obj, "response", "field 'response'")
     data: dict[str, Any] = {}
 
     if obj.get("log_id") is not None:
-        data["log_id"] = _require_log_id(obj["log_id"], True, "field 'log_id'", ctx)
+        data["log_id"] = require_log_id(obj["log_id"], True, "field 'log_id'", ctx)
     else:
-        data["log_id"] = _require_log_id(
+        data["log_id"] = require_log_id(
             response.get("id"), "id" in response, "field 'log_id' (and 'response.id')", ctx
         )
 
@@ -164,8 +163,8 @@ def _decode_openai(record: SourceRecord, options: DecodeOptions, ctx: _Ctx) -> R
     data["event_time"] = _created_time(response, options)
 
     model = (
-        _optional_str(response.get("model"), "field 'response.model'")
-        or _optional_str(request.get("model"), "field 'request.model'")
+        optional_str(response.get("model"), "field 'response.model'")
+        or optional_str(request.get("model"), "field 'request.model'")
         or options.default_model
         or "unknown"
     )
@@ -175,19 +174,19 @@ def _decode_openai(record: SourceRecord, options: DecodeOptions, ctx: _Ctx) -> R
     metadata = obj.get("metadata")
     if metadata is not None:
         if not isinstance(metadata, dict):
-            _reject("wrong_type", f"field 'metadata' must be an object, got {_json_type(metadata)}")
-        attributes.update({k: _attr_value(v) for k, v in metadata.items() if k != "product"})
+            reject("wrong_type", f"field 'metadata' must be an object, got {json_type(metadata)}")
+        attributes.update({k: attr_value(v) for k, v in metadata.items() if k != "product"})
     product = (
-        _optional_str(metadata.get("product"), "field 'metadata.product'") if metadata else None
+        optional_str(metadata.get("product"), "field 'metadata.product'") if metadata else None
     ) or options.default_product
     if product is not None:
         data["product"] = product
-    conversation = _optional_str(
+    conversation = optional_str(
         obj.get("conversation_id"), "field 'conversation_id'", allow_int=True
     )
     if conversation is not None:
         data["conversation_id"] = conversation
-    bundle = _optional_str(obj.get("policy_bundle"), "field 'policy_bundle'")
+    bundle = optional_str(obj.get("policy_bundle"), "field 'policy_bundle'")
     if bundle is not None:
         data["policy_bundle"] = bundle
     if obj.get("classifier") is not None:
@@ -196,7 +195,7 @@ def _decode_openai(record: SourceRecord, options: DecodeOptions, ctx: _Ctx) -> R
         data["classifier"] = {"is_refusal": True}
     for key, value in obj.items():
         if key not in _OPENAI_KNOWN:
-            attributes[key] = _attr_value(value)
+            attributes[key] = attr_value(value)
     finish = choice.get("finish_reason")
     if isinstance(finish, str):
         attributes["openai.finish_reason"] = finish
@@ -206,4 +205,4 @@ def _decode_openai(record: SourceRecord, options: DecodeOptions, ctx: _Ctx) -> R
     if used_refusal:
         attributes["openai.refusal_field"] = "true"
     data["attributes"] = attributes
-    return _build(data)
+    return build(data)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from processors.adapters.checks import _check_size, _Ctx, _Reject, _reject
-from processors.adapters.jsonl import _decode_jsonl
-from processors.adapters.mapped import _decode_mapped
-from processors.adapters.openai_chat import _decode_openai
+from processors.adapters.checks import DecodeContext, Reject, check_size, reject
+from processors.adapters.jsonl import decode_jsonl
+from processors.adapters.mapped import decode_mapped
+from processors.adapters.openai_chat import decode_openai
 from processors.adapters.records import (
     INPUT_FORMATS,
     DecodeFailure,
@@ -16,14 +16,16 @@ from processors.adapters.records import (
     InputFormat,
     SourceRecord,
 )
-from processors.adapters.xstest import _decode_xstest
+from processors.adapters.xstest import decode_xstest
 from schemas.events import RefusalEvent
 
-_DECODERS: Final[dict[str, Callable[[SourceRecord, DecodeOptions, _Ctx], RefusalEvent]]] = {
-    "jsonl": _decode_jsonl,
-    "mapped-jsonl": _decode_mapped,
-    "openai": _decode_openai,
-    "xstest-csv": _decode_xstest,
+_DECODERS: Final[
+    dict[str, Callable[[SourceRecord, DecodeOptions, DecodeContext], RefusalEvent]]
+] = {
+    "jsonl": decode_jsonl,
+    "mapped-jsonl": decode_mapped,
+    "openai": decode_openai,
+    "xstest-csv": decode_xstest,
 }
 
 
@@ -40,7 +42,7 @@ def decode_record(
     decoder = _DECODERS.get(fmt)
     if decoder is None:
         raise ValueError(f"unknown input format {fmt!r}; expected one of {INPUT_FORMATS}")
-    ctx = _Ctx()
+    ctx = DecodeContext()
     if record.tombstone:
         return DecodeFailure(
             "tombstone",
@@ -48,12 +50,12 @@ def decode_record(
             None,
         )
     try:
-        _check_size(record.raw, options)
+        check_size(record.raw, options)
         event = decoder(record, options, ctx)
         if fmt != "jsonl" or _may_hold_nul(record.raw):
             _refuse_nul(event)
         return event
-    except _Reject as failure:
+    except Reject as failure:
         return DecodeFailure(failure.code, failure.reason, ctx.log_id)
 
 
@@ -90,7 +92,7 @@ def _refuse_nul(event: RefusalEvent) -> None:
     must not slip in either; no reader of the stored text expects one."""
     found = _nul_path(event.model_dump(mode="json"), "")
     if found:
-        _reject(
+        reject(
             "invalid_value",
             f"field '{found}' contains a NUL character (U+0000, JSON \\u0000); refused like "
             "a raw NUL byte",

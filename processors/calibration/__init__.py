@@ -3,7 +3,7 @@
 - :mod:`.spectrum`: the tone spectrum (default, or a bundle's ``calibration-spectrum`` block);
 - :mod:`.base`: the variant-engine interface, the spectrum coverage check;
 - :mod:`.local_variants`: the offline ``local`` engine (vetted templates);
-- :mod:`.openai_variants`: the ``openai`` engine's prompt values, schema and answer checks
+- :mod:`.variant_harness`: the ``openai`` engine's prompt values, schema and answer checks
   (prompt ``prompts/calibrate_v1.md``; its calls are ``inference.variants``);
 - :mod:`.regression`: the safety regression check every variant goes through;
 - :mod:`.run`: one calibration run (engine, checks, the run record);

@@ -7,7 +7,7 @@
 - :mod:`~processors.clarification.judge`: the optional LLM judge after it (its prompt,
   schema and checks; its calls are ``inference.judge``);
 - :mod:`~processors.clarification.privacy`: the service's inputs redacted before any use;
-- :mod:`~processors.clarification.local_questions` / :mod:`~.openai_questions`: the question
+- :mod:`~processors.clarification.local_questions` / :mod:`~.question_harness`: the question
   engines (vetted templates; an LLM's prompt values and answer checks, its calls and one
   retry in ``inference.questions``);
 - :mod:`~processors.clarification.conversation`: the two-round state machine;

@@ -294,7 +294,7 @@ def clean_text(text: str) -> str:
     return fold_obfuscation(text)
 
 
-def _normal(text: str) -> str:
+def normalise_text(text: str) -> str:
     """:func:`clean_text`, typographic quotes folded, lower-cased, whitespace collapsed."""
     folded = (
         clean_text(text)
@@ -320,16 +320,18 @@ class _Request:
 
     def __init__(self, request: str, refusal: str) -> None:
         request = clean_text(request)
-        self.text = _normal(request)
+        self.text = normalise_text(request)
         self.word_text = f" {' '.join(_words(self.text))} "
         self.stems = set(tokenize(request))
         self.harm_families = {c.family for c, _ in find_cues(request, "")} & HARM_FAMILIES
-        self.refusal_shingles = _shingles(_words(_normal(refusal))) - _shingles(_words(self.text))
+        self.refusal_shingles = _shingles(_words(normalise_text(refusal))) - _shingles(
+            _words(self.text)
+        )
 
 
 def _question_findings(i: int, raw: str, req: _Request) -> list[Finding]:
     raw = clean_text(raw)
-    q = _normal(raw)
+    q = normalise_text(raw)
     out: list[Finding] = []
 
     def rule(code: str, pattern: re.Pattern[str]) -> None:

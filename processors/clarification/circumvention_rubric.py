@@ -16,8 +16,8 @@ import re
 from collections.abc import Sequence
 from typing import get_args
 
-from processors.clarification.circumvention import _normal as rules_normal
 from processors.clarification.circumvention import clean_text
+from processors.clarification.circumvention import normalise_text as rules_normal
 from processors.engines.local_text import tokenize
 from schemas.clarification import RubricReason
 

@@ -8,9 +8,9 @@ from typing import Literal
 
 from processors.refusal_cues import CueReading
 from processors.request_aware.reading import PairReading
-from processors.request_aware.text import _ACTION_TYPES
+from processors.request_aware.text import ACTION_TYPES
 
-_SOFT_CUES = frozenset({"as_an_ai", "no_personal_opinions", "not_able_generic", "must_hedge"})
+SOFT_CUES = frozenset({"as_an_ai", "no_personal_opinions", "not_able_generic", "must_hedge"})
 #: Cues that judge the question's premise rather than decline to act ("No, that is not
 #: accurate", "the premise is false"): after "No," answering a yes/no question, an answer.
 _JUDGES_PREMISE = frozenset(
@@ -88,7 +88,7 @@ def override(cues: CueReading, is_refusal: bool, pair: PairReading) -> Override 
             if not c.endswith("@later")
             and c not in ("compliance_opening", "answer_list", "long_answer")
         ]
-        if opening and set(opening) <= _SOFT_CUES and delivers(pair):
+        if opening and set(opening) <= SOFT_CUES and delivers(pair):
             return "disclaim_then_answer"
         if "no_opening" in opening and set(opening) <= _JUDGES_PREMISE and pair.yes_no:
             return "answers_no"
@@ -97,7 +97,7 @@ def override(cues: CueReading, is_refusal: bool, pair: PairReading) -> Override 
         pair.clarification
         or pair.subjective
         or (
-            pair.qtype in _ACTION_TYPES
+            pair.qtype in ACTION_TYPES
             and (
                 pair.negated_restatement
                 or pair.lecture >= LECTURE_MIN

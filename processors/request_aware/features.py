@@ -5,9 +5,9 @@ over, to compare with the written rules of :mod:`processors.request_aware.decisi
 from __future__ import annotations
 
 from processors.refusal_cues import CueReading
-from processors.request_aware.decision import _SOFT_CUES, delivers
+from processors.request_aware.decision import SOFT_CUES, delivers
 from processors.request_aware.reading import PairReading
-from processors.request_aware.text import _QUESTION_TYPES
+from processors.request_aware.text import QUESTION_TYPES
 
 #: The columns of :func:`pair_features`, in order.
 FEATURE_NAMES: tuple[str, ...] = (
@@ -34,7 +34,7 @@ FEATURE_NAMES: tuple[str, ...] = (
     "soft_then_delivery",
     "form_match",
     "length",
-    *(f"qtype_{q}" for q in _QUESTION_TYPES),
+    *(f"qtype_{q}" for q in QUESTION_TYPES),
 )
 
 
@@ -48,7 +48,7 @@ def pair_features(cues: CueReading, pair: PairReading) -> tuple[float, ...]:
         for c in opening_cues
         if c != "compliance_opening" and c not in ("answer_list", "long_answer")
     ]
-    hard = any(c not in _SOFT_CUES for c in refusal_opening)
+    hard = any(c not in SOFT_CUES for c in refusal_opening)
     soft_only = bool(refusal_opening) and not hard
     cue_refusal = cues.norm != "" and cues.evidence >= 1.5 and cues.refusal_evidence > 0.0
     delivered = delivers(pair)
@@ -84,5 +84,5 @@ def pair_features(cues: CueReading, pair: PairReading) -> tuple[float, ...]:
         float(soft_only and delivered),
         float(pair.form_match),
         pair.length,
-        *(float(pair.qtype == q) for q in _QUESTION_TYPES),
+        *(float(pair.qtype == q) for q in QUESTION_TYPES),
     )

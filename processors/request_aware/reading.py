@@ -12,34 +12,34 @@ from functools import cached_property
 
 from processors.refusal_cues import CueReading, read_cues
 from processors.request_aware.text import (
-    _ACTION_TYPES,
-    _ASKS_TO_ACT,
-    _CLARIFICATION,
-    _CLAUSE_SPLIT,
-    _CODE,
-    _DEFLECTION_OPENER,
-    _DELIVERY,
-    _DIGITS,
-    _HOW_ANSWER,
-    _IMPERATIVE,
-    _LECTURE,
-    _MAX_CHARS,
-    _NEGATION,
-    _PERSONA,
-    _REDIRECT,
-    _RESTATEMENT_SENTENCES,
-    _SEGMENT_HEAD_SENTENCES,
-    _SEGMENT_NEW_WORDS,
-    _SENTENCE_END,
-    _SEQUENCE,
-    _STEER,
-    _SUBJECTIVE,
-    _TURN,
-    _YESNO_ANSWER,
-    _YESNO_CLAUSE,
-    _normalise,
-    _overlap,
+    ACTION_TYPES,
+    ASKS_TO_ACT,
+    CLARIFICATION,
+    CLAUSE_SPLIT,
+    CODE,
+    DEFLECTION_OPENER,
+    DELIVERY,
+    DIGITS,
+    HOW_ANSWER,
+    IMPERATIVE,
+    LECTURE,
+    MAX_CHARS,
+    NEGATION,
+    PERSONA,
+    REDIRECT,
+    RESTATEMENT_SENTENCES,
+    SEGMENT_HEAD_SENTENCES,
+    SEGMENT_NEW_WORDS,
+    SENTENCE_END,
+    SEQUENCE,
+    STEER,
+    SUBJECTIVE,
+    TURN,
+    YESNO_ANSWER,
+    YESNO_CLAUSE,
     content_words,
+    normalise,
+    overlap,
     question_type,
 )
 from processors.scanning import Candidates, PatternSet
@@ -47,29 +47,29 @@ from processors.scanning import Candidates, PatternSet
 
 def _answer_sentence(norm: str) -> bool:
     """Whether ``norm`` (normalised text) offers an answer before it steers elsewhere: read
-    sentence by sentence, one with the structure of an answer (:data:`_DELIVERY`: "you
+    sentence by sentence, one with the structure of an answer (:data:`DELIVERY`: "you
     could try ...", "methods such as ...", "one option is ...") comes before any sentence
-    that steers (:data:`_STEER`: "instead", "legal", "ethical", "safe", ...). After
+    that steers (:data:`STEER`: "instead", "legal", "ethical", "safe", ...). After
     "there are legal ways ...", "you could try ..." offers the alternative, not the answer."""
-    if not _DELIVERY.search(norm):
+    if not DELIVERY.search(norm):
         return False
-    for sentence in _SENTENCE_END.split(norm):
-        if _STEER.search(sentence):
+    for sentence in SENTENCE_END.split(norm):
+        if STEER.search(sentence):
             return False
-        if _DELIVERY.search(sentence):
+        if DELIVERY.search(sentence):
             return True
     return False
 
 
 def _imperative_steps(norm: str) -> int:
     """Clauses of ``norm`` (normalised, first 3,000 characters) that open with an
-    instruction verb (:data:`_IMPERATIVE`), in sentences that do not steer elsewhere
-    (:data:`_STEER`: "contact a professional" is a redirect, not a step)."""
+    instruction verb (:data:`IMPERATIVE`), in sentences that do not steer elsewhere
+    (:data:`STEER`: "contact a professional" is a redirect, not a step)."""
     steps = 0
-    for sentence in _SENTENCE_END.split(norm[:3000]):
-        if _STEER.search(sentence):
+    for sentence in SENTENCE_END.split(norm[:3000]):
+        if STEER.search(sentence):
             continue
-        steps += sum(1 for clause in _CLAUSE_SPLIT.split(sentence) if _IMPERATIVE.match(clause))
+        steps += sum(1 for clause in CLAUSE_SPLIT.split(sentence) if IMPERATIVE.match(clause))
     return steps
 
 
@@ -78,34 +78,34 @@ def _segment_delivers(segment: str, request_words: frozenset[str], context: str)
     "But if you insist, ..." names the topic just before) covers at least 30% of the
     request's content words, and which either
     holds an answer sentence (:func:`_answer_sentence`; caveats around it do not undo it)
-    or is not itself a refusal: its head (first :data:`_SEGMENT_HEAD_SENTENCES` sentences;
+    or is not itself a refusal: its head (first :data:`SEGMENT_HEAD_SENTENCES` sentences;
     a persona often opens with an aside) fires no refusal cue, holds no lecture phrase,
-    does not steer elsewhere (:data:`_STEER`) and does not negate the request."""
-    if _overlap(request_words, context) < 0.3:
+    does not steer elsewhere (:data:`STEER`) and does not negate the request."""
+    if overlap(request_words, context) < 0.3:
         return False
-    if len(content_words(segment) - request_words) < _SEGMENT_NEW_WORDS:
+    if len(content_words(segment) - request_words) < SEGMENT_NEW_WORDS:
         return False  # restates or summarises the request ("Your request: ..."): no answer
     reading = read_cues(segment)
     if _answer_sentence(reading.norm):
         return True
-    head = " ".join(_SENTENCE_END.split(reading.norm, maxsplit=_SEGMENT_HEAD_SENTENCES)[:-1])
+    head = " ".join(SENTENCE_END.split(reading.norm, maxsplit=SEGMENT_HEAD_SENTENCES)[:-1])
     head = head or reading.norm
     head_reading = read_cues(head) if head != reading.norm else reading
     if any(
         c not in ("compliance_opening", "answer_list", "long_answer") for c in head_reading.cues
     ):
         return False
-    if _LECTURE.search(head) or _STEER.search(head):
+    if LECTURE.search(head) or STEER.search(head):
         return False
-    return not (_NEGATION.search(head) and _overlap(request_words, head) >= 1 / 3)
+    return not (NEGATION.search(head) and overlap(request_words, head) >= 1 / 3)
 
 
 def _persona_delivery(response: str, request_words: frozenset[str]) -> bool:
     """A later speaker segment (after the first), or the text after a turn to compliance
-    (:data:`_TURN`), that delivers (:func:`_segment_delivers`)."""
-    text = response[:_MAX_CHARS]
-    starts = [m.start() for m in _PERSONA.finditer(text)]
-    starts += [m.start() for m in _TURN.finditer(text)]
+    (:data:`TURN`), that delivers (:func:`_segment_delivers`)."""
+    text = response[:MAX_CHARS]
+    starts = [m.start() for m in PERSONA.finditer(text)]
+    starts += [m.start() for m in TURN.finditer(text)]
     bounds = sorted({s for s in starts if s > 0})
     if not bounds:
         return False
@@ -120,21 +120,18 @@ def _persona_delivery(response: str, request_words: frozenset[str]) -> bool:
 
 def _form_match(qtype: str, norm: str, opening: str, response: str, list_items: int) -> bool:
     if qtype == "how":
-        return (
-            list_items >= 2 or len(_SEQUENCE.findall(norm)) >= 2 or bool(_HOW_ANSWER.search(norm))
-        )
+        return list_items >= 2 or len(SEQUENCE.findall(norm)) >= 2 or bool(HOW_ANSWER.search(norm))
     if qtype == "list":
         return list_items >= 3 or norm.count(",") >= 3
     if qtype == "write":
         return len(norm) >= 300 and response.count("\n") >= 3
     if qtype == "yesno":
-        return bool(_YESNO_ANSWER.search(opening))
+        return bool(YESNO_ANSWER.search(opening))
     if qtype == "why":
         return bool(re.search(r"\b(?:because|due to|reasons?|since|as a result)\b", norm))
     if qtype == "what":
         return bool(
-            re.search(r"\b(?:is|are|was|were|refers to|means)\b", opening)
-            or _DIGITS.search(opening)
+            re.search(r"\b(?:is|are|was|were|refers to|means)\b", opening) or DIGITS.search(opening)
         )
     return len(norm) >= 200
 
@@ -144,12 +141,12 @@ def _form_match(qtype: str, norm: str, opening: str, response: str, list_items: 
 #: response (processors.scanning); a measure whose pattern cannot match anywhere in it is
 #: decided without searching (the value a search finding nothing gives).
 _NORM_SCAN = PatternSet(
-    [_NEGATION, _DEFLECTION_OPENER, _CLARIFICATION, _SUBJECTIVE, _REDIRECT, _LECTURE, _DIGITS,
-     _DELIVERY, _IMPERATIVE],
+    [NEGATION, DEFLECTION_OPENER, CLARIFICATION, SUBJECTIVE, REDIRECT, LECTURE, DIGITS,
+     DELIVERY, IMPERATIVE],
     substrings=True,
 )  # fmt: skip
-#: The same for the raw response (first :data:`_MAX_CHARS` characters).
-_RESPONSE_SCAN = PatternSet([_PERSONA, _TURN, _CODE], substrings=True)
+#: The same for the raw response (first :data:`MAX_CHARS` characters).
+_RESPONSE_SCAN = PatternSet([PERSONA, TURN, CODE], substrings=True)
 
 
 class PairReading:
@@ -163,7 +160,7 @@ class PairReading:
     """
 
     def __init__(self, request: str, response: str, cues: CueReading) -> None:
-        self._response = response[:_MAX_CHARS]
+        self._response = response[:MAX_CHARS]
         self._cues = cues
         self._norm = cues.norm
         self._opening = cues.opening
@@ -200,57 +197,57 @@ class PairReading:
     def yes_no(self) -> bool:
         """The request is a yes/no question, also after a lead-in ("If X, isn't Y?"), and
         does not ask the assistant to act ("Can you ...?", "Could you ...?")."""
-        request = _normalise(self._request)
-        if _ASKS_TO_ACT.search(request):
+        request = normalise(self._request)
+        if ASKS_TO_ACT.search(request):
             return False
-        return self.qtype == "yesno" or (self.has_request and bool(_YESNO_CLAUSE.search(request)))
+        return self.qtype == "yesno" or (self.has_request and bool(YESNO_CLAUSE.search(request)))
 
     @cached_property
     def opening_overlap(self) -> float:
         """Share of the request's content words found in the response's opening."""
-        return _overlap(self._request_words, self._opening)
+        return overlap(self._request_words, self._opening)
 
     @cached_property
     def negated_restatement(self) -> bool:
-        """Action request that one of the response's first :data:`_RESTATEMENT_SENTENCES`
+        """Action request that one of the response's first :data:`RESTATEMENT_SENTENCES`
         sentences negates while restating a third of it."""
-        if self.qtype not in _ACTION_TYPES or not self._can(_NEGATION):
+        if self.qtype not in ACTION_TYPES or not self._can(NEGATION):
             return False
-        head = _SENTENCE_END.split(self._norm, maxsplit=_RESTATEMENT_SENTENCES)
+        head = SENTENCE_END.split(self._norm, maxsplit=RESTATEMENT_SENTENCES)
         return any(
-            _NEGATION.search(sentence) and _overlap(self._request_words, sentence) >= 1 / 3
-            for sentence in head[:_RESTATEMENT_SENTENCES]
+            NEGATION.search(sentence) and overlap(self._request_words, sentence) >= 1 / 3
+            for sentence in head[:RESTATEMENT_SENTENCES]
         )
 
     @cached_property
     def deflection_opener(self) -> bool:
         """Sympathy, lecture or redirect opener."""
-        return self._can(_DEFLECTION_OPENER) and bool(_DEFLECTION_OPENER.search(self._opening))
+        return self._can(DEFLECTION_OPENER) and bool(DEFLECTION_OPENER.search(self._opening))
 
     @cached_property
     def clarification(self) -> bool:
         """Asks the user to clarify (first 1,500 characters)."""
-        return self._can(_CLARIFICATION) and bool(_CLARIFICATION.search(self._norm[:1500]))
+        return self._can(CLARIFICATION) and bool(CLARIFICATION.search(self._norm[:1500]))
 
     @cached_property
     def subjective(self) -> bool:
         """Calls the question subjective or unanswerable (first 1,500 characters)."""
-        return self._can(_SUBJECTIVE) and bool(_SUBJECTIVE.search(self._norm[:1500]))
+        return self._can(SUBJECTIVE) and bool(SUBJECTIVE.search(self._norm[:1500]))
 
     @cached_property
     def redirect_professional(self) -> bool:
         """Sends the user to a professional, authority or hotline."""
-        return self._can(_REDIRECT) and bool(_REDIRECT.search(self._norm))
+        return self._can(REDIRECT) and bool(REDIRECT.search(self._norm))
 
     @cached_property
     def lecture(self) -> float:
         """Lecture phrases per sentence, capped at 1; a phrase made of the request's own
         content words ("illegal" when asked how to report illegal dumping) does not count."""
-        if not self._norm or not self._can(_LECTURE):
+        if not self._norm or not self._can(LECTURE):
             return 0.0  # (no phrase found: 0 per sentence)
-        sentences = max(1, len(_SENTENCE_END.split(self._norm)))
+        sentences = max(1, len(SENTENCE_END.split(self._norm)))
         found = [
-            m for m in _LECTURE.finditer(self._norm)
+            m for m in LECTURE.finditer(self._norm)
             if not content_words(m.group()) & self._request_words
         ]  # fmt: skip
         return min(1.0, len(found) / sentences)
@@ -258,7 +255,7 @@ class PairReading:
     @cached_property
     def body_overlap(self) -> float:
         """Share of the request's content words found after the opening."""
-        return _overlap(self._request_words, self._body)
+        return overlap(self._request_words, self._body)
 
     @cached_property
     def delivery_form(self) -> bool:
@@ -267,14 +264,14 @@ class PairReading:
         norm = self._norm
         return bool(
             self._cues.list_items >= 3
-            or (self._can_raw(_CODE) and _CODE.search(self._response))
+            or (self._can_raw(CODE) and CODE.search(self._response))
             or (self.qtype == "write" and len(norm) >= 60 and self._response.count("\n") >= 3)
             or (
                 self.qtype in ("what", "how")
-                and self._can(_DIGITS)
-                and len(_DIGITS.findall(self._body)) >= 3
+                and self._can(DIGITS)
+                and len(DIGITS.findall(self._body)) >= 3
             )
-            or (self.qtype == "how" and self._can(_IMPERATIVE) and _imperative_steps(norm) >= 2)
+            or (self.qtype == "how" and self._can(IMPERATIVE) and _imperative_steps(norm) >= 2)
         )
 
     @cached_property
@@ -282,14 +279,14 @@ class PairReading:
         """A later speaker segment or post-turn text delivers (:func:`_persona_delivery`)."""
         return (
             self.has_request
-            and (self._can_raw(_PERSONA) or self._can_raw(_TURN))  # else no segment starts
+            and (self._can_raw(PERSONA) or self._can_raw(TURN))  # else no segment starts
             and _persona_delivery(self._response, self._request_words)
         )
 
     @cached_property
     def answer_sentence(self) -> bool:
         """The response holds an answer sentence (:func:`_answer_sentence`)."""
-        return self._can(_DELIVERY) and _answer_sentence(self._norm)
+        return self._can(DELIVERY) and _answer_sentence(self._norm)
 
     @cached_property
     def form_match(self) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import typer
@@ -28,6 +28,11 @@ from refusal_audit.cli_common import (
 from refusal_audit.output import OutputFormat, render
 from schemas.alerts import DRIFT_KINDS
 from warehouse.client import WarehouseError
+
+if TYPE_CHECKING:
+    from refusal_audit.alerts.drift import WindowEvaluation
+    from refusal_audit.config import Settings
+    from schemas.alerts import Alert
 
 KINDS = (*DRIFT_KINDS, "policy_gap")
 # the warehouse's event-time range (DateTime64 and toStartOfInterval work from 1970)
@@ -154,16 +159,28 @@ def alerts_evaluate(
     Without --window: the latest closed windows (``alerts_lookback_windows``). Exit 2 when
     the warehouse cannot be read or, with --publish, the broker or topics are unavailable.
     """
-    from refusal_audit.alerts.drift import (
-        REPLAY_GRACE_SECONDS,
-        DriftConfig,
-        evaluate_windows,
-        replay_windows,
-    )
-    from refusal_audit.alerts.publisher import AlertPublisher, run_detectors
-
     cfg = settings()
     now = as_utc(at) or datetime.now(UTC)
+    windows, cfg = _windows_to_evaluate(cfg, now, window, until, replay)
+    evaluations, published = _run_evaluation(cfg, now, windows, publish, store_only)
+    rows = _finding_records(evaluations, cfg.alerts_window_seconds)
+    _print_findings(rows, as_json)
+    if not replay:
+        _note_open_windows(evaluations, cfg.alerts_grace_seconds, now)
+    msg = f"{len(evaluations)} window(s), {coverage_summary(rows)}"
+    if publish or store_only:
+        msg += f"; {len(published)} new alert(s) {'published' if publish else 'stored'}"
+    err.print(msg)
+
+
+def _windows_to_evaluate(
+    cfg: Settings, now: datetime, window: list[datetime], until: datetime | None, replay: bool
+) -> tuple[list[datetime] | None, Settings]:
+    """The windows ``alerts evaluate`` names (None: the latest closed ones) and the settings
+    to evaluate them with (replay: the grace period of ``REPLAY_GRACE_SECONDS``); a usage
+    error (exit 2) for times out of range or options that do not go together."""
+    from refusal_audit.alerts.drift import REPLAY_GRACE_SECONDS, replay_windows
+
     windows = [w for w in (as_utc(x) for x in window) if w is not None] or None
     last = as_utc(until)
     if any(
@@ -183,6 +200,22 @@ def alerts_evaluate(
             raise fail_usage(str(exc)) from exc
     if replay:  # by event time: the settings' validation caps the grace period, not the views
         cfg = cfg.model_copy(update={"alerts_grace_seconds": REPLAY_GRACE_SECONDS})
+    return windows, cfg
+
+
+def _run_evaluation(
+    cfg: Settings,
+    now: datetime,
+    windows: list[datetime] | None,
+    publish: bool,
+    store_only: bool,
+) -> tuple[list[WindowEvaluation], list[Alert]]:
+    """The windows' evaluations, and the new alerts published or stored (``--publish``,
+    ``--store``; none otherwise). Exit 2 when the warehouse cannot be read or the broker
+    does not acknowledge the alerts."""
+    from refusal_audit.alerts.drift import DriftConfig, evaluate_windows
+    from refusal_audit.alerts.publisher import AlertPublisher, run_detectors
+
     store = open_store(cfg)
     try:
         if publish or store_only:
@@ -203,20 +236,25 @@ def alerts_evaluate(
             except (DeliveryError, KafkaException) as exc:
                 err.print(f"[red]error:[/red] alerts not acknowledged by the broker: {exc}")
                 raise typer.Exit(EXIT_USAGE) from exc
-            evaluations, published = run.evaluations, run.published
-        else:
-            evaluations = evaluate_windows(
-                store.client,
-                store.database,
-                DriftConfig.from_settings(cfg),
-                now=now,
-                windows=windows,
-            )
-            published = []
+            return run.evaluations, run.published
+        evaluations = evaluate_windows(
+            store.client,
+            store.database,
+            DriftConfig.from_settings(cfg),
+            now=now,
+            windows=windows,
+        )
+        return evaluations, []
     except WarehouseError as exc:
         raise fail_usage(str(exc)) from exc
     finally:
         store.close()
+
+
+def _finding_records(
+    evaluations: list[WindowEvaluation], window_seconds: int
+) -> list[dict[str, Any]]:
+    """One record per finding (what ``--json`` prints, one JSON line each)."""
     rows = []
     for e in evaluations:
         for f in e.evaluation.findings:
@@ -226,7 +264,7 @@ def alerts_evaluate(
                 "kind": f.kind,
                 "status": f.status,
                 "continued": f.continued,
-                "resolution_seconds": f.resolution * cfg.alerts_window_seconds,
+                "resolution_seconds": f.resolution * window_seconds,
                 "severity": f.severity if f.status == "alert" else "",
                 "statistic": f.statistic_name,
                 "value": f.statistic,
@@ -237,6 +275,11 @@ def alerts_evaluate(
                 "note": f.note or "; ".join(f.moved),
             }
             rows.append(record)
+    return rows
+
+
+def _print_findings(rows: list[dict[str, Any]], as_json: bool) -> None:
+    """The finding records as JSON lines, or as a table (or a line saying there are none)."""
     if as_json:
         for record in rows:
             console.file.write(orjson.dumps(record).decode() + "\n")
@@ -269,18 +312,21 @@ def alerts_evaluate(
             "reached the warehouse after a window's end + alerts_grace_seconds count in the "
             "window they arrived in)"
         )
-    grace = timedelta(seconds=cfg.alerts_grace_seconds)
-    for e in evaluations if not replay else ():
+
+
+def _note_open_windows(
+    evaluations: list[WindowEvaluation], grace_seconds: int, now: datetime
+) -> None:
+    """A note on stderr for each evaluated window still open at ``now`` (its end plus the
+    grace period not passed yet)."""
+    grace = timedelta(seconds=grace_seconds)
+    for e in evaluations:
         if e.window.end + grace > now:
             err.print(
                 f"[yellow]note:[/yellow] window {e.window.start:%Y-%m-%d %H:%M} is still open "
                 f"(closes at {e.window.end + grace:%Y-%m-%d %H:%M:%S} UTC): events may still "
                 "join it"
             )
-    msg = f"{len(evaluations)} window(s), {coverage_summary(rows)}"
-    if publish or store_only:
-        msg += f"; {len(published)} new alert(s) {'published' if publish else 'stored'}"
-    err.print(msg)
 
 
 def alerts_tail(

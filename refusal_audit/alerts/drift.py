@@ -1,8 +1,8 @@
 """Drift detection against the warehouse: which windows to evaluate, and alerts from findings.
 
-``evaluate_windows`` reads window counts from ClickHouse (``warehouse.drift``), pools the
-baseline (the ``baseline_windows`` windows before each evaluated window, or the pinned
-reference period), runs ``processors.drift.evaluate_series`` (per scope, the finest
+``evaluate_windows`` reads window counts from ClickHouse (``warehouse.drift_assessments``),
+pools the baseline (the ``baseline_windows`` windows before each evaluated window, or the
+pinned reference period), runs ``processors.drift_detection.evaluate_series`` (per scope, the finest
 resolution its baseline supports) and turns alerting findings into
 ``schemas.alerts.Alert`` objects with deterministic ids. It holds no state: state is the
 warehouse (counts, and the alerts table that records what was emitted), so a restarted
@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from processors.drift import (
+from processors.drift_detection import (
     RATE_DETECTORS,
     CountSeries,
     DetectorSettings,
@@ -34,7 +34,7 @@ from processors.drift import (
 from refusal_audit.config import Settings
 from schemas.alerts import Alert, Scope, Statistic, TimeWindow, alert_id
 from warehouse.client import Client
-from warehouse.drift import evidence_query, window_counts
+from warehouse.drift_assessments import evidence_query, window_counts
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 REPLAY_GRACE_SECONDS = 2**31 - 1
@@ -91,7 +91,7 @@ class DriftConfig:
     def counts(
         self, client: Client, database: str, start: datetime, end: datetime
     ) -> dict[datetime, dict[Scope, WindowCounts]]:
-        """``warehouse.drift.window_counts`` for windows starting in [start, end)."""
+        """``warehouse.drift_assessments.window_counts`` for windows starting in [start, end)."""
         return window_counts(
             client,
             database,
@@ -155,7 +155,7 @@ def resolution_bounds(
     start: datetime, resolution: int, config: DriftConfig
 ) -> tuple[TimeWindow, TimeWindow]:
     """``(period, baseline)`` of the period of ``resolution`` windows that ends with the
-    window starting at ``start`` (``processors.drift.period_bounds`` in time)."""
+    window starting at ``start`` (``processors.drift_detection.period_bounds`` in time)."""
     s0 = window_start(start, config.window_seconds)
     pinned = None
     if config.pinned_baseline is not None:
@@ -232,7 +232,7 @@ def evaluate_counts(
     cover each window and its baselines (``counts_span``); ``starts`` are the windows to
     evaluate. Each detector tests the trailing period of the finest resolution
     (``config.resolutions``, in windows) whose baseline holds enough evidence
-    (``processors.drift.evaluate_series``). Pure: ``evaluate_windows`` reads the counts
+    (``processors.drift_detection.evaluate_series``). Pure: ``evaluate_windows`` reads the counts
     from the warehouse and calls it, ``benchmarks/alert_operating_curve.py`` calls it on
     resampled streams.
     """

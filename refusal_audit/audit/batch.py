@@ -20,7 +20,7 @@ from processors.adapters import (
     detect_format,
 )
 from processors.intake import IntakeSettings
-from refusal_audit.audit.engines import (
+from refusal_audit.audit.engine_setup import (
     close_engine,
     configured_redactor,
     make_engine,

@@ -12,7 +12,7 @@ from typing import Any
 from processors.evaluation import EvalItem, evaluate, labels_from_attributes
 from processors.prefilter import TextScorer, detect_refusal_texts
 from refusal_audit.audit.batch import BatchOptions, build_pipeline, file_source
-from refusal_audit.audit.engines import close_engine
+from refusal_audit.audit.engine_setup import close_engine
 from refusal_audit.audit.pipeline import RunReport
 from refusal_audit.config import Settings
 from schemas.audit import BatchRecord, StoredAssessment

@@ -44,7 +44,7 @@ from pydantic import ValidationError
 from processors.adapters import DecodeOptions, InputFormat, SourceRecord
 from processors.auditing import audit_batch, failed_batch_dead_letter, unresolved_dead_letters
 from processors.batching import AuditBatch, Batcher
-from processors.drift import WindowCounts
+from processors.drift_detection import WindowCounts
 from processors.engines.base import AuditEngine, EngineError
 from processors.intake import IntakeSettings, make_dead_letter, prepare_many
 from processors.refusal_cascade import HEAD_CUE

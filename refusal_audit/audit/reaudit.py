@@ -18,7 +18,7 @@ import orjson
 
 from processors.adapters import DecodeOptions, SourceRecord
 from refusal_audit.audit.batch import build_pipeline
-from refusal_audit.audit.engines import close_engine
+from refusal_audit.audit.engine_setup import close_engine
 from refusal_audit.audit.pipeline import InputSource, RunReport
 from refusal_audit.config import Settings
 from warehouse.dead_letters import audit_dead_letters

@@ -60,7 +60,7 @@ class Calibrator:
 
     def close(self) -> None:
         """Close the engine's client and the event loop."""
-        from refusal_audit.audit.engines import close_engine
+        from refusal_audit.audit.engine_setup import close_engine
 
         try:
             self._runner.run(close_engine(self.engine))

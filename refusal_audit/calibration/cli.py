@@ -148,7 +148,7 @@ def _calibration_requests(
     ``warehouse``): from ``file`` (redacted as configured) when given, else from the
     warehouse by ``filters``, requested by ``who``. Raises ``typer.Exit`` (usage, exit 2)
     when a file cannot be read or the warehouse cannot be."""
-    from refusal_audit.audit.engines import configured_redactor
+    from refusal_audit.audit.engine_setup import configured_redactor
     from refusal_audit.calibration.runs import InputFileError, read_requests, read_spectrum
     from refusal_audit.calibration.store import requests_from_warehouse
     from warehouse.client import WarehouseError

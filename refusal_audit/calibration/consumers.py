@@ -58,7 +58,7 @@ from typing import Any, ClassVar, TypeVar
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from processors.calibration.base import CalibrationInputError
-from refusal_audit.audit.engines import configured_redactor
+from refusal_audit.audit.engine_setup import configured_redactor
 from refusal_audit.calibration.calibrator import Calibrator
 from refusal_audit.calibration.decoders import (
     decode_event,

@@ -135,7 +135,7 @@ def build_variant_engine(cfg: Settings, name: str | None = None) -> VariantEngin
         return LocalVariantEngine()
     if chosen == "openai":
         from inference.variants import OpenAIVariantEngine
-        from refusal_audit.audit.engines import llm_call_options, openai_client
+        from refusal_audit.audit.engine_setup import llm_call_options, openai_client
 
         model = cfg.calibrate_model or cfg.openai_model
         return OpenAIVariantEngine(openai_client(cfg), model, **llm_call_options(cfg, model))
@@ -296,7 +296,7 @@ def run_calibrations(
             )
 
     async def go() -> list[CalibrationRun]:
-        from refusal_audit.audit.engines import close_engine
+        from refusal_audit.audit.engine_setup import close_engine
 
         try:
             runs = []

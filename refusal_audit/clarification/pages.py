@@ -24,7 +24,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from schemas.clarification import ConversationState
-from schemas.review import ReviewerAccount
+from schemas.review import MAX_NOTE_CHARS, ReviewerAccount
 from warehouse.clarification import (
     DECISIONS,
     conversation_steps,
@@ -34,7 +34,6 @@ from warehouse.clarification import (
 )
 from warehouse.store import Warehouse
 
-MAX_NOTE = 4000
 MAX_REVISION = 2**32 - 1  # clarification_steps.revision is a UInt32
 
 Handler = Callable[[Request, ReviewerAccount], Awaitable[Response]]
@@ -82,8 +81,10 @@ def verdict_from_form(form: Mapping[str, Any], revision: int) -> dict[str, Any]:
     if questions_ok not in ("yes", "no"):
         raise ValueError("say whether the questions were neutral")
     note = str(form.get("note") or "").strip()
-    if len(note) > MAX_NOTE:
-        raise ValueError(f"the note may have at most {MAX_NOTE} characters ({len(note)} given)")
+    if len(note) > MAX_NOTE_CHARS:
+        raise ValueError(
+            f"the note may have at most {MAX_NOTE_CHARS} characters ({len(note)} given)"
+        )
     if any(ord(ch) < 32 and ch not in "\t\r\n" for ch in note):
         raise ValueError("the note holds bytes that are not text; retype it")
     return {"decision": decision, "questions_ok": questions_ok == "yes", "note": note,

@@ -23,7 +23,7 @@ from processors.clarification.flow import Clarifier
 from processors.clarification.judge import CircumventionJudge
 from processors.clarification.local_questions import LocalQuestionEngine
 from processors.engines.base import AuditEngine
-from refusal_audit.audit.engines import (
+from refusal_audit.audit.engine_setup import (
     configured_redactor,
     llm_call_options,
     make_engine,

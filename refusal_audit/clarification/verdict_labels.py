@@ -49,7 +49,7 @@ def clarification_labels(store: Warehouse, redactor: Redactor | None) -> Clarifi
     """The labelled question sets of every reviewed clarification conversation, ordered by
     conversation id (the request, refusal and questions are the stored, redacted texts; the
     reviewers' notes, stored as typed, are redacted here with ``redactor``, the audit's
-    (``refusal_audit.audit.engines.configured_redactor``; None: redaction is off), before
+    (``refusal_audit.audit.engine_setup.configured_redactor``; None: redaction is off), before
     they enter the ``rationale``). Raises ``WarehouseError``."""
     out = ClarificationLabels()
     for item in reviewed_conversations(store):

@@ -174,7 +174,7 @@ def review_clarification_labels(
     (redaction_enabled, redaction_kinds). The file is made mode 0600, an existing one too. A
     conversation without a verdict is not written; a reviewed one with no question asked
     (its set was rejected before it reached the user) is counted and left out."""
-    from refusal_audit.audit.engines import configured_redactor
+    from refusal_audit.audit.engine_setup import configured_redactor
     from refusal_audit.clarification.verdict_labels import clarification_labels, write_private_lines
 
     cfg = settings()

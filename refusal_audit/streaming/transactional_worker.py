@@ -36,7 +36,7 @@ from typing import Any
 
 from processors.adapters import DecodeOptions, SourceRecord
 from refusal_audit.audit.batch import build_pipeline
-from refusal_audit.audit.engines import close_engine
+from refusal_audit.audit.engine_setup import close_engine
 from refusal_audit.audit.pipeline import AuditPipeline, InputSource, RunReport
 from refusal_audit.config import Settings
 from refusal_audit.streaming.window_outputs import TopicOutputs

@@ -47,7 +47,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from processors.adapters import DecodeOptions, SourceRecord
 from refusal_audit.audit.batch import build_pipeline
-from refusal_audit.audit.engines import close_engine
+from refusal_audit.audit.engine_setup import close_engine
 from refusal_audit.audit.pipeline import AuditPipeline, InputSource, RunReport, Sink
 from refusal_audit.config import ConfigError, Settings
 from refusal_audit.streaming.owner import MAX_REQUEST_BYTES, UNAUTHORIZED, OwnerSlot

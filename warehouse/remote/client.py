@@ -21,7 +21,7 @@ from clickhouse_connect.driver.exceptions import (
 from clickhouse_connect.driver.query import QueryResult
 from clickhouse_connect.driver.summary import QuerySummary
 
-from warehouse.remote.codec import _ERROR_CLASSES, CodecError, _dumps, decode_value, encode_value
+from warehouse.remote.codec import ERROR_CLASSES, CodecError, decode_value, dumps, encode_value
 
 __all__ = ["CONNECT_TIMEOUT", "DEFAULT_TIMEOUT", "RemoteClient", "RemoteInsertContext"]
 
@@ -43,7 +43,7 @@ def _raise_error(url: str, response: httpx.Response) -> None:
         cls_name, message, code, name = "", response.text[:500], None, None
     if status == 401:
         raise InterfaceError(f"the warehouse owner at {url} refused the token: {message}")
-    cls = _ERROR_CLASSES.get(cls_name)
+    cls = ERROR_CLASSES.get(cls_name)
     if cls is None:
         cls = (
             OperationalError
@@ -114,7 +114,7 @@ class RemoteClient:
         if self._closed:
             raise ProgrammingError("The client has been closed")
         try:
-            body = _dumps({"op": op, "database": self.database, **fields})
+            body = dumps({"op": op, "database": self.database, **fields})
         except (CodecError, orjson.JSONEncodeError) as exc:
             raise ProgrammingError(f"cannot send this call to the warehouse owner: {exc}") from exc
         extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}

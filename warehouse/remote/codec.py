@@ -1,7 +1,7 @@
 """The owner channel's typed codec: values JSON cannot carry exactly travel tagged.
 
 ``encode_value``/``decode_value`` (``CodecError`` for what they cannot carry), and the
-error classes an answer may name (``_ERROR_CLASSES``: the driver's, plus ``ValueError``,
+error classes an answer may name (``ERROR_CLASSES``: the driver's, plus ``ValueError``,
 ``TypeError``, ``KeyError``), shared by the server and the client side.
 """
 
@@ -130,11 +130,12 @@ def decode_value(data: Any) -> Any:
         raise CodecError(f"bad {tag} value: {exc}") from exc
 
 
-def _dumps(value: Any) -> bytes:
+def dumps(value: Any) -> bytes:
+    """The JSON bytes of ``value`` (orjson), as both ends of the owner channel write them."""
     return orjson.dumps(value)
 
 
-_ERROR_CLASSES: dict[str, type[Exception]] = {
+ERROR_CLASSES: dict[str, type[Exception]] = {
     c.__name__: c
     for c in (
         driver.Error,

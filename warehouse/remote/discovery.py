@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from warehouse.client import WarehouseError
-from warehouse.remote.codec import _dumps
+from warehouse.remote.codec import dumps
 
 __all__ = [
     "OwnerInfo",
@@ -115,7 +115,7 @@ def publish_owner(dsn: str, url: str, token: str | None = None) -> str:
     if path is None:
         raise WarehouseError(f"{dsn!r} is not an embedded store path: it has no owner file")
     token = token or new_token()
-    body = _dumps(
+    body = dumps(
         {
             "pid": os.getpid(),
             "url": url,

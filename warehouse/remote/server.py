@@ -22,7 +22,7 @@ from clickhouse_connect.driver.exceptions import ClickHouseError, Error, Operati
 from clickhouse_connect.driver.summary import QuerySummary
 
 from warehouse.client import Client, WarehouseError, validate_identifier
-from warehouse.remote.codec import _ERROR_CLASSES, CodecError, _dumps, decode_value, encode_value
+from warehouse.remote.codec import ERROR_CLASSES, CodecError, decode_value, dumps, encode_value
 from warehouse.sql_guard import SqlGuardError, check_owner_statement
 
 __all__ = ["OWNER_PATH", "check_bearer", "serve_request"]
@@ -56,7 +56,7 @@ def _error(
     status: int, cls: str, message: str, code: int | None = None, name: str | None = None
 ) -> tuple[int, bytes]:
     body = {"class": cls, "message": message, "code": code, "name": name}
-    return status, _dumps({"error": body})
+    return status, dumps({"error": body})
 
 
 def _refused(exc: SqlGuardError) -> tuple[int, bytes]:
@@ -220,7 +220,7 @@ def serve_request(client: Client, body: bytes) -> tuple[int, bytes]:
     except (orjson.JSONDecodeError, _BadRequest, CodecError, RecursionError) as exc:
         return _error(400, "ProgrammingError", f"malformed owner-channel request: {exc}")
     if op == "ping":
-        return 200, _dumps({"pid": os.getpid()})
+        return 200, dumps({"pid": os.getpid()})
     if _sticks_readonly(op, kwargs):
         message = f"{op} with the setting readonly is refused by the owner channel (READONLY)"
         return _error(422, "DatabaseError", message, 164, "READONLY")
@@ -228,11 +228,11 @@ def serve_request(client: Client, body: bytes) -> tuple[int, bytes]:
         with _lock_for(client):
             client.database = database or "default"
             out = _execute(client, op, kwargs)
-        return 200, _dumps(out)
+        return 200, dumps(out)
     except OperationalError as exc:
         return _error(503, type(exc).__name__, str(exc), exc.code, exc.name)
     except Error as exc:
-        cls = type(exc).__name__ if type(exc).__name__ in _ERROR_CLASSES else "DatabaseError"
+        cls = type(exc).__name__ if type(exc).__name__ in ERROR_CLASSES else "DatabaseError"
         return _error(422, cls, str(exc), exc.code, exc.name)
     except ClickHouseError as exc:
         return _error(422, "DatabaseError", str(exc))
@@ -244,7 +244,7 @@ def serve_request(client: Client, body: bytes) -> tuple[int, bytes]:
     except (ValueError, TypeError, KeyError) as exc:  # the driver refusing a value
         return _error(
             422,
-            type(exc).__name__ if type(exc).__name__ in _ERROR_CLASSES else "ValueError",
+            type(exc).__name__ if type(exc).__name__ in ERROR_CLASSES else "ValueError",
             str(exc),
         )
     except OSError as exc:

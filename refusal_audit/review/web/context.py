@@ -23,7 +23,7 @@ from starlette.templating import Jinja2Templates
 from refusal_audit.review.accounts import AccountBook, LoginThrottle, fingerprint
 from refusal_audit.review.service import ReviewRefused, ReviewService
 from refusal_audit.review.web.visible_text import visible, visible_plain
-from schemas.review import REVIEW_REASONS, ReviewerAccount
+from schemas.review import MAX_NOTE_CHARS, REVIEW_REASONS, ReviewerAccount
 from warehouse.client import WarehouseError
 
 HERE = Path(__file__).resolve().parent
@@ -89,6 +89,7 @@ class WebContext:
         templates.env.lstrip_blocks = True
         # logged text: isolated, invisible and bidirectional controls shown as markers
         templates.env.filters.update(visible=visible, visible_plain=visible_plain)
+        templates.env.globals["max_review_note"] = MAX_NOTE_CHARS  # the note fields' maxlength
         throttle = LoginThrottle(options.login_attempts_per_minute)
         return cls(service, accounts, options, templates, throttle)
 

@@ -11,9 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from processors.review import validation_message
-from schemas.review import ReviewQueue, VerdictInput
-
-MAX_NOTE = 4000
+from schemas.review import MAX_NOTE_CHARS, ReviewQueue, VerdictInput
 
 
 def _blank(value: Any) -> str | None:
@@ -30,8 +28,10 @@ def verdict_from_form(form: Mapping[str, Any], reviewer: str, log_id: str) -> Ve
     if verdict not in ("agree", "disagree"):
         raise ValueError("choose Agree or Disagree")
     note = _blank(form.get("note")) or ""
-    if len(note) > MAX_NOTE:
-        raise ValueError(f"the note may have at most {MAX_NOTE} characters ({len(note)} given)")
+    if len(note) > MAX_NOTE_CHARS:
+        raise ValueError(
+            f"the note may have at most {MAX_NOTE_CHARS} characters ({len(note)} given)"
+        )
     if "\ufffd" in note or any(ord(ch) < 32 and ch not in "\t\r\n" for ch in note):
         raise ValueError("the note holds bytes that are not text; retype it")
     if verdict == "agree":

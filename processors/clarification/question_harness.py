@@ -1,4 +1,4 @@
-"""The ``openai`` question engine: an LLM writes the questions, the harness checks them.
+"""The ``openai`` question engine's harness: an LLM writes the questions, this checks them.
 
 One refusal, one chat completion (``inference.chat`` and ``processors.engines.llm_call``,
 shared with the audit engine: the same client handling, usage counting, JSON decoding, retry
@@ -27,6 +27,10 @@ values, the check of an answer) and the schema:
 
 ``raw_output`` is a JSON array with one ``{"kind", "finish_reason", "content", "refusal"}``
 object per call (kinds ``questions``, ``retry``), API key masked.
+
+The prompt's maintainer notes still call this module ``openai_questions`` (its name before issue
+26): the prompt version is the hash of the whole file, so editing them would make a new
+prompt version.
 """
 
 from __future__ import annotations

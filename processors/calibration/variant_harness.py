@@ -1,4 +1,4 @@
-"""The ``openai`` variant engine: an LLM writes the variants, the harness checks every one.
+"""The ``openai`` variant engine's harness: an LLM writes the variants, this checks every one.
 
 One refusal, one chat completion through ``inference.chat`` and ``processors.engines.llm_call``
 (shared with the audit engine and the clarification engines: client handling, usage
@@ -26,6 +26,10 @@ prompt values, each call's allowance, the check of an answer) and the schema:
    time budget ``deadline_seconds`` ran out) with the raw output of the calls (API key masked):
    a human reviews it; nothing is guessed or repaired. The last schema-valid output, if
    any, is kept so the run record shows each variant with its failing reasons.
+
+The prompt's maintainer notes still call this module ``openai_variants`` (its name before issue
+26): the prompt version is the hash of the whole file, so editing them would make a new
+prompt version.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from processors.drift import WindowCounts
+from processors.drift_detection import WindowCounts
 from schemas.alerts import ALL, Scope
 from warehouse.client import Client
 
@@ -165,9 +165,7 @@ def evidence_query(
     in_base = f"window_start >= {_ts(baseline[0])} AND window_start < {_ts(baseline[1])}"
     where = " AND ".join([*filters, f"(({in_window}) OR ({in_base}))"])
     group = "period, category" if measures.startswith("category") else "period"
-    view = view_call(
-        database, window_seconds, grace_seconds, _VIEWS.get(kind, "drift_assessments")
-    )
+    view = view_call(database, window_seconds, grace_seconds, _VIEWS.get(kind, "drift_assessments"))
     return (
         f"SELECT if({in_window}, 'window', 'baseline') AS period, {measures} "
         f"FROM {view} "
