@@ -1,13 +1,13 @@
 """The faust worker's writer of results: the warehouse first, then the output topics.
 
-``ResultWriter`` has the methods of the pipeline's ``Sink`` protocol
-(``refusal_audit.audit.pipeline``, not imported here: :class:`ResultTables` is the same
-shape). Every row goes to ClickHouse (where dedup on write makes redelivery harmless) and
-then to its topic through a ``TopicWriter``; the worker acknowledges its input only after
-``TopicWriter.confirm`` succeeds, so an event's offset becomes committable only once its
-assessment is stored and its outputs are on the broker. Dead letters go to the dead-letter
-topic as ``streams.dead_letters.dead_letter_message`` frames them, with their original
-records' key and headers when the worker passes them (:meth:`ResultWriter.use_originals`).
+``ResultWriter`` implements ``schemas.result_tables.ResultTables`` (the pipeline's ``Sink``)
+over another ``ResultTables`` (``warehouse.store.Warehouse`` in the worker). Every row goes
+to ClickHouse (where dedup on write makes redelivery harmless) and then to its topic through
+a ``TopicWriter``; the worker acknowledges its input only after ``TopicWriter.confirm``
+succeeds, so an event's offset becomes committable only once its assessment is stored and
+its outputs are on the broker. Dead letters go to the dead-letter topic as
+``streams.dead_letters.dead_letter_message`` frames them, with their original records' key
+and headers when the worker passes them (:meth:`ResultWriter.use_originals`).
 """
 
 from __future__ import annotations
@@ -15,27 +15,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Protocol
 
 from schemas.audit import BatchRecord, StoredAssessment
 from schemas.deadletter import DeadLetter
 from schemas.events import StoredEvent, StoredIdentity
+from schemas.result_tables import ResultTables
 from streams.dead_letters import OriginalRecord, dead_letter_message
 from streams.producer import TopicWriter
 from streams.topics import Topics
-
-
-class ResultTables(Protocol):
-    """Where ``ResultWriter`` stores rows before it publishes them (``warehouse.store.Warehouse``
-    in the worker): the methods of the pipeline's ``Sink`` protocol."""
-
-    def insert_events(self, events: Sequence[StoredEvent]) -> None: ...
-    def insert_assessments(self, items: Sequence[StoredAssessment]) -> None: ...
-    def insert_batches(self, batches: Sequence[BatchRecord]) -> None: ...
-    def insert_dead_letters(self, items: Sequence[DeadLetter]) -> None: ...
-    def stored_identities(
-        self, keys: Sequence[tuple[str, str]]
-    ) -> Mapping[str, StoredIdentity]: ...
 
 
 class ResultWriter:

@@ -54,18 +54,11 @@ from schemas.audit import AuditSummary, BatchRecord, PolicyGapFlag, StoredAssess
 from schemas.deadletter import DeadLetter
 from schemas.events import StoredEvent, StoredIdentity, audit_config_key
 from schemas.policy import PolicyBundle
+from schemas.result_tables import ResultTables
 
-
-class Sink(Protocol):
-    """Where the pipeline stores its output (``warehouse.store.Warehouse`` in production)."""
-
-    def insert_events(self, events: Sequence[StoredEvent]) -> None: ...
-    def insert_assessments(self, items: Sequence[StoredAssessment]) -> None: ...
-    def insert_batches(self, batches: Sequence[BatchRecord]) -> None: ...
-    def insert_dead_letters(self, items: Sequence[DeadLetter]) -> None: ...
-    def stored_identities(
-        self, keys: Sequence[tuple[str, str]]
-    ) -> Mapping[str, StoredIdentity]: ...
+Sink = ResultTables
+"""Where the pipeline stores its output (``schemas.result_tables.ResultTables``;
+``warehouse.store.Warehouse`` in production)."""
 
 
 @runtime_checkable
