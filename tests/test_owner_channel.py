@@ -40,7 +40,7 @@ from warehouse.remote.client import RemoteClient
 from warehouse.remote.codec import CodecError, decode_value, encode_value
 from warehouse.remote.discovery import find_owner, owner_file, publish_owner, withdraw_owner
 from warehouse.remote.server import OWNER_PATH, check_bearer, serve_request
-from warehouse.store import is_transient
+from warehouse.retryable import is_transient
 
 REPO = Path(__file__).resolve().parents[1]
 OWNER_SERVER = REPO / "tests" / "owner_server.py"

@@ -47,8 +47,8 @@ from warehouse import (
     run_readonly,
 )
 from warehouse.queries import run_guarded
+from warehouse.retryable import is_transient
 from warehouse.review import insert_verdicts
-from warehouse.store import is_transient
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
-from clickhouse_connect.driver.exceptions import ClickHouseError, DatabaseError, OperationalError
+from clickhouse_connect.driver.exceptions import ClickHouseError
 from pydantic import SecretStr
 from tenacity import (
     RetryError,
@@ -33,6 +33,7 @@ from schemas.events import StoredIdentity
 from warehouse.client import Client, WarehouseError, validate_identifier
 from warehouse.columnar import arrow_schema, arrow_table
 from warehouse.connect import connect
+from warehouse.retryable import transient_cause
 from warehouse.rows import (
     ALERT_COLUMNS,
     ASSESSMENT_COLUMNS,
@@ -52,31 +53,12 @@ __all__ = [
     "Warehouse",
     "WarehouseSettings",
     "dedup_token",
-    "is_transient",
     "to_utc",
 ]
 
 _R = TypeVar("_R")
 
 logger = logging.getLogger(__name__)
-
-# ClickHouse error codes worth retrying: the server is busy or a network hop failed.
-_TRANSIENT_CODES = frozenset(
-    {
-        159,  # TIMEOUT_EXCEEDED
-        209,  # SOCKET_TIMEOUT
-        210,  # NETWORK_ERROR
-        202,  # TOO_MANY_SIMULTANEOUS_QUERIES
-        252,  # TOO_MANY_PARTS (merges behind: transient), but see _PERMANENT_MESSAGES
-        279,  # ALL_CONNECTION_TRIES_FAILED
-        999,  # KEEPER_EXCEPTION
-    }
-)
-
-# Errors that share a transient code but fail the same way on every retry. ClickHouse
-# reports "Too many partitions for single INSERT block" (max_partitions_per_insert_block)
-# with code 252, the code of TOO_MANY_PARTS, so the message tells them apart.
-_PERMANENT_MESSAGES = ("too many partitions for",)
 
 # Settings sent with every insert.
 #
@@ -93,30 +75,6 @@ _PERMANENT_MESSAGES = ("too many partitions for",)
 # (clickhouse-connect sends it as a query parameter; a server profile that makes it
 # read-only or constrains it fails the insert with a clear, non-transient error).
 _INSERT_SETTINGS: Mapping[str, Any] = {"max_partitions_per_insert_block": 0}
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Whether an insert failing with ``exc`` is worth retrying.
-
-    True for connection-level failures (``OperationalError``, ``ConnectionError``,
-    ``TimeoutError``) and for server errors whose code means "busy" or "network"
-    (timeouts, too many parts/queries, Keeper); False for everything else (bad data, bad SQL,
-    missing table, too many partitions in one insert block -- code 252 like TOO_MANY_PARTS,
-    told apart by its message), which would fail the same way again.
-    """
-    if isinstance(exc, OperationalError | ConnectionError | TimeoutError):
-        return True
-    if not isinstance(exc, DatabaseError) or getattr(exc, "code", None) not in _TRANSIENT_CODES:
-        return False
-    message = str(exc).lower()
-    return not any(marker in message for marker in _PERMANENT_MESSAGES)
-
-
-def _transient_cause(exc: BaseException) -> bool:
-    """``is_transient`` of ``exc`` or, for a ``WarehouseError`` wrapping one, of its cause."""
-    if isinstance(exc, WarehouseError) and exc.__cause__ is not None:
-        return is_transient(exc.__cause__)
-    return is_transient(exc)
 
 
 # per log id: the first fingerprinted copy's fingerprint and whether the newest copy is a
@@ -303,7 +261,7 @@ class Warehouse:
         retrying = Retrying(
             stop=stop_after_attempt(self.insert_attempts),
             wait=wait_exponential(multiplier=self._retry_wait, max=self._retry_wait_max),
-            retry=retry_if_exception(_transient_cause),
+            retry=retry_if_exception(transient_cause),
             before_sleep=self._before_retry(table),
             reraise=False,
         )

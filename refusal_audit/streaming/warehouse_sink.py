@@ -33,7 +33,7 @@ insert of the block) is stored again, whole, after a backoff (exponential from
 ``retry_wait`` seconds, capped at ``retry_wait_max``; each retry logged); its offsets are
 committed only once every insert succeeded, and the inserts' deduplication tokens make the
 inserts that had succeeded before the failure harmless. Transient failures (the server
-unreachable, timeouts, "too busy": ``warehouse.store.is_transient`` of the error's cause) are
+unreachable, timeouts, "too busy": ``warehouse.retryable.is_transient`` of the error's cause) are
 retried without end: an outage of any length is waited out, the lag grows and nothing is
 lost. Any other failure (a bad row, a missing table, a full disk) is retried too, since an
 operator may fix its cause, but for ``give_up_after`` seconds at most (default 15 minutes;
@@ -85,8 +85,9 @@ from streams.dead_letters import (
 from streams.membership import group_instance_id, leave_group
 from streams.topics import Topics, admin_client, require_topic
 from warehouse.client import WarehouseError
+from warehouse.retryable import is_transient
 from warehouse.rows import assessment_row, batch_row, event_row
-from warehouse.store import Warehouse, is_transient
+from warehouse.store import Warehouse
 
 log = logging.getLogger("refusal_audit.sink")
 

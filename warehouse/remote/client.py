@@ -86,7 +86,7 @@ class RemoteClient:
 
     Errors are the driver's exception classes: the ClickHouse error as the owner's client
     raised it (same class, message and code); ``OperationalError`` when the owner cannot be
-    reached, times out or answers 5xx (transient for ``warehouse.store.is_transient``);
+    reached, times out or answers 5xx (transient for ``warehouse.retryable.is_transient``);
     ``InterfaceError`` for a refused token; ``ProgrammingError`` for a malformed request
     or a closed client. Thread-safe.
     """
