@@ -48,7 +48,7 @@ MAX_TEXT_CHARS = 20_000
 MAX_VARIANT_CHARS = 2_000
 """Longest refusal variant (characters): a refusal longer than this is an essay, not a
 refusal style."""
-MAX_NOTE_CHARS = 600
+MAX_TEXT_FIELD_CHARS = 600
 """Longest ``ux_impact_note``, ``request_summary`` and ``policy_applied``."""
 MAX_STYLES = 12
 """Most styles in one spectrum (one LLM answer holds one variant per style)."""
@@ -88,7 +88,7 @@ class SpectrumStyle(BaseModel):
 
     style: StyleId
     label: str = Field(min_length=1, max_length=80)
-    description: str = Field(min_length=1, max_length=MAX_NOTE_CHARS)
+    description: str = Field(min_length=1, max_length=MAX_TEXT_FIELD_CHARS)
     base: BaseStyle
 
 
@@ -216,7 +216,7 @@ class Variant(BaseModel):
 
     style: StyleId
     response_text: str = Field(min_length=1, max_length=MAX_VARIANT_CHARS)
-    ux_impact_note: str = Field(min_length=1, max_length=MAX_NOTE_CHARS)
+    ux_impact_note: str = Field(min_length=1, max_length=MAX_TEXT_FIELD_CHARS)
 
 
 class CalibrationOutput(BaseModel):
@@ -227,8 +227,8 @@ class CalibrationOutput(BaseModel):
 
     model_config = _STRICT
 
-    request_summary: str = Field(min_length=1, max_length=MAX_NOTE_CHARS)
-    policy_applied: str = Field(min_length=1, max_length=MAX_NOTE_CHARS)
+    request_summary: str = Field(min_length=1, max_length=MAX_TEXT_FIELD_CHARS)
+    policy_applied: str = Field(min_length=1, max_length=MAX_TEXT_FIELD_CHARS)
     variants: list[Variant] = Field(min_length=1, max_length=MAX_STYLES)
 
     @model_validator(mode="after")

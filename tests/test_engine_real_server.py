@@ -560,7 +560,7 @@ def test_json_caller_engines_ask_for_enough_output(fake_openai: FakeOpenAIServer
     from inference.judge import OpenAIJudge
     from inference.questions import OpenAIQuestionEngine
     from inference.variants import OpenAIVariantEngine
-    from schemas.calibration import MAX_NOTE_CHARS, MAX_STYLES, MAX_VARIANT_CHARS
+    from schemas.calibration import MAX_STYLES, MAX_TEXT_FIELD_CHARS, MAX_VARIANT_CHARS
     from schemas.clarification import (
         MAX_QUESTIONS,
         NOTE_MAX_CHARS,
@@ -593,13 +593,13 @@ def test_json_caller_engines_ask_for_enough_output(fake_openai: FakeOpenAIServer
     variant = {
         "style": "clarification_seeking",
         "response_text": text(MAX_VARIANT_CHARS),
-        "ux_impact_note": text(MAX_NOTE_CHARS),
+        "ux_impact_note": text(MAX_TEXT_FIELD_CHARS),
     }
     for styles in (1, 6, MAX_STYLES):
         largest = tokens(
             {
-                "request_summary": text(MAX_NOTE_CHARS),
-                "policy_applied": text(MAX_NOTE_CHARS),
+                "request_summary": text(MAX_TEXT_FIELD_CHARS),
+                "policy_applied": text(MAX_TEXT_FIELD_CHARS),
                 "variants": [variant] * styles,
             }
         )

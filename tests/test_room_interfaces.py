@@ -56,8 +56,8 @@ the settings groups; the root app registers the commands)."""
 
 
 def room_of(module: str) -> tuple[str, str] | None:
-    """``refusal_audit.audit.engines.make_engine`` -> ``("audit", "engines")``; None for a
-    module outside the rooms (the root modules, other packages)."""
+    """``refusal_audit.audit.engine_setup.make_engine`` -> ``("audit", "engine_setup")``; None
+    for a module outside the rooms (the root modules, other packages)."""
     parts = module.split(".")
     if len(parts) < 3 or parts[0] != "refusal_audit" or parts[1] not in ROOMS:
         return None

@@ -9,7 +9,7 @@ Rules (issue 13; docs/calibration.md, "Approval"):
   cannot be approved at all: the rule could not be checked);
 - only a variant that passed every regression check, of a run that was not escalated, may be
   approved; a failing variant may be rejected (to close it) but never approved;
-- every decision needs a note (why), at most ``MAX_NOTE_CHARS`` characters;
+- every decision needs a note (why), at most ``MAX_DECISION_NOTE_CHARS`` characters;
 - decisions are a log: a new decision on the same variant supersedes the previous one, and
   the newest counts (:func:`current_decisions`).
 
@@ -29,7 +29,7 @@ from schemas.calibration import CalibrationRun
 APPROVER_ROLE = "approver"
 """The review-app role that may approve or reject variants."""
 DECISIONS: tuple[str, ...] = ("approve", "reject")
-MAX_NOTE_CHARS = 2_000
+MAX_DECISION_NOTE_CHARS = 2_000
 
 Decision = Literal["approve", "reject"]
 VERIFIED_BY = frozenset({"password", "token"})
@@ -129,8 +129,10 @@ def check_decision(
     text = note.strip()
     if not text:
         raise ApprovalError("note_required", "a note is required: say why")
-    if len(text) > MAX_NOTE_CHARS:
-        raise ApprovalError("note_too_long", f"the note is longer than {MAX_NOTE_CHARS} characters")
+    if len(text) > MAX_DECISION_NOTE_CHARS:
+        raise ApprovalError(
+            "note_too_long", f"the note is longer than {MAX_DECISION_NOTE_CHARS} characters"
+        )
     return "approve" if decision == "approve" else "reject"
 
 

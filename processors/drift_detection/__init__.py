@@ -8,7 +8,8 @@ public is importable from this package.
 Input is ``WindowCounts`` per ``Scope`` for the evaluated window and for its baseline (the
 pooled trailing windows, or a pinned reference period); output is one ``Finding`` per
 (detector, scope): an alert, "no change", or "insufficient data". The caller
-(``refusal_audit.alerts.drift``) reads the counts from ClickHouse and publishes the alerts.
+(``refusal_audit.alerts.drift``) gets the counts from ClickHouse
+(``warehouse.drift_assessments``) and publishes the alerts.
 
 Detectors (all tests two-sided, from scipy):
 

@@ -1,2 +1,3 @@
 """The alerts room: drift detection, policy-gap tracking and the alert publisher, with the
-``refusal-audit alerts`` and ``gaps`` commands (docs/alerts.md)."""
+``refusal-audit alerts`` commands (docs/alerts.md; ``gaps`` is an audit command,
+``refusal_audit.audit.cli``, over this room's tracking)."""

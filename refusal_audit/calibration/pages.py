@@ -30,7 +30,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from processors.calibration.approval import (
-    MAX_NOTE_CHARS,
+    MAX_DECISION_NOTE_CHARS,
     ApprovalError,
     CurrentDecision,
     check_decider,
@@ -309,7 +309,7 @@ class ApprovalPages:
         return render(request, "calibration_run.html", status, user=user, run=run,
                       variants=variants, log=log, labels=labels, nonces=nonces,
                       problem=decider_problem(run, user, accounts), posted=posted, error=error,
-                      saved=saved if saved in labels else None, max_note=MAX_NOTE_CHARS,
+                      saved=saved if saved in labels else None, max_note=MAX_DECISION_NOTE_CHARS,
                       run_url=run_url)  # fmt: skip
 
     def retry(
@@ -317,7 +317,7 @@ class ApprovalPages:
     ) -> Response:
         """The 503 page offering the ``posted`` decision again after a warehouse failure."""
         return self.render(request, "calibration_retry.html", 503, user=user, posted=posted,
-                           message=_unavailable(exc), max_note=MAX_NOTE_CHARS,
+                           message=_unavailable(exc), max_note=MAX_DECISION_NOTE_CHARS,
                            run_url=run_url)  # fmt: skip
 
     async def decide(self, request: Request, user: ReviewerAccount) -> Response:
