@@ -147,7 +147,7 @@ def applied_migrations(client: Client, database: str) -> dict[str, str]:
 def check_keys_in_one_partition(client: Client, database: str) -> None:
     """Refuse a store where a key of ``refusal_events`` or ``assessments`` has versions in
     two partitions (months). Raises ``MigrationError`` naming the tables, the counts and the
-    fix (``python -m warehouse.partition_keys DSN DATABASE --fold``), ``WarehouseError``
+    fix (``python -m warehouse.partition_check DSN DATABASE --fold``), ``WarehouseError``
     when the count fails."""
     spanning = {t: n for t, n in spanning_keys(client, database).items() if n}
     if not spanning:
@@ -158,7 +158,7 @@ def check_keys_in_one_partition(client: Client, database: str) -> None:
         "before the duplicate-log-id rule (migration 0011) or by hand; the pending migration "
         "reads each key's versions within its month and would return several of them. "
         "Nothing was applied. Fix: stop the writers, then keep each key's newest version "
-        f"only with `python -m warehouse.partition_keys <DSN> {database} --fold` "
+        f"only with `python -m warehouse.partition_check <DSN> {database} --fold` "
         "(it removes the versions FINAL never returns) and migrate again."
     )
 

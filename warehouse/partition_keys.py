@@ -14,12 +14,11 @@ removes, for each such key, the versions outside the partition of the version ``
 returns today (the newest by the table's version column), so every read keeps its result.
 
 Run the fix on a store (writers stopped, or at least not re-sending old copies):
-``python -m warehouse.partition_keys DSN DATABASE --fold`` (without ``--fold``: count only).
+``python -m warehouse.partition_check DSN DATABASE --fold`` (without ``--fold``: count only).
 """
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 
 from clickhouse_connect.driver.exceptions import ClickHouseError
@@ -132,27 +131,3 @@ def fold_spanning_keys(client: Client, database: str) -> dict[str, int]:
     if left:
         raise WarehouseError(f"keys still spanning partitions after the fix: {left}")
     return found
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m warehouse.partition_keys DSN DATABASE [--fold]``: print the keys spanning
-    partitions per table, and with ``--fold`` remove their extra versions."""
-    from warehouse.connect import connect
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("dsn", help="chdb:///path or http(s)://user@host:port")
-    parser.add_argument("database")
-    parser.add_argument("--fold", action="store_true", help="remove the extra versions")
-    args = parser.parse_args(argv)
-    client = connect(args.dsn, args.database)
-    try:
-        found = (fold_spanning_keys if args.fold else spanning_keys)(client, args.database)
-    finally:
-        client.close()
-    for table, count in found.items():
-        done = " (extra versions removed)" if args.fold and count else ""
-        print(f"{table}: {count} key(s) in more than one partition{done}")
-
-
-if __name__ == "__main__":
-    main()
