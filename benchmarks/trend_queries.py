@@ -26,7 +26,10 @@ Run: ``python benchmarks/trend_queries.py --rows 1e6 --store /tmp/trend-1m [--ru
 end unless ``--keep``; ``--reuse`` times an existing store (kept earlier) without generating,
 after applying the pending migrations (timed: the migration on a populated store);
 ``--upto 0021`` applies the migrations up to that version only (the schema before issue 27's
-migration, to compare).
+migration, to compare). ``--ab`` also times the named queries that read
+``current_assessments`` with the view bodies of 0022 and 0023 inlined, alternately;
+``--ab-schema`` (a store at 0023) times every query alternately at 0022's and 0023's schema
+(the view replaced, ``LOCAL_FINAL`` switched) instead of the plain timings.
 """
 
 from __future__ import annotations
@@ -57,12 +60,14 @@ from warehouse.client import Client  # noqa: E402
 from warehouse.connect import connect  # noqa: E402
 from warehouse.drift_assessments import window_counts  # noqa: E402
 from warehouse.migrate import applied_migrations, load_migrations, migrate  # noqa: E402
+from warehouse.partition_keys import LOCAL_FINAL  # noqa: E402
 from warehouse.queries import NAMED_QUERIES, run_named  # noqa: E402
 
 DATABASE = "trend"
 RESULTS = REPO / "benchmarks" / "results" / "trend_queries.json"
 GRAFANA_INTERVAL_S = 7200
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_LOCAL = "do_not_merge_across_partitions_select_final"
 
 Query = tuple[str, str, Callable[[], Any]]
 _GRAFANA: Any = importlib.import_module("grafana_expand")  # tests/grafana_expand.py
@@ -212,15 +217,16 @@ _VIEW_BODY = (
     "SELECT log_id, policy_bundle FROM `{db}`.refusal_events FINAL WHERE is_refusal){settings})"
 )
 _AB = {
-    "0006": "",
     "0022": " SETTINGS use_index_for_in_with_subqueries = 0",
+    "0023": " SETTINGS use_index_for_in_with_subqueries = 0, "
+    "do_not_merge_across_partitions_select_final = 1",
 }
 
 
 def view_ab(client: Client, db: str, runs: int) -> dict[str, dict[str, float]]:
     """The named queries that read ``current_assessments``, each with the view's body of
-    migration 0006 and of 0022 inlined, run alternately ``runs`` times (same load for
-    both): median seconds of each and their ratio."""
+    the two migrations in ``_AB`` (0022 and 0023) inlined, run alternately ``runs`` times
+    (same load for both): median seconds of each and their ratio (older / newer)."""
     out: dict[str, dict[str, float]] = {}
     params = {"since": date(1970, 1, 1), "until": date(2149, 6, 6), "model": "", "product": ""}
     for name, query in sorted(NAMED_QUERIES.items()):
@@ -238,9 +244,42 @@ def view_ab(client: Client, db: str, runs: int) -> dict[str, dict[str, float]]:
                 t = time.perf_counter()
                 client.query(sql, parameters=params)
                 seconds[k].append(time.perf_counter() - t)
-        old, new = (statistics.median(seconds[k]) for k in _AB)
-        out[name] = {"0006_s": old, "0022_s": new, "ratio": old / new}
-        print(f"  {name:32} 0006 {old:7.3f} s  0022 {new:7.3f} s  x{old / new:5.1f}", flush=True)
+        (a, old), (b, new) = ((k, statistics.median(seconds[k])) for k in _AB)
+        out[name] = {f"{a}_s": old, f"{b}_s": new, "ratio": old / new}
+        print(f"  {name:32} {a} {old:7.3f} s  {b} {new:7.3f} s  x{old / new:5.1f}", flush=True)
+    return out
+
+
+def schema_ab(
+    client: Client, db: str, queries: list[Query], runs: int, only: str | None
+) -> dict[str, dict[str, float]]:
+    """Every query alternately at the schema of 0022 (its ``current_assessments``, FINAL
+    across months) and of 0023 (FINAL inside each month: the view and
+    ``warehouse.partition_keys.LOCAL_FINAL``, which the named and report queries pass),
+    ``runs`` times each after one warm-up of each (same load for both): median seconds and
+    their ratio. Leaves the store at 0023's view."""
+    views = {m.version: m.statements(db) for m in load_migrations() if m.version in _AB}
+    out: dict[str, dict[str, float]] = {}
+    try:
+        for group, name, call in queries:
+            if only and not any(part in f"{group}: {name}" for part in only.split(",")):
+                continue
+            seconds: dict[str, list[float]] = {k: [] for k in _AB}
+            for turn in range(runs + 1):
+                for version, statements in views.items():
+                    for statement in statements:
+                        client.command(statement)
+                    LOCAL_FINAL[_LOCAL] = int(version >= "0023")
+                    t = time.perf_counter()
+                    call()
+                    if turn:
+                        seconds[version].append(time.perf_counter() - t)
+            (a, old), (b, new) = ((k, statistics.median(v)) for k, v in seconds.items())
+            out[f"{group}: {name}"] = {f"{a}_s": old, f"{b}_s": new, "ratio": old / new}
+            print(f"  {group:8} {name[:48]:48} {a} {old:7.3f} s  {b} {new:7.3f} s  "
+                  f"x{old / new:5.1f}", flush=True)  # fmt: skip
+    finally:
+        LOCAL_FINAL[_LOCAL] = 1
     return out
 
 
@@ -279,10 +318,15 @@ def main() -> None:
     parser.add_argument(
         "--upto", default=None, help="apply migrations up to this version only (e.g. 0021)"
     )
+    parser.add_argument(
+        "--ab-schema",
+        action="store_true",
+        help="time every query alternately at 0022's and 0023's schema instead (store at 0023)",
+    )
     parser.add_argument("--json", type=Path, default=RESULTS)
     parser.add_argument("--table", action="store_true", help="print --json as Markdown, exit")
     parser.add_argument(
-        "--ab", action="store_true", help="also compare the view bodies of 0006 and 0022"
+        "--ab", action="store_true", help="also compare the view bodies of 0022 and 0023"
     )
     args = parser.parse_args()
     if args.table:
@@ -322,7 +366,11 @@ def main() -> None:
         ]
         if args.ab:
             report["view_ab"] = view_ab(client, DATABASE, args.runs)
-        report["queries"] = time_queries(queries, args.runs, args.only, not args.no_warmup)
+        if args.ab_schema:
+            report["schema_ab"] = schema_ab(client, DATABASE, queries, args.runs, args.only)
+            report["queries"] = {}
+        else:
+            report["queries"] = time_queries(queries, args.runs, args.only, not args.no_warmup)
     finally:
         client.close()
         if not args.keep:

@@ -1,7 +1,11 @@
-"""Migration 0022 (current_assessments read without the primary-key analysis of its IN set)
-on a warehouse populated at the previous schema version: rows kept, every named query,
-report query, Grafana panel and drift read returns exactly what it returned before, it can
-be applied again, and re-delivered rows change nothing after it either.
+"""Migrations 0022 (current_assessments read without the primary-key analysis of its IN set)
+and 0023 (FINAL merging inside each month: ``do_not_merge_across_partitions_select_final``)
+on a warehouse populated at the schema before them: rows kept, every named query, report
+query, Grafana panel and drift read returns exactly what it returned before, they can be
+applied again, and re-delivered rows change nothing after them either. A store holding a
+key in two months is refused by 0023's check (nothing applied) until
+``warehouse.partition_keys.fold_spanning_keys`` keeps each key's newest version, which
+changes nothing FINAL returned.
 
 The store is filled by the trend benchmark's generator (``benchmarks/trend_data.py``), with
 duplicates FINAL must fold (redelivered events and assessments), plus the cases
@@ -26,13 +30,14 @@ from warehouse import report_queries as rq
 from warehouse.client import Client
 from warehouse.connect import connect
 from warehouse.drift_assessments import window_counts
-from warehouse.migrate import load_migrations, migrate
+from warehouse.migrate import MigrationError, applied_migrations, load_migrations, migrate
+from warehouse.partition_keys import fold_spanning_keys, spanning_keys
 from warehouse.queries import NAMED_QUERIES, run_named
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from trend_data import generate
 
-NEW = "0022_current_assessments_settings"
+NEW = ["0022_current_assessments_settings", "0023_partition_local_final"]
 ROWS = 4000
 
 
@@ -108,7 +113,7 @@ def populated(chdb_dsn: str) -> Iterator[tuple[Client, str]]:
     """A store at the schema before 0022, filled, with duplicates and edge cases."""
     db = f"trend_{uuid.uuid4().hex[:12]}"
     client = connect(chdb_dsn, db)
-    previous = [m for m in load_migrations() if m.id != NEW]
+    previous = [m for m in load_migrations() if m.version < "0022"]
     migrate(client, db, migrations=previous)
     generate(client, db, ROWS, redelivered=0.05)
     _edge_cases(client, db)
@@ -126,13 +131,14 @@ def test_the_migration_keeps_rows_and_results_and_can_run_again(
     tables, before = _tables(client, db), _snapshot(client, db)
     assert before["current"], "the store holds current assessments"
     assert len(before["current"]) < ROWS, "some assessments were retired"
-    assert migrate(client, db) == [NEW]
+    assert spanning_keys(client, db) == {"refusal_events": 0, "assessments": 0}
+    assert migrate(client, db) == NEW
     assert _tables(client, db) == tables
     assert _snapshot(client, db) == before
     assert migrate(client, db) == []
-    (migration,) = [m for m in load_migrations() if m.id == NEW]
-    for statement in migration.statements(db):  # an interrupted run applied again
-        client.command(statement)
+    for migration in [m for m in load_migrations() if m.id in NEW]:
+        for statement in migration.statements(db):  # an interrupted run applied again
+            client.command(statement)
     assert _snapshot(client, db) == before
     view = client.query(
         "SELECT create_table_query FROM system.tables WHERE database = {db:String} "
@@ -140,6 +146,7 @@ def test_the_migration_keeps_rows_and_results_and_can_run_again(
         parameters={"db": db},
     ).result_rows[0][0]
     assert "use_index_for_in_with_subqueries = 0" in view
+    assert "do_not_merge_across_partitions_select_final = 1" in view
 
 
 def test_redelivered_rows_change_nothing_after_the_migration(
@@ -154,3 +161,52 @@ def test_redelivered_rows_change_nothing_after_the_migration(
     for table in ("refusal_events", "assessments"):
         client.command(generate_again.format(db=db, t=table))
     assert _snapshot(client, db) == before
+
+
+def _current(client: Client, db: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every current event (FINAL as each read does it at the applied schema) and every row
+    of current_assessments."""
+    local = max(applied_migrations(client, db)) >= "0023"
+    return {
+        "events": client.query(
+            f"SELECT * FROM `{db}`.refusal_events FINAL ORDER BY log_id",
+            settings={"do_not_merge_across_partitions_select_final": int(local)},
+        ).result_rows,
+        "current": client.query(
+            f"SELECT * FROM `{db}`.current_assessments ORDER BY policy_bundle, log_id"
+        ).result_rows,
+    }
+
+
+def test_a_key_in_two_months_is_refused_until_folded(chdb_dsn: str) -> None:
+    db = f"span_{uuid.uuid4().hex[:12]}"
+    client = connect(chdb_dsn, db)
+    try:
+        migrate(client, db, migrations=[m for m in load_migrations() if m.version < "0022"])
+        generate(client, db, 1000, redelivered=0.05)
+        shift = "event_time - toIntervalDay(45) AS event_time"
+        # copies written before the duplicate-log-id rule: another event time, two months;
+        # newer than the stored row for some keys (FINAL returns them), older for others
+        for table, version in (("refusal_events", "ingested_at"), ("assessments", "audited_at")):
+            for sign, bucket in (("+", 0), ("-", 1)):
+                client.command(
+                    f"INSERT INTO `{db}`.{table} SELECT * REPLACE ({shift}, "
+                    f"{version} {sign} toIntervalHour(1) AS {version}) "
+                    f"FROM `{db}`.{table} WHERE cityHash64(log_id) % 10 = {bucket}"
+                )
+        spanning = spanning_keys(client, db)
+        assert spanning["refusal_events"] > 0 and spanning["assessments"] > 0
+        versions = applied_migrations(client, db)
+        expected = _current(client, db)
+        with pytest.raises(MigrationError, match=r"more than one month.*--fold"):
+            migrate(client, db)
+        assert applied_migrations(client, db) == versions, "nothing applied"
+        assert fold_spanning_keys(client, db) == spanning
+        assert spanning_keys(client, db) == {"refusal_events": 0, "assessments": 0}
+        assert _current(client, db) == expected, "folding keeps what FINAL returned"
+        assert migrate(client, db) == NEW
+        assert _current(client, db) == expected
+        assert fold_spanning_keys(client, db) == {"refusal_events": 0, "assessments": 0}
+    finally:
+        client.command(f"DROP DATABASE IF EXISTS `{db}`")
+        client.close()

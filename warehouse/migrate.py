@@ -6,6 +6,12 @@ placeholder for the (validated, back-quoted) database name. Every statement must
 idempotent on its own (``CREATE TABLE IF NOT EXISTS``, ``ADD COLUMN IF NOT EXISTS``, ...), so a
 migration interrupted half-way is simply applied again.
 
+A migration whose text holds the line ``-- requires: keys-in-one-partition``
+(``warehouse.partition_keys.MARKER``) relies on every version of a key of ``refusal_events``
+and ``assessments`` being stored in one partition: before applying any pending migration,
+``migrate`` counts the keys that are not (``warehouse.partition_keys.spanning_keys``) and
+refuses the whole run, applying nothing, when there are any, naming the fix.
+
 The ``schema_migrations`` table records each applied version with the SHA-256 of its text;
 an applied migration whose file has since changed is an error: add a new migration instead.
 """
@@ -22,8 +28,16 @@ from importlib import resources
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from warehouse.client import Client, WarehouseError, quote_identifier, split_sql
+from warehouse.partition_keys import MARKER, spanning_keys
 
-__all__ = ["Migration", "MigrationError", "applied_migrations", "load_migrations", "migrate"]
+__all__ = [
+    "Migration",
+    "MigrationError",
+    "applied_migrations",
+    "check_keys_in_one_partition",
+    "load_migrations",
+    "migrate",
+]
 
 _FILE_RE = re.compile(r"^(?P<version>\d{4})_(?P<name>[a-z0-9_]+)\.sql$")
 
@@ -59,6 +73,12 @@ class Migration:
     def id(self) -> str:
         """``"<version>_<name>"``, e.g. ``"0001_refusal_events"``."""
         return f"{self.version}_{self.name}"
+
+    @property
+    def needs_keys_in_one_partition(self) -> bool:
+        """Whether the migration relies on each key's versions sharing one partition (its
+        text holds the line ``warehouse.partition_keys.MARKER``)."""
+        return any(line.strip() == MARKER for line in self.sql.splitlines())
 
     @property
     def checksum(self) -> str:
@@ -124,6 +144,25 @@ def applied_migrations(client: Client, database: str) -> dict[str, str]:
     return {str(version): str(checksum) for version, checksum in rows}
 
 
+def check_keys_in_one_partition(client: Client, database: str) -> None:
+    """Refuse a store where a key of ``refusal_events`` or ``assessments`` has versions in
+    two partitions (months). Raises ``MigrationError`` naming the tables, the counts and the
+    fix (``python -m warehouse.partition_check DSN DATABASE --fold``), ``WarehouseError``
+    when the count fails."""
+    spanning = {t: n for t, n in spanning_keys(client, database).items() if n}
+    if not spanning:
+        return
+    counts = ", ".join(f"{n} in {t}" for t, n in spanning.items())
+    raise MigrationError(
+        f"cannot migrate {database!r}: keys stored in more than one month ({counts}), written "
+        "before the duplicate-log-id rule (migration 0011) or by hand; the pending migration "
+        "reads each key's versions within its month and would return several of them. "
+        "Nothing was applied. Fix: stop the writers, then keep each key's newest version "
+        f"only with `python -m warehouse.partition_check <DSN> {database} --fold` "
+        "(it removes the versions FINAL never returns) and migrate again."
+    )
+
+
 def migrate(
     client: Client, database: str, *, migrations: Sequence[Migration] | None = None
 ) -> list[str]:
@@ -135,7 +174,9 @@ def migrate(
     unknown here (a newer release migrated it) are left alone.
 
     Raises ``MigrationError`` when an applied migration's checksum differs from its current
-    text, or a statement fails (the failed migration is not recorded; fix and re-run).
+    text, a statement fails (the failed migration is not recorded; fix and re-run), or a
+    pending migration needs every key in one partition and some key is not (nothing is
+    applied then: :func:`check_keys_in_one_partition`).
     """
     todo = list(load_migrations() if migrations is None else migrations)
     db = quote_identifier(database)
@@ -144,6 +185,9 @@ def migrate(
     except ClickHouseError as exc:
         raise MigrationError(f"cannot create {database}.schema_migrations: {exc}") from exc
     applied = applied_migrations(client, database)
+    pending = [m for m in todo if m.version not in applied]
+    if any(m.needs_keys_in_one_partition for m in pending):
+        check_keys_in_one_partition(client, database)
     done: list[str] = []
     for migration in sorted(todo, key=lambda m: m.version):
         recorded = applied.get(migration.version)

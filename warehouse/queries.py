@@ -28,6 +28,7 @@ from warehouse.named import (
     QueryResult,
     with_proportions,
 )
+from warehouse.partition_keys import LOCAL_FINAL
 from warehouse.review_queries import REVIEW_QUERIES
 from warehouse.sql_guard import SqlGuardError, checked_user_sql, clickhouse_reason
 
@@ -415,7 +416,7 @@ def run_named(
     if "product" in query.filters:
         params["product"] = product or ""
     try:
-        raw = client.query(query.sql, parameters=params)
+        raw = client.query(query.sql, parameters=params, settings=LOCAL_FINAL)
     except ClickHouseError as exc:
         raise WarehouseError(f"query {name!r} failed: {exc}") from exc
     if not raw.result_rows:

@@ -19,6 +19,7 @@ from processors.gap_text import describe_gap_sql
 from schemas.alerts import ALL, Alert
 from warehouse.client import Client, WarehouseError, validate_identifier
 from warehouse.named import DAY_MODEL_PRODUCT, QueryResult, with_proportions
+from warehouse.partition_keys import LOCAL_FINAL
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class ReportFilter:
 
 def _run(client: Client, sql: str, params: dict[str, Any]) -> QueryResult:
     try:
-        raw = client.query(sql, parameters=params)
+        raw = client.query(sql, parameters=params, settings=LOCAL_FINAL)
     except ClickHouseError as exc:
         raise WarehouseError(f"report query failed: {exc}") from exc
     return QueryResult(list(raw.column_names), [tuple(r) for r in raw.result_rows])
