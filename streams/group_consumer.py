@@ -144,11 +144,13 @@ class GroupConsumer:
         self.renewals = 0
         self.lock = threading.Lock()
         self.consumer = build_consumer(self.config)
+        self._member: Consumer | None = None  # the consumer subscribed last (its callbacks count)
         if subscribe:
             self.subscribe()
 
     def subscribe(self) -> None:
         """Join the group on the topics (the join happens in the polls)."""
+        self._member = self.consumer
         self.consumer.subscribe(self.topics, on_assign=self._assigned, on_revoke=self._revoked,
                                 on_lost=self._revoked)  # fmt: skip
 
@@ -172,7 +174,19 @@ class GroupConsumer:
         self.renewals += 1
 
     # -- the assignment (callbacks run inside a poll) --------------------------------------------
+    def _stale(self, consumer: Consumer, what: str, partitions: list[TopicPartition]) -> bool:
+        """Whether a callback comes from a consumer replaced by :meth:`renew`: its close, in a
+        thread of its own, may serve its revocation or loss after the new consumer was
+        assigned the same partitions, which must stay assigned (and the reader not told)."""
+        if consumer is self._member:
+            return False
+        self.log.info("a renewed consumer's %s of %d partitions passed over", what,
+                      len(partitions))  # fmt: skip
+        return True
+
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._stale(consumer, "assignment", partitions):
+            return
         with self.lock:
             self.generation += 1
             self.assigned = {(p.topic, p.partition) for p in partitions}
@@ -180,6 +194,8 @@ class GroupConsumer:
             self.on_assign(partitions)
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._stale(consumer, "revocation", partitions):
+            return
         with self.lock:
             self.generation += 1
             self.assigned -= {(p.topic, p.partition) for p in partitions}

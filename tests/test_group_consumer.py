@@ -7,6 +7,7 @@ tests/test_sink_duplicates.py and tests/test_stream_recovery.py."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -127,3 +128,30 @@ def test_next_offsets_are_the_last_plus_one_per_partition() -> None:
     messages = [message(5), message(3, partition=1), message(7),
                 message(4, partition=1)]  # fmt: skip
     assert next_offsets(messages) == {("t", 0): 8, ("t", 1): 5}
+
+
+def test_a_renewed_consumers_late_revocation_leaves_the_new_assignment_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``renew`` closes the old consumer in a thread it does not wait for; that close may
+    serve the old consumer's revocation (or loss) only after the new consumer joined (a
+    close held up by a broker outage, a fenced static member's close). The old consumer's
+    callbacks must not take the new consumer's partitions out of the assignment (every
+    window would then be refused as not owned, and the lag would show nothing)."""
+    old, new = FakeConsumer([]), FakeConsumer([])
+    closing = threading.Event()
+    old.close = closing.wait  # type: ignore[attr-defined]  # held up until set
+    built = iter([old, new])
+    monkeypatch.setattr(group_consumer, "build_consumer", lambda config: next(built))
+    revoked: list[list[TopicPartition]] = []
+    reader = GroupConsumer({}, ["t"], logging.getLogger("test.group_consumer"),
+                           on_revoke=revoked.append)  # fmt: skip
+    old.callbacks["on_assign"](old, [TopicPartition("t", 0)])
+    reader.renew("test: failed fatally")
+    new.callbacks["on_assign"](new, [TopicPartition("t", 0)])
+    generation = reader.generation
+    old.callbacks["on_lost"](old, [TopicPartition("t", 0)])  # served by the late close
+    closing.set()
+    assert reader.assigned == {("t", 0)}
+    assert reader.owns(generation, [("t", 0)])
+    assert revoked == []  # the reader's callback is not told of the old consumer's partitions
