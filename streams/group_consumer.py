@@ -104,6 +104,22 @@ def as_partitions(offsets: Mapping[Partition, int]) -> list[TopicPartition]:
     return [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
 
 
+def require_eager(config: Mapping[str, Any]) -> None:
+    """Refuse (``ValueError``) settings that make the group's rebalances incremental
+    (a ``cooperative-sticky`` assignment strategy, or ``group.protocol=consumer``, KIP-848):
+    the core relies on eager rebalances, where every partition is revoked and fetched again
+    from the committed offsets, so that a batch dropped by a rebalance is read again; under
+    an incremental one the partitions kept go on from their position (the dropped records
+    would be skipped) and an assignment callback names only the partitions added."""
+    strategy = str(config.get("partition.assignment.strategy", ""))
+    protocol = str(config.get("group.protocol", "classic"))
+    if "cooperative" in strategy or protocol.lower() == "consumer":
+        raise ValueError(
+            "the consumer core needs eager rebalances: partition.assignment.strategy "
+            f"{strategy!r} / group.protocol {protocol!r} are incremental"
+        )
+
+
 def _raise(error: KafkaError) -> None:
     raise KafkaException(error)
 
@@ -114,7 +130,8 @@ class GroupConsumer:
     subscribes to (at once when ``subscribe``, else at :meth:`subscribe`); ``logger`` gets the
     lines of renewals and of offsets or lag not read; ``on_assign`` and ``on_revoke`` (also
     called when partitions are lost) are the reader's callbacks. Raises ``KafkaException`` on
-    a setting librdkafka refuses."""
+    a setting librdkafka refuses, ``ValueError`` on settings of incremental rebalances
+    (:func:`require_eager`)."""
 
     def __init__(
         self,
@@ -127,6 +144,7 @@ class GroupConsumer:
         subscribe: bool = True,
     ) -> None:
         self.config = dict(config)
+        require_eager(self.config)
         self.topics = list(topics)
         self.log = logger
         self.on_assign = on_assign

@@ -155,3 +155,22 @@ def test_a_renewed_consumers_late_revocation_leaves_the_new_assignment_alone(
     assert reader.assigned == {("t", 0)}
     assert reader.owns(generation, [("t", 0)])
     assert revoked == []  # the reader's callback is not told of the old consumer's partitions
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [{"partition.assignment.strategy": "cooperative-sticky"}, {"group.protocol": "consumer"}],
+)
+def test_settings_of_incremental_rebalances_are_refused(
+    monkeypatch: pytest.MonkeyPatch, setting: dict[str, str]
+) -> None:
+    """A batch dropped by a rebalance is read again only because eager rebalances fetch every
+    partition again from the committed offsets. Under an incremental one (a run against a
+    Kafka 4 broker: 400 records over 4 partitions read, a second member joins, the batch is
+    dropped) the 2 partitions kept were never fetched again (200 records skipped) and the
+    core's assignment read as empty while librdkafka held those 2."""
+    monkeypatch.setattr(group_consumer, "build_consumer", lambda config: FakeConsumer([]))
+    with pytest.raises(ValueError, match="eager"):
+        GroupConsumer(setting, ["t"], logging.getLogger("test.group_consumer"))
+    GroupConsumer({"partition.assignment.strategy": "range"}, ["t"],
+                  logging.getLogger("test.group_consumer"))  # fmt: skip
