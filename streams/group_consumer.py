@@ -312,6 +312,8 @@ class GroupConsumer:
         if not assigned:
             return
         for tp in self.consumer.committed(assigned, timeout=30):
+            if tp.error is not None:  # its offset is not "nothing committed": do not restart
+                raise KafkaException(tp.error)
             offset = tp.offset
             if offset < 0:  # nothing committed yet: from the start of the partition
                 offset, _ = self.consumer.get_watermark_offsets(tp, timeout=30)
@@ -368,8 +370,8 @@ class GroupConsumer:
         with self.lock:
             for tp in found:
                 key = (tp.topic, tp.partition)
-                if key not in self.assigned or key in self.committed:
-                    continue  # revoked meanwhile, or committed by this member since
+                if key not in self.assigned or key in self.committed or tp.error is not None:
+                    continue  # revoked meanwhile, committed by this member since, or not read
                 if tp.offset >= 0:
                     self.committed[key] = tp.offset
                     self.group_unset.discard(key)

@@ -174,3 +174,29 @@ def test_settings_of_incremental_rebalances_are_refused(
         GroupConsumer(setting, ["t"], logging.getLogger("test.group_consumer"))
     GroupConsumer({"partition.assignment.strategy": "range"}, ["t"],
                   logging.getLogger("test.group_consumer"))  # fmt: skip
+
+
+def test_a_partitions_committed_offset_error_is_not_taken_for_nothing_committed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``Consumer.committed`` reports a partition it could not read with the partition's own
+    ``error`` set and an invalid offset (-1001), the same offset as "the group committed
+    nothing". Taken for that, the rewind after an aborted window sought the partition's
+    start (the worker would audit and publish everything again) and the lag counted from
+    the low watermark; the rewind raises instead, the lag names the partition unreadable."""
+    fake = FakeConsumer([])
+    error = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    fake.committed = lambda partitions, timeout=None: [  # type: ignore[attr-defined]
+        SimpleNamespace(topic=tp.topic, partition=tp.partition, offset=-1001, error=error)
+        for tp in partitions
+    ]
+    fake.get_watermark_offsets = lambda tp, timeout=None: (0, 10)  # type: ignore[attr-defined]
+    sought: list[TopicPartition] = []
+    fake.seek = sought.append  # type: ignore[attr-defined]
+    reader = core(monkeypatch, fake)
+    fake.callbacks["on_assign"](fake, [TopicPartition("t", 0)])
+    with pytest.raises(KafkaException):
+        reader.rewind_to_committed()
+    assert sought == []
+    assert reader.lag() == {}
+    assert reader.offsets_unreadable == (("t", 0),)
