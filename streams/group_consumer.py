@@ -64,7 +64,9 @@ assignment and generation were recorded)."""
 @dataclass(frozen=True)
 class BatchBounds:
     """When a batch closes: ``max_messages`` messages, ``max_bytes`` bytes of values (None: no
-    bound) or ``max_wait`` seconds, whichever comes first. ``wait_from_first``: the seconds
+    bound) or ``max_wait`` seconds, whichever comes first (what one poll returns past the
+    count or byte bound opens the next batch; a record larger than ``max_bytes`` is a batch
+    of its own). ``wait_from_first``: the seconds
     count from the batch's first message (and from a rebalance that dropped the batch), so an
     idle poll waits ``max_wait`` for a first message and a batch closes ``max_wait`` after it
     (the sink's blocks); otherwise from the start of the poll (the worker's windows, the
@@ -160,6 +162,8 @@ class GroupConsumer:
         self.offsets_unreadable: tuple[Partition, ...] = ()
         self.offsets_unreadable_since: float | None = None
         self.renewals = 0
+        self._carry: list[Message] = []  # read past a batch's byte bound: the next batch's
+        self._carry_generation = 0
         self.lock = threading.Lock()
         self.consumer = build_consumer(self.config)
         self._member: Consumer | None = None  # the consumer subscribed last (its callbacks count)
@@ -180,6 +184,7 @@ class GroupConsumer:
         its own (not waited for); nothing is assigned until the new one joins, and the
         generation moves on, so batches read before are no longer owned."""
         self.log.warning("renewing the consumer: %s", why)
+        self._carry = []
         old = self.consumer
         threading.Thread(target=old.close, name="consumer-close", daemon=True).start()
         with self.lock:
@@ -245,26 +250,41 @@ class GroupConsumer:
         generation = self.generation
         deadline = time.monotonic() + bounds.max_wait
         slice_ = bounds.max_wait if bounds.poll_slice is None else bounds.poll_slice
+        # what the last batch's poll returned past its byte bound, unless a rebalance or a
+        # seek came since (the fetch then starts again from the committed or sought offsets)
+        carried = self._carry if self._carry_generation == generation else []
+        self._carry = []
+        if stop is not None and stop.is_set():
+            self._carry = carried
+            return Polled(messages, generation, size)
         while len(messages) < bounds.max_messages and (
             bounds.max_bytes is None or size < bounds.max_bytes
         ):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or (stop is not None and stop.is_set()):
-                break
-            if until is not None and until():
-                break
-            want = bounds.max_messages - len(messages)
-            if bounds.per_poll is not None:
-                want = min(want, bounds.per_poll)
-            batch = self.consumer.consume(num_messages=want, timeout=min(remaining, slice_))
-            if self.generation != generation:
-                # a rebalance inside consume: what was read before it is dropped (the new
-                # assignment fetches from the committed offsets again); this poll's
-                # messages are already of the new assignment
-                messages, size, generation = [], 0, self.generation
-                if bounds.wait_from_first:
-                    deadline = time.monotonic() + bounds.max_wait
-            for msg in batch:
+            if carried:
+                batch, carried = carried, []
+            else:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or (stop is not None and stop.is_set()):
+                    break
+                if until is not None and until():
+                    break
+                want = bounds.max_messages - len(messages)
+                if bounds.per_poll is not None:
+                    want = min(want, bounds.per_poll)
+                batch = self.consumer.consume(num_messages=want, timeout=min(remaining, slice_))
+                if self.generation != generation:
+                    # a rebalance inside consume: what was read before it is dropped (the
+                    # new assignment fetches from the committed offsets again); this poll's
+                    # messages are already of the new assignment
+                    messages, size, generation = [], 0, self.generation
+                    if bounds.wait_from_first:
+                        deadline = time.monotonic() + bounds.max_wait
+            for i, msg in enumerate(batch):
+                if len(messages) >= bounds.max_messages or (
+                    bounds.max_bytes is not None and size >= bounds.max_bytes
+                ):  # the rest opens the next batch (the position is past it)
+                    self._carry, self._carry_generation = list(batch[i:]), generation
+                    break
                 error = msg.error()
                 if error is None:
                     if not messages and bounds.wait_from_first:
@@ -296,6 +316,7 @@ class GroupConsumer:
         """Seek each partition of ``messages`` back to its first one, so the next polls hand
         them over again (the position is past them; a later commit would skip them). Raises
         ``KafkaException`` when a seek fails."""
+        self._carry = []  # read past the batch: fetched again after the seek
         first: dict[Partition, int] = {}
         for msg in messages:
             key = (msg.topic() or "", msg.partition() or 0)
@@ -308,6 +329,7 @@ class GroupConsumer:
         what was read and not committed; the partition's start when the group committed
         nothing). Raises ``KafkaException`` when the committed offsets cannot be read (going
         on from the current position would skip what was read)."""
+        self._carry = []
         assigned = [TopicPartition(t, p) for t, p in sorted(self.assigned)]
         if not assigned:
             return

@@ -61,9 +61,13 @@ def core(monkeypatch: pytest.MonkeyPatch, fake: FakeConsumer) -> GroupConsumer:
 def test_a_batch_closes_on_count_then_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeConsumer([(None, [message(i) for i in range(3)]),
                          (None, [message(i) for i in range(3, 6)])])  # fmt: skip
-    polled = core(monkeypatch, fake).poll_batch(BatchBounds(max_messages=4, max_wait=5.0))
-    assert [m.offset() for m in polled.messages] == [0, 1, 2, 3, 4, 5]
+    reader = core(monkeypatch, fake)
+    polled = reader.poll_batch(BatchBounds(max_messages=4, max_wait=5.0))
+    assert [m.offset() for m in polled.messages] == [0, 1, 2, 3]
     assert fake.asked[0][0] == 4 and fake.asked[1][0] == 1  # asks for what the batch takes
+    # (a poll returning more than asked: the rest opens the next batch)
+    polled = reader.poll_batch(BatchBounds(max_messages=4, max_wait=0.1))
+    assert [m.offset() for m in polled.messages] == [4, 5]
     fake = FakeConsumer([(None, [message(0, b"x" * 10)]), (None, [message(1, b"y")])])
     polled = core(monkeypatch, fake).poll_batch(BatchBounds(100, 5.0, max_bytes=10))
     assert [m.offset() for m in polled.messages] == [0] and polled.bytes == 10
@@ -200,3 +204,32 @@ def test_a_partitions_committed_offset_error_is_not_taken_for_nothing_committed(
     assert sought == []
     assert reader.lag() == {}
     assert reader.offsets_unreadable == (("t", 0),)
+
+
+def test_a_poll_past_the_byte_bound_opens_the_next_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The byte bound was checked only between polls, so one poll could take a batch far past
+    it (a real-broker sink with a 100,000-byte bound took one block of 3,500,000 bytes: a
+    1.5 MB record and 2,000 of 1 KB, all in one poll). What a poll returns past the bound is
+    kept for the next batch (a record larger than the bound is a batch of its own), unless a
+    rebalance or a seek came since."""
+    big, small = b"x" * 25, b"y" * 10
+    fake = FakeConsumer([(None, [message(0, big)] + [message(i, small) for i in range(1, 6)])])
+    reader = core(monkeypatch, fake)
+    bounds = BatchBounds(100, 0.2, max_bytes=20)
+    batches = [[m.offset() for m in reader.poll_batch(bounds).messages] for _ in range(4)]
+    assert batches == [[0], [1, 2], [3, 4], [5]]
+    assert len(fake.asked) == 2  # the carried records were not asked for again
+
+    fake = FakeConsumer([(None, [message(i, small) for i in range(4)]),
+                         (None, [message(9, small)])])  # fmt: skip
+    reader = core(monkeypatch, fake)
+    assert [m.offset() for m in reader.poll_batch(bounds).messages] == [0, 1]
+    fake.callbacks["on_revoke"](fake, [TopicPartition("t", 0)])  # between two batches
+    assert [m.offset() for m in reader.poll_batch(bounds).messages] == [9]  # carry dropped
+
+    fake = FakeConsumer([(None, [message(i, small) for i in range(4)])])
+    fake.seek = lambda tp: None  # type: ignore[attr-defined]
+    reader = core(monkeypatch, fake)
+    first = reader.poll_batch(bounds).messages
+    reader.rewind_to(first)  # the fetch starts again at 0: nothing carried
+    assert reader.poll_batch(BatchBounds(100, 0.1, max_bytes=20)).messages == []
