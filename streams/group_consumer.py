@@ -64,7 +64,9 @@ assignment and generation were recorded)."""
 @dataclass(frozen=True)
 class BatchBounds:
     """When a batch closes: ``max_messages`` messages, ``max_bytes`` bytes of values (None: no
-    bound) or ``max_wait`` seconds, whichever comes first. ``wait_from_first``: the seconds
+    bound) or ``max_wait`` seconds, whichever comes first (what one poll returns past the
+    count or byte bound opens the next batch; a record larger than ``max_bytes`` is a batch
+    of its own). ``wait_from_first``: the seconds
     count from the batch's first message (and from a rebalance that dropped the batch), so an
     idle poll waits ``max_wait`` for a first message and a batch closes ``max_wait`` after it
     (the sink's blocks); otherwise from the start of the poll (the worker's windows, the
@@ -104,6 +106,22 @@ def as_partitions(offsets: Mapping[Partition, int]) -> list[TopicPartition]:
     return [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
 
 
+def require_eager(config: Mapping[str, Any]) -> None:
+    """Refuse (``ValueError``) settings that make the group's rebalances incremental
+    (a ``cooperative-sticky`` assignment strategy, or ``group.protocol=consumer``, KIP-848):
+    the core relies on eager rebalances, where every partition is revoked and fetched again
+    from the committed offsets, so that a batch dropped by a rebalance is read again; under
+    an incremental one the partitions kept go on from their position (the dropped records
+    would be skipped) and an assignment callback names only the partitions added."""
+    strategy = str(config.get("partition.assignment.strategy", ""))
+    protocol = str(config.get("group.protocol", "classic"))
+    if "cooperative" in strategy or protocol.lower() == "consumer":
+        raise ValueError(
+            "the consumer core needs eager rebalances: partition.assignment.strategy "
+            f"{strategy!r} / group.protocol {protocol!r} are incremental"
+        )
+
+
 def _raise(error: KafkaError) -> None:
     raise KafkaException(error)
 
@@ -114,7 +132,8 @@ class GroupConsumer:
     subscribes to (at once when ``subscribe``, else at :meth:`subscribe`); ``logger`` gets the
     lines of renewals and of offsets or lag not read; ``on_assign`` and ``on_revoke`` (also
     called when partitions are lost) are the reader's callbacks. Raises ``KafkaException`` on
-    a setting librdkafka refuses."""
+    a setting librdkafka refuses, ``ValueError`` on settings of incremental rebalances
+    (:func:`require_eager`)."""
 
     def __init__(
         self,
@@ -127,6 +146,7 @@ class GroupConsumer:
         subscribe: bool = True,
     ) -> None:
         self.config = dict(config)
+        require_eager(self.config)
         self.topics = list(topics)
         self.log = logger
         self.on_assign = on_assign
@@ -142,13 +162,17 @@ class GroupConsumer:
         self.offsets_unreadable: tuple[Partition, ...] = ()
         self.offsets_unreadable_since: float | None = None
         self.renewals = 0
+        self._carry: list[Message] = []  # read past a batch's byte bound: the next batch's
+        self._carry_generation = 0
         self.lock = threading.Lock()
         self.consumer = build_consumer(self.config)
+        self._member: Consumer | None = None  # the consumer subscribed last (its callbacks count)
         if subscribe:
             self.subscribe()
 
     def subscribe(self) -> None:
         """Join the group on the topics (the join happens in the polls)."""
+        self._member = self.consumer
         self.consumer.subscribe(self.topics, on_assign=self._assigned, on_revoke=self._revoked,
                                 on_lost=self._revoked)  # fmt: skip
 
@@ -160,6 +184,7 @@ class GroupConsumer:
         its own (not waited for); nothing is assigned until the new one joins, and the
         generation moves on, so batches read before are no longer owned."""
         self.log.warning("renewing the consumer: %s", why)
+        self._carry = []
         old = self.consumer
         threading.Thread(target=old.close, name="consumer-close", daemon=True).start()
         with self.lock:
@@ -172,7 +197,19 @@ class GroupConsumer:
         self.renewals += 1
 
     # -- the assignment (callbacks run inside a poll) --------------------------------------------
+    def _stale(self, consumer: Consumer, what: str, partitions: list[TopicPartition]) -> bool:
+        """Whether a callback comes from a consumer replaced by :meth:`renew`: its close, in a
+        thread of its own, may serve its revocation or loss after the new consumer was
+        assigned the same partitions, which must stay assigned (and the reader not told)."""
+        if consumer is self._member:
+            return False
+        self.log.info("a renewed consumer's %s of %d partitions passed over", what,
+                      len(partitions))  # fmt: skip
+        return True
+
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._stale(consumer, "assignment", partitions):
+            return
         with self.lock:
             self.generation += 1
             self.assigned = {(p.topic, p.partition) for p in partitions}
@@ -180,6 +217,8 @@ class GroupConsumer:
             self.on_assign(partitions)
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._stale(consumer, "revocation", partitions):
+            return
         with self.lock:
             self.generation += 1
             self.assigned -= {(p.topic, p.partition) for p in partitions}
@@ -211,26 +250,41 @@ class GroupConsumer:
         generation = self.generation
         deadline = time.monotonic() + bounds.max_wait
         slice_ = bounds.max_wait if bounds.poll_slice is None else bounds.poll_slice
+        # what the last batch's poll returned past its byte bound, unless a rebalance or a
+        # seek came since (the fetch then starts again from the committed or sought offsets)
+        carried = self._carry if self._carry_generation == generation else []
+        self._carry = []
+        if stop is not None and stop.is_set():
+            self._carry = carried
+            return Polled(messages, generation, size)
         while len(messages) < bounds.max_messages and (
             bounds.max_bytes is None or size < bounds.max_bytes
         ):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or (stop is not None and stop.is_set()):
-                break
-            if until is not None and until():
-                break
-            want = bounds.max_messages - len(messages)
-            if bounds.per_poll is not None:
-                want = min(want, bounds.per_poll)
-            batch = self.consumer.consume(num_messages=want, timeout=min(remaining, slice_))
-            if self.generation != generation:
-                # a rebalance inside consume: what was read before it is dropped (the new
-                # assignment fetches from the committed offsets again); this poll's
-                # messages are already of the new assignment
-                messages, size, generation = [], 0, self.generation
-                if bounds.wait_from_first:
-                    deadline = time.monotonic() + bounds.max_wait
-            for msg in batch:
+            if carried:
+                batch, carried = carried, []
+            else:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or (stop is not None and stop.is_set()):
+                    break
+                if until is not None and until():
+                    break
+                want = bounds.max_messages - len(messages)
+                if bounds.per_poll is not None:
+                    want = min(want, bounds.per_poll)
+                batch = self.consumer.consume(num_messages=want, timeout=min(remaining, slice_))
+                if self.generation != generation:
+                    # a rebalance inside consume: what was read before it is dropped (the
+                    # new assignment fetches from the committed offsets again); this poll's
+                    # messages are already of the new assignment
+                    messages, size, generation = [], 0, self.generation
+                    if bounds.wait_from_first:
+                        deadline = time.monotonic() + bounds.max_wait
+            for i, msg in enumerate(batch):
+                if len(messages) >= bounds.max_messages or (
+                    bounds.max_bytes is not None and size >= bounds.max_bytes
+                ):  # the rest opens the next batch (the position is past it)
+                    self._carry, self._carry_generation = list(batch[i:]), generation
+                    break
                 error = msg.error()
                 if error is None:
                     if not messages and bounds.wait_from_first:
@@ -262,6 +316,7 @@ class GroupConsumer:
         """Seek each partition of ``messages`` back to its first one, so the next polls hand
         them over again (the position is past them; a later commit would skip them). Raises
         ``KafkaException`` when a seek fails."""
+        self._carry = []  # read past the batch: fetched again after the seek
         first: dict[Partition, int] = {}
         for msg in messages:
             key = (msg.topic() or "", msg.partition() or 0)
@@ -274,10 +329,13 @@ class GroupConsumer:
         what was read and not committed; the partition's start when the group committed
         nothing). Raises ``KafkaException`` when the committed offsets cannot be read (going
         on from the current position would skip what was read)."""
+        self._carry = []
         assigned = [TopicPartition(t, p) for t, p in sorted(self.assigned)]
         if not assigned:
             return
         for tp in self.consumer.committed(assigned, timeout=30):
+            if tp.error is not None:  # its offset is not "nothing committed": do not restart
+                raise KafkaException(tp.error)
             offset = tp.offset
             if offset < 0:  # nothing committed yet: from the start of the partition
                 offset, _ = self.consumer.get_watermark_offsets(tp, timeout=30)
@@ -334,8 +392,8 @@ class GroupConsumer:
         with self.lock:
             for tp in found:
                 key = (tp.topic, tp.partition)
-                if key not in self.assigned or key in self.committed:
-                    continue  # revoked meanwhile, or committed by this member since
+                if key not in self.assigned or key in self.committed or tp.error is not None:
+                    continue  # revoked meanwhile, committed by this member since, or not read
                 if tp.offset >= 0:
                     self.committed[key] = tp.offset
                     self.group_unset.discard(key)
