@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
@@ -33,6 +34,13 @@ from schemas.events import StoredIdentity
 from warehouse.client import Client, WarehouseError, validate_identifier
 from warehouse.columnar import arrow_schema, arrow_table
 from warehouse.connect import connect
+from warehouse.key_sets import (
+    KEYS_PARAMETER,
+    in_json_keys,
+    json_keys,
+    key_set_settings,
+    takes_binary_parameters,
+)
 from warehouse.retryable import transient_cause
 from warehouse.rows import (
     ALERT_COLUMNS,
@@ -84,6 +92,13 @@ FIRST_FINGERPRINTS = (
     "argMax(is_refusal, ingested_at) FROM {db:Identifier}.refusal_events "
     "WHERE log_id IN {ids:Array(String)} GROUP BY log_id"
 )
+#: The same with the ids bound as one JSON text (``warehouse.key_sets``), the way it is run.
+FIRST_FINGERPRINTS_JSON = FIRST_FINGERPRINTS.replace("{ids:Array(String)}", in_json_keys())
+
+JSON_LOOKUP_CHUNK = 100_000
+"""Most ids in one lookup bound as JSON (``warehouse.key_sets``): no cliff there (100,000
+ids, about 4 MB of query text, 0.2-0.3 s on chDB at 300,000 stored events,
+``benchmarks/sink_lookup.py``); the bound keeps one query's text a few megabytes."""
 
 
 LOOKUP_CHUNK = 10_000
@@ -330,6 +345,23 @@ class Warehouse:
             rows += self._with_retries(table, what, lambda b=bound: self._select(sql, b))[1]  # type: ignore[misc]
         return rows
 
+    def _lookup_ids(self, what: str, ids: Sequence[str]) -> list[Any]:
+        """:data:`FIRST_FINGERPRINTS`' rows for ``ids``, bound as JSON (``warehouse.key_sets``)
+        :data:`JSON_LOOKUP_CHUNK` ids at a time, each query with the store's retries; ids
+        JSON cannot hold, and any over the owner channel, go as the array parameter
+        (:meth:`_lookup`). Raises ``WarehouseError``."""
+        rows: list[Any] = []
+        binary = takes_binary_parameters(self.client)
+        for chunk in _chunks(ids, JSON_LOOKUP_CHUNK):
+            payload = json_keys(chunk) if binary else None
+            if payload is None:
+                rows += self._lookup("refusal_events", what, FIRST_FINGERPRINTS, "ids", chunk)
+                continue
+            query = partial(self._select, FIRST_FINGERPRINTS_JSON, {KEYS_PARAMETER: payload},
+                            settings=key_set_settings(payload))  # fmt: skip
+            rows += self._with_retries("refusal_events", what, query)[1]
+        return rows
+
     def stored_identities(self, keys: Sequence[tuple[str, str]]) -> dict[str, StoredIdentity]:
         """What is stored of the events ``keys`` = ``(policy_bundle, log_id)`` pairs (log ids
         not stored are absent from the result, which is keyed by log id).
@@ -338,15 +370,14 @@ class Warehouse:
         ``ingested_at`` among rows with one; "" when only rows from before fingerprints
         exist, and the next copy then pins it), whether its current row is a
         refusal, and the audit configuration of its newest assessment under that bundle
-        (``schemas.events.audit_config_key``, "" if none). Two queries on the primary keys
-        per :data:`LOOKUP_CHUNK` ids.
-        Raises ``WarehouseError``.
+        (``schemas.events.audit_config_key``, "" if none). Queries on the primary keys: the
+        events' per :data:`JSON_LOOKUP_CHUNK` ids (:meth:`first_fingerprints`' query), the
+        assessments' per :data:`LOOKUP_CHUNK` pairs. Raises ``WarehouseError``.
         """
         if not keys:
             return {}
         pairs = list(dict.fromkeys(keys))
         ids = list(dict.fromkeys(log_id for _, log_id in pairs))
-        events_sql = FIRST_FINGERPRINTS
         audits_sql = (
             "SELECT log_id, argMax(concat(policy_bundle, '|', bundle_version, '|', engine, '|', "
             "engine_model, '|', engine_version, '|', prompt_version), audited_at) "
@@ -355,7 +386,7 @@ class Warehouse:
             "GROUP BY policy_bundle, log_id"
         )
         what = f"lookup of {len(ids)} log id(s) in"
-        events = self._lookup("refusal_events", what, events_sql, "ids", ids)
+        events = self._lookup_ids(what, ids)
         audits = self._lookup("assessments", what, audits_sql, "pairs", pairs)
         audited = {str(r[0]): str(r[1]) for r in audits}
         return {
@@ -367,12 +398,13 @@ class Warehouse:
         """log id -> the content fingerprint of its first fingerprinted stored copy ("" when
         only copies from before fingerprints exist), for the stored ones of ``log_ids``: the
         part of :meth:`stored_identities` the warehouse sink's duplicate rule needs, one
-        query on the primary key per :data:`LOOKUP_CHUNK` ids. Raises ``WarehouseError``."""
+        query on the primary key per :data:`JSON_LOOKUP_CHUNK` ids, bound as JSON
+        (``warehouse.key_sets``: no per-id formatting in Python). Raises ``WarehouseError``."""
         ids = list(dict.fromkeys(log_ids))
         if not ids:
             return {}
         what = f"lookup of {len(ids)} log id(s) in"
-        rows = self._lookup("refusal_events", what, FIRST_FINGERPRINTS, "ids", ids)
+        rows = self._lookup_ids(what, ids)
         return {str(r[0]): str(r[1]) for r in rows}
 
     def insert_assessments(
@@ -446,10 +478,13 @@ class Warehouse:
         sql: str,
         parameters: dict[str, Any] | None = None,
         column_formats: dict[str, str | dict[str, str]] | None = None,
+        *,
+        settings: dict[str, Any] | None = None,
     ) -> tuple[list[str], list[tuple[Any, ...]]]:
         params = {"db": self.database, **(parameters or {})}
         try:
-            result = self.client.query(sql, parameters=params, column_formats=column_formats)
+            result = self.client.query(sql, parameters=params, column_formats=column_formats,
+                                       settings=settings)  # fmt: skip
         except ClickHouseError as exc:
             raise WarehouseError(f"query on {self.database} failed: {exc}") from exc
         return list(result.column_names), [tuple(row) for row in result.result_rows]
