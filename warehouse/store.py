@@ -14,9 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import pyarrow as pa
 from clickhouse_connect.driver.exceptions import ClickHouseError
 from pydantic import SecretStr
 from tenacity import (
@@ -31,7 +30,6 @@ from schemas import BatchRecord, DeadLetter, StoredAssessment, StoredEvent
 from schemas.audit import PolicyGapFlag
 from schemas.events import StoredIdentity
 from warehouse.client import Client, WarehouseError, validate_identifier
-from warehouse.columnar import arrow_schema, arrow_table
 from warehouse.connect import connect
 from warehouse.retryable import transient_cause
 from warehouse.rows import (
@@ -47,6 +45,9 @@ from warehouse.rows import (
     gap_flag,
     to_utc,
 )
+
+if TYPE_CHECKING:  # pyarrow loads with the first columnar insert (warehouse.columnar):
+    import pyarrow as pa  # a process that only reads, or a topics worker, never loads it
 
 __all__ = [
     "ALERT_COLUMNS",
@@ -206,6 +207,8 @@ class Warehouse:
         def attempt() -> None:
             try:
                 if columnar:
+                    from warehouse.columnar import arrow_table
+
                     data = arrow_table(self._arrow_schema(key), rows)
                     self.client.insert_arrow(table, data, database=self.database,
                                              settings=settings)  # fmt: skip
@@ -248,6 +251,8 @@ class Warehouse:
             missing = [c for c in columns if c not in types]
             if missing:
                 raise WarehouseError(f"{self.database}.{table} has no column(s) {missing}")
+            from warehouse.columnar import arrow_schema
+
             schema = arrow_schema([(c, types[c]) for c in columns])
             with self._column_types_lock:
                 self._arrow_schemas[key] = schema

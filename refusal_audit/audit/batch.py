@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import cast, get_args
+from typing import TYPE_CHECKING, cast, get_args
 
 import orjson
 from rich.progress import Progress
@@ -30,7 +30,9 @@ from refusal_audit.audit.pipeline import AuditPipeline, InputSource, RunReport, 
 from refusal_audit.audit.readers import default_model_for, read_records
 from refusal_audit.bundles import load_bundles
 from refusal_audit.config import ConfigError, Settings
-from warehouse.store import Warehouse
+
+if TYPE_CHECKING:  # pyarrow and the ClickHouse driver with it: the topics worker never stores
+    from warehouse.store import Warehouse
 
 FORMATS: tuple[str, ...] = get_args(InputFormat)
 
@@ -233,6 +235,8 @@ def run_batch(
     baseline of the current window (``refusal_audit.alerts.drift.bundle_baselines``).
     Raises ``ConfigError`` for configuration problems (bundles, engine, undetectable format).
     """
+    from warehouse.store import Warehouse
+
     sources = [file_source(path, options, cfg) for path in files]
     target = sink if sink is not None else Warehouse.open(cfg)
     pipeline = build_pipeline(cfg, target, engine_name)
