@@ -152,6 +152,20 @@ def record_total(paths: Sequence[Path], sources: Sequence[InputSource]) -> int |
     return total
 
 
+BATCH_FLUSH_EVERY = 10_000
+"""Rows ``refusal-audit audit`` holds before it writes them (``AuditPipeline.flush_every``;
+the pipeline's default, 500, stays for other callers). Each chDB insert has a fixed cost of
+about 5-20 ms and makes a part that chDB's background threads later merge, whatever the rows
+in it: on 20,000 events of the example log, flushing every 500 rows cost about 100 µs of CPU
+per event in inserts and merges, every 10,000 rows about 45 (issue 27; ``docs/evaluation.md``,
+"Cost per event"). 10,000 pending rows of this size hold a few tens of MB."""
+
+BATCH_LOOKUP_CHUNK = 5_000
+"""Records ``refusal-audit audit`` prepares, and looks up in the warehouse (the duplicate
+rule's ``stored_identities``), at once (``AuditPipeline.lookup_chunk``, default 1,000): each
+lookup query costs a few ms whatever its size, below ``warehouse.store.LOOKUP_CHUNK``."""
+
+
 def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) -> AuditPipeline:
     """The pipeline configured from ``cfg``.
 
@@ -236,6 +250,9 @@ def run_batch(
     sources = [file_source(path, options, cfg) for path in files]
     target = sink if sink is not None else Warehouse.open(cfg)
     pipeline = build_pipeline(cfg, target, engine_name)
+    # fewer, larger inserts and lookups (see BATCH_FLUSH_EVERY): what is stored is the same
+    pipeline.flush_every = max(pipeline.flush_every, BATCH_FLUSH_EVERY)
+    pipeline.lookup_chunk = max(pipeline.lookup_chunk, BATCH_LOOKUP_CHUNK)
     if isinstance(target, Warehouse):  # trend lines compare batches with the drift baseline
         # imported here: the drift tests pull scipy, which the streaming workers never need
         from refusal_audit.alerts.drift import DriftConfig, bundle_baselines
