@@ -157,9 +157,10 @@ BATCH_FLUSH_EVERY = 10_000
 """Rows ``refusal-audit audit`` holds before it writes them (``AuditPipeline.flush_every``;
 the pipeline's default, 500, stays for other callers). Each chDB insert has a fixed cost of
 about 5-20 ms and makes a part that chDB's background threads later merge, whatever the rows
-in it: on 20,000 events of the example log, flushing every 500 rows cost about 100 µs of CPU
-per event in inserts and merges, every 10,000 rows about 45 (issue 27; ``docs/evaluation.md``,
-"Cost per event"). 10,000 pending rows of this size hold a few tens of MB."""
+in it: on 20,000 events of the example log, flushing every 500 rows cost about 180 µs of CPU
+per event in the warehouse calls and chDB's threads (inserts, lookups, merges), every 5,000 to
+20,000 rows 60-70 (issue 27; ``docs/evaluation.md``, "Cost per event"). 10,000 pending rows of
+this size hold a few tens of MB."""
 
 BATCH_LOOKUP_CHUNK = 5_000
 """Records ``refusal-audit audit`` prepares, and looks up in the warehouse (the duplicate
@@ -238,9 +239,9 @@ RUN_GC_THRESHOLD = (20_000, 20, 20)
 collection, young collections before a middle one, middle before a full one) while
 ``run_batch`` audits; Python's default is (700, 10, 10). A run allocates several container
 objects per event (models, rows, lists) that live until their flush, so the default's young
-collections ran every ~100 events and its full ones walked the pending rows and the report's
+collections ran every 25-30 events and its full ones walked the pending rows and the report's
 assessments again and again: about 15 µs of CPU per event on 20,000 events of the example
-log, about 6 with these (issue 27). Cyclic garbage waits longer for its collection; the
+log, about 4-6 with these (issue 27). Cyclic garbage waits longer for its collection; the
 rows of one flush already bound what a run holds."""
 
 
