@@ -343,8 +343,8 @@ class Warehouse:
         ``ingested_at`` among rows with one; "" when only rows from before fingerprints
         exist, and the next copy then pins it), whether its current row is a
         refusal, and the audit configuration of its newest assessment under that bundle
-        (``schemas.events.audit_config_key``, "" if none). Two queries on the primary keys
-        per :data:`LOOKUP_CHUNK` ids.
+        (``schemas.events.audit_config_key``, "" if none). One query on the primary key per
+        :data:`LOOKUP_CHUNK` ids, and one more per chunk of the ids found stored.
         Raises ``WarehouseError``.
         """
         if not keys:
@@ -361,7 +361,11 @@ class Warehouse:
         )
         what = f"lookup of {len(ids)} log id(s) in"
         events = self._lookup("refusal_events", what, events_sql, "ids", ids)
-        audits = self._lookup("assessments", what, audits_sql, "pairs", pairs)
+        # only a stored event's audit configuration is read: pairs of log ids not stored are
+        # not looked up (a fresh log, the usual batch, needs no second query at all)
+        stored = {str(r[0]) for r in events}
+        pairs = [p for p in pairs if p[1] in stored]
+        audits = self._lookup("assessments", what, audits_sql, "pairs", pairs) if pairs else []
         audited = {str(r[0]): str(r[1]) for r in audits}
         return {
             str(r[0]): StoredIdentity(str(r[1]), bool(r[2]), audited.get(str(r[0]), ""))
