@@ -30,15 +30,9 @@ from tenacity import (
 from schemas import BatchRecord, DeadLetter, StoredAssessment, StoredEvent
 from schemas.audit import PolicyGapFlag
 from schemas.events import StoredIdentity
+from warehouse import key_sets
 from warehouse.client import Client, WarehouseError, validate_identifier
 from warehouse.connect import connect
-from warehouse.key_sets import (
-    KEYS_PARAMETER,
-    in_json_keys,
-    json_keys,
-    key_set_settings,
-    takes_binary_parameters,
-)
 from warehouse.retryable import transient_cause
 from warehouse.rows import (
     ALERT_COLUMNS,
@@ -94,13 +88,10 @@ FIRST_FINGERPRINTS = (
     "WHERE log_id IN {ids:Array(String)} GROUP BY log_id"
 )
 #: The same with the ids bound as one JSON text (``warehouse.key_sets``), the way it is run.
-FIRST_FINGERPRINTS_JSON = FIRST_FINGERPRINTS.replace("{ids:Array(String)}", in_json_keys())
-
+FIRST_FINGERPRINTS_JSON = FIRST_FINGERPRINTS.replace("{ids:Array(String)}", key_sets.in_json_keys())
 JSON_LOOKUP_CHUNK = 100_000
-"""Most ids in one lookup bound as JSON (``warehouse.key_sets``): no cliff there (100,000
-ids, about 4 MB of query text, 0.2-0.3 s on chDB at 300,000 stored events,
-``benchmarks/sink_lookup.py``); the bound keeps one query's text a few megabytes."""
-
+"""Most ids in one lookup bound as JSON: no cliff there (100,000 ids, about 4 MB of query text:
+0.2-0.3 s on chDB at 330,000 stored events, ``benchmarks/sink_lookup.py``)."""
 
 LOOKUP_CHUNK = 10_000
 """Most keys in one primary-key lookup query (``IN`` list). On embedded chDB one large list
@@ -352,18 +343,18 @@ class Warehouse:
 
     def _lookup_ids(self, what: str, ids: Sequence[str]) -> list[Any]:
         """:data:`FIRST_FINGERPRINTS`' rows for ``ids``, bound as JSON (``warehouse.key_sets``)
-        :data:`JSON_LOOKUP_CHUNK` ids at a time, each query with the store's retries; ids
-        JSON cannot hold, and any over the owner channel, go as the array parameter
-        (:meth:`_lookup`). Raises ``WarehouseError``."""
+        :data:`JSON_LOOKUP_CHUNK` ids a query (with retries); ids JSON cannot hold, and all
+        over the owner channel, go as the array (:meth:`_lookup`). Raises ``WarehouseError``."""
         rows: list[Any] = []
-        binary = takes_binary_parameters(self.client)
+        binary = key_sets.takes_binary_parameters(self.client)
         for chunk in _chunks(ids, JSON_LOOKUP_CHUNK):
-            payload = json_keys(chunk) if binary else None
+            payload = key_sets.json_keys(chunk) if binary else None
             if payload is None:
                 rows += self._lookup("refusal_events", what, FIRST_FINGERPRINTS, "ids", chunk)
                 continue
-            query = partial(self._select, FIRST_FINGERPRINTS_JSON, {KEYS_PARAMETER: payload},
-                            settings=key_set_settings(payload))  # fmt: skip
+            bound = {key_sets.KEYS_PARAMETER: payload}
+            query = partial(self._select, FIRST_FINGERPRINTS_JSON, bound,
+                            settings=key_sets.key_set_settings(payload))  # fmt: skip
             rows += self._with_retries("refusal_events", what, query)[1]
         return rows
 
