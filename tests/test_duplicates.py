@@ -300,26 +300,31 @@ def test_copies_differing_below_the_stored_millisecond_are_identical(
 def test_lookups_of_many_log_ids_go_in_chunks_and_lose_nothing(
     warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The duplicate rule's lookups query at most ``LOOKUP_CHUNK`` ids at a time (one large
-    ``IN`` list fell off a cliff on chDB: benchmarks/sink_lookup.py) and return every stored
-    id whichever chunk it falls in."""
+    """The duplicate rule's lookups query at most ``JSON_LOOKUP_CHUNK`` log ids (bound as
+    JSON, ``warehouse.key_sets``) and ``LOOKUP_CHUNK`` (bundle, log id) pairs at a time (one
+    large ``IN`` list fell off a cliff on chDB: benchmarks/sink_lookup.py) and return every
+    stored id whichever chunk it falls in."""
     import warehouse.store as store
 
     monkeypatch.setattr(store, "LOOKUP_CHUNK", 2)
+    monkeypatch.setattr(store, "JSON_LOOKUP_CHUNK", 3)
     records = [record(i, f"chunk-{i}", REFUSAL, f"request {i}") for i in range(5)]
     assert run(warehouse, records).refusals == 5
     wanted = [f"chunk-{i}" for i in range(5)] + ["never-1", "never-2"]
     queries: list[int] = []
     select = warehouse._select
 
-    def counting(sql: str, parameters: dict[str, Any]) -> Any:
-        queries.append(len(next(iter(parameters.values()))))
-        return select(sql, parameters)
+    def counting(sql: str, parameters: dict[str, Any], **kwargs: Any) -> Any:
+        value = next(iter(parameters.values()))
+        queries.append(len(orjson.loads(value) if isinstance(value, bytes) else value))
+        return select(sql, parameters, **kwargs)
 
     monkeypatch.setattr(warehouse, "_select", counting)
     assert set(warehouse.first_fingerprints(wanted)) == set(wanted[:5])
-    assert queries == [2, 2, 2, 1]  # 7 ids, chunks of 2
+    assert queries == [3, 3, 1]  # 7 ids, chunks of 3
+    queries.clear()
     identities = warehouse.stored_identities([("default", i) for i in wanted])
+    assert queries == [3, 3, 1, 2, 2, 1]  # the events' 7 ids, then the 5 stored ids' pairs
     assert set(identities) == set(wanted[:5])
     assert all(i.audited_by for i in identities.values())  # the assessments were found too
 
@@ -335,9 +340,10 @@ def test_stored_identities_reads_the_audits_of_stored_ids_only(
     queries: list[list[Any]] = []
     select = warehouse._select
 
-    def counting(sql: str, parameters: dict[str, Any]) -> Any:
-        queries.append(list(next(iter(parameters.values()))))
-        return select(sql, parameters)
+    def counting(sql: str, parameters: dict[str, Any], **kwargs: Any) -> Any:
+        value = next(iter(parameters.values()))  # log ids go as JSON (warehouse.key_sets)
+        queries.append(list(orjson.loads(value) if isinstance(value, bytes) else value))
+        return select(sql, parameters, **kwargs)
 
     monkeypatch.setattr(warehouse, "_select", counting)
     assert warehouse.stored_identities([("default", "fresh-1"), ("default", "fresh-2")]) == {}

@@ -78,9 +78,13 @@ def arrow_schema(columns: Sequence[tuple[str, str]]) -> pa.Schema:
 
 
 def _ticks(values: Sequence[Any], per_second: int) -> list[int | None]:
-    """Datetimes as whole ticks since the epoch, floored (the driver's rule)."""
+    """Datetimes as whole ticks since the epoch, floored (the driver's rule). A value already
+    in UTC (what ``warehouse.rows`` builds) is not converted again."""
     tick = timedelta(seconds=1) / per_second
-    return [None if v is None else (to_utc(v) - _EPOCH) // tick for v in values]
+    return [
+        None if v is None else ((v if v.tzinfo is UTC else to_utc(v)) - _EPOCH) // tick
+        for v in values
+    ]
 
 
 def _encoded(values: Sequence[Any], kind: pa.DataType) -> Sequence[Any]:

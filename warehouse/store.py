@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from clickhouse_connect.driver.exceptions import ClickHouseError
@@ -29,6 +30,7 @@ from tenacity import (
 from schemas import BatchRecord, DeadLetter, StoredAssessment, StoredEvent
 from schemas.audit import PolicyGapFlag
 from schemas.events import StoredIdentity
+from warehouse import key_sets
 from warehouse.client import Client, WarehouseError, validate_identifier
 from warehouse.connect import connect
 from warehouse.retryable import transient_cause
@@ -85,7 +87,11 @@ FIRST_FINGERPRINTS = (
     "argMax(is_refusal, ingested_at) FROM {db:Identifier}.refusal_events "
     "WHERE log_id IN {ids:Array(String)} GROUP BY log_id"
 )
-
+#: The same with the ids bound as one JSON text (``warehouse.key_sets``), the way it is run.
+FIRST_FINGERPRINTS_JSON = FIRST_FINGERPRINTS.replace("{ids:Array(String)}", key_sets.in_json_keys())
+JSON_LOOKUP_CHUNK = 100_000
+"""Most ids in one lookup bound as JSON: no cliff there (100,000 ids, about 4 MB of query text:
+0.2-0.3 s on chDB at 330,000 stored events, ``benchmarks/sink_lookup.py``)."""
 
 LOOKUP_CHUNK = 10_000
 """Most keys in one primary-key lookup query (``IN`` list). On embedded chDB one large list
@@ -335,6 +341,23 @@ class Warehouse:
             rows += self._with_retries(table, what, lambda b=bound: self._select(sql, b))[1]  # type: ignore[misc]
         return rows
 
+    def _lookup_ids(self, what: str, ids: Sequence[str]) -> list[Any]:
+        """:data:`FIRST_FINGERPRINTS`' rows for ``ids``, bound as JSON (``warehouse.key_sets``)
+        :data:`JSON_LOOKUP_CHUNK` ids a query (with retries); ids JSON cannot hold, and all
+        over the owner channel, go as the array (:meth:`_lookup`). Raises ``WarehouseError``."""
+        rows: list[Any] = []
+        binary = key_sets.takes_binary_parameters(self.client)
+        for chunk in _chunks(ids, JSON_LOOKUP_CHUNK):
+            payload = key_sets.json_keys(chunk) if binary else None
+            if payload is None:
+                rows += self._lookup("refusal_events", what, FIRST_FINGERPRINTS, "ids", chunk)
+                continue
+            bound = {key_sets.KEYS_PARAMETER: payload}
+            query = partial(self._select, FIRST_FINGERPRINTS_JSON, bound,
+                            settings=key_sets.key_set_settings(payload))  # fmt: skip
+            rows += self._with_retries("refusal_events", what, query)[1]
+        return rows
+
     def stored_identities(self, keys: Sequence[tuple[str, str]]) -> dict[str, StoredIdentity]:
         """What is stored of the events ``keys`` = ``(policy_bundle, log_id)`` pairs (log ids
         not stored are absent from the result, which is keyed by log id).
@@ -343,15 +366,15 @@ class Warehouse:
         ``ingested_at`` among rows with one; "" when only rows from before fingerprints
         exist, and the next copy then pins it), whether its current row is a
         refusal, and the audit configuration of its newest assessment under that bundle
-        (``schemas.events.audit_config_key``, "" if none). One query on the primary key per
-        :data:`LOOKUP_CHUNK` ids, and one more per chunk of the ids found stored.
+        (``schemas.events.audit_config_key``, "" if none). Queries on the primary keys: the
+        events' per :data:`JSON_LOOKUP_CHUNK` ids (:meth:`first_fingerprints`' query), the
+        assessments' per :data:`LOOKUP_CHUNK` pairs of the ids found stored.
         Raises ``WarehouseError``.
         """
         if not keys:
             return {}
         pairs = list(dict.fromkeys(keys))
         ids = list(dict.fromkeys(log_id for _, log_id in pairs))
-        events_sql = FIRST_FINGERPRINTS
         audits_sql = (
             "SELECT log_id, argMax(concat(policy_bundle, '|', bundle_version, '|', engine, '|', "
             "engine_model, '|', engine_version, '|', prompt_version), audited_at) "
@@ -360,7 +383,7 @@ class Warehouse:
             "GROUP BY policy_bundle, log_id"
         )
         what = f"lookup of {len(ids)} log id(s) in"
-        events = self._lookup("refusal_events", what, events_sql, "ids", ids)
+        events = self._lookup_ids(what, ids)
         # only a stored event's audit configuration is read: pairs of log ids not stored are
         # not looked up (a fresh log, the usual batch, needs no second query at all)
         stored = {str(r[0]) for r in events}
@@ -376,12 +399,13 @@ class Warehouse:
         """log id -> the content fingerprint of its first fingerprinted stored copy ("" when
         only copies from before fingerprints exist), for the stored ones of ``log_ids``: the
         part of :meth:`stored_identities` the warehouse sink's duplicate rule needs, one
-        query on the primary key per :data:`LOOKUP_CHUNK` ids. Raises ``WarehouseError``."""
+        query on the primary key per :data:`JSON_LOOKUP_CHUNK` ids, bound as JSON
+        (``warehouse.key_sets``: no per-id formatting in Python). Raises ``WarehouseError``."""
         ids = list(dict.fromkeys(log_ids))
         if not ids:
             return {}
         what = f"lookup of {len(ids)} log id(s) in"
-        rows = self._lookup("refusal_events", what, FIRST_FINGERPRINTS, "ids", ids)
+        rows = self._lookup_ids(what, ids)
         return {str(r[0]): str(r[1]) for r in rows}
 
     def insert_assessments(
@@ -455,10 +479,13 @@ class Warehouse:
         sql: str,
         parameters: dict[str, Any] | None = None,
         column_formats: dict[str, str | dict[str, str]] | None = None,
+        *,
+        settings: dict[str, Any] | None = None,
     ) -> tuple[list[str], list[tuple[Any, ...]]]:
         params = {"db": self.database, **(parameters or {})}
         try:
-            result = self.client.query(sql, parameters=params, column_formats=column_formats)
+            result = self.client.query(sql, parameters=params, column_formats=column_formats,
+                                       settings=settings)  # fmt: skip
         except ClickHouseError as exc:
             raise WarehouseError(f"query on {self.database} failed: {exc}") from exc
         return list(result.column_names), [tuple(row) for row in result.result_rows]
