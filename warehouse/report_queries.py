@@ -17,8 +17,10 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from processors.gap_text import describe_gap_sql
 from schemas.alerts import ALL, Alert
+from warehouse import daily
 from warehouse.client import Client, WarehouseError, validate_identifier
-from warehouse.named import DAY_MODEL_PRODUCT, QueryResult, with_proportions
+from warehouse.daily import marker
+from warehouse.named import DAY_MODEL_PRODUCT, MODEL_PRODUCT_ONLY, QueryResult, with_proportions
 from warehouse.partition_keys import LOCAL_FINAL
 
 
@@ -44,8 +46,16 @@ class ReportFilter:
 
 
 def _run(client: Client, sql: str, params: dict[str, Any]) -> QueryResult:
+    """``sql`` with ``params``; a daily aggregate's marker (``warehouse.daily.marker``) reads
+    the aggregate over ``since`` to ``until``."""
     try:
-        raw = client.query(sql, parameters=params, settings=LOCAL_FINAL)
+        settings = LOCAL_FINAL
+        if "since" in params:
+            sql, sources = daily.with_source(client, params["db"], sql, params["since"],
+                                             params["until"])  # fmt: skip
+            if sources:
+                params, settings = params | sources, daily.READ_SETTINGS
+        raw = client.query(sql, parameters=params, settings=settings)
     except ClickHouseError as exc:
         raise WarehouseError(f"report query failed: {exc}") from exc
     return QueryResult(list(raw.column_names), [tuple(r) for r in raw.result_rows])
@@ -86,15 +96,16 @@ WHERE {DAY_MODEL_PRODUCT}
 """
 
 _ASSESSED_SQL = f"""
-SELECT count() AS audited,
-       countIf(is_estimated_false_positive) AS estimated_false_positives,
-       countIf(requires_human_review) AS flagged,
-       countIf(sampled_for_review) AS sampled,
-       uniqExact(batch_id) AS batches,
+SELECT sum(assessments) AS audited,
+       sum(estimated_false_positives) AS estimated_false_positives,
+       sum(flagged) AS flagged,
+       sum(sampled) AS sampled,
+       (SELECT uniqExact(batch_id) FROM {marker("batches")} WHERE {MODEL_PRODUCT_ONLY})
+           AS batches,
        uniqExact(model) AS models,
        uniqExact(product) AS products
-FROM {{db:Identifier}}.current_assessments
-WHERE {DAY_MODEL_PRODUCT}
+FROM {marker("counts")}
+WHERE {MODEL_PRODUCT_ONLY}
 """
 
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import date
 from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
@@ -30,6 +32,7 @@ from tenacity import (
 from schemas import BatchRecord, DeadLetter, StoredAssessment, StoredEvent
 from schemas.audit import PolicyGapFlag
 from schemas.events import StoredIdentity
+from warehouse import daily
 from warehouse.client import Client, WarehouseError, validate_identifier
 from warehouse.columnar import arrow_schema, arrow_table
 from warehouse.connect import connect
@@ -57,6 +60,9 @@ __all__ = [
 ]
 
 _R = TypeVar("_R")
+
+# tables whose rows change current_assessments (warehouse.daily)
+_DAILY_SOURCES = frozenset({"refusal_events", "assessments"})
 
 logger = logging.getLogger(__name__)
 
@@ -151,6 +157,7 @@ class Warehouse:
         # the same for the columnar inserts: (table, columns) -> their Arrow schema
         self._arrow_schemas: dict[tuple[str, tuple[str, ...]], pa.Schema] = {}
         self._column_types_lock = threading.Lock()
+        self._daily_at: float | None = None  # monotonic time of the last refresh_daily
 
     @classmethod
     def open(
@@ -404,8 +411,30 @@ class Warehouse:
         tables of ``TABLE_COLUMNS``) in one columnar insert (``warehouse.columnar``: Arrow,
         on chDB, a server and the owner channel alike), with ``token`` as in
         :meth:`insert_events` (empty ``rows``: no-op). Raises ``KeyError`` for another
-        table, ``WarehouseError`` on failure."""
+        table, ``WarehouseError`` on failure.
+
+        Rows of ``refusal_events`` and ``assessments`` also mark their event days dirty
+        (``warehouse.daily.mark_days``) once the insert returned: the migration's
+        materialized views marked them in the insert already; this later mark keeps a day
+        dirty when a concurrent ``refresh`` read the first one before the rows were
+        visible."""
         self._insert(table, TABLE_COLUMNS[table], rows, token, columnar=True)
+        if rows and table in _DAILY_SOURCES:
+            at = TABLE_COLUMNS[table].index("event_time")
+            days = sorted({to_utc(r[at]).date() for r in rows})
+            mark = lambda: daily.mark_days(self.client, self.database, days)  # noqa: E731
+            self._with_retries("dirty_days", "marking of days in", mark)
+
+    def refresh_daily(self, max_days: int = daily.MAX_DAYS, every_s: float = 0.0) -> list[date]:
+        """Recompute up to ``max_days`` dirty days (``warehouse.daily.refresh``), at most once
+        per ``every_s`` seconds of this object's life (sooner: no-op, ``[]``); the writers
+        call it after each stored block. Returns the days recomputed. Raises
+        ``WarehouseError``."""
+        now = time.monotonic()
+        if self._daily_at is not None and now - self._daily_at < every_s:
+            return []
+        self._daily_at = now
+        return daily.refresh(self.client, self.database, max_days)
 
     def insert_rows(self, table: str, columns: Sequence[str], rows: list[list[Any]]) -> None:
         """Insert ``rows`` (values in ``columns`` order) into ``table`` of this database, one
