@@ -42,8 +42,11 @@ def _filters() -> list[dict[str, Any]]:
         {},
         {"since": today - timedelta(days=60)},
         {"until": today - timedelta(days=200), "model": "model-00"},
-        {"since": today - timedelta(days=300), "until": today - timedelta(days=10),
-         "product": "product-01"},  # fmt: skip
+        {
+            "since": today - timedelta(days=300),
+            "until": today - timedelta(days=10),
+            "product": "product-01",
+        },
         {"model": "model-03", "product": "product-00"},
         {"model": "no-such-model"},
     ]
@@ -59,9 +62,10 @@ def _old(client: Client, db: str, name: str, f: dict[str, Any]) -> list[tuple[An
     }
     raw = client.query(NAMED[name], parameters=params, settings=LOCAL_FINAL)
     query = NAMED_QUERIES[name]
-    result = QueryResult(list(query.columns[: len(raw.column_names)]), raw.result_rows)
-    if raw.result_rows and query.postprocess is not None:
-        result = query.postprocess(QueryResult(list(raw.column_names), raw.result_rows))
+    rows = [tuple(r) for r in raw.result_rows]
+    result = QueryResult(list(query.columns[: len(raw.column_names)]), rows)
+    if rows and query.postprocess is not None:
+        result = query.postprocess(QueryResult(list(raw.column_names), rows))
     return [tuple(r) for r in result.rows]
 
 
@@ -212,7 +216,7 @@ def test_a_recompute_keeps_two_versions_of_a_day(store: tuple[Client, str]) -> N
 
 
 def test_the_writer_marks_days_and_refreshes(warehouse: Warehouse) -> None:
-    from test_warehouse import SPECS, make_assessment  # noqa: PLC0415
+    from test_warehouse import SPECS, make_assessment
 
     item = make_assessment(SPECS[0])
     warehouse.insert_assessments([item])
