@@ -51,7 +51,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from daily_reference import ASSESSED, NAMED  # noqa: E402  (tests/daily_reference.py)
+from daily_reference import ASSESSED, EVENTS, NAMED  # noqa: E402  (tests/daily_reference.py)
 from trend_data import generate  # noqa: E402
 
 from refusal_audit.dashboards import build_dashboards  # noqa: E402
@@ -64,7 +64,6 @@ from warehouse.drift_assessments import window_counts  # noqa: E402
 from warehouse.migrate import applied_migrations, load_migrations, migrate  # noqa: E402
 from warehouse.partition_keys import LOCAL_FINAL  # noqa: E402
 from warehouse.queries import NAMED_QUERIES, run_named  # noqa: E402
-from warehouse.report_queries import _EVENTS_SQL  # noqa: E402
 
 DATABASE = "trend"
 RESULTS = REPO / "benchmarks" / "results" / "trend_queries.json"
@@ -315,7 +314,7 @@ def _daily_pairs(client: Client, db: str) -> list[tuple[str, Callable[[], Any], 
     sql = f"SELECT min(day), max(day) FROM `{db}`.daily_versions"
     first, last = client.query(sql).result_rows[0]
     f = rq.ReportFilter(first, last)
-    events, assessed = old(_EVENTS_SQL, f.params(db)), old(ASSESSED, f.params(db))
+    events, assessed = old(EVENTS, f.params(db)), old(ASSESSED, f.params(db))
     pairs.append(("report: period_counts", lambda: (events(), assessed()),
                   partial(rq.period_counts, client, db, f)))  # fmt: skip
     return pairs

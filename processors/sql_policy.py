@@ -64,6 +64,7 @@ USER_TABLES = frozenset(
         "daily_assessment_batches",
         "daily_assessment_counts",
         "daily_clause_counts",
+        "daily_event_counts",
         "daily_versions",
         "dead_letters",
         "dirty_days",

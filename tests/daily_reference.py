@@ -54,6 +54,23 @@ ORDER BY day
 """,
 }
 
+NAMED["prefilter"] = f"""
+SELECT toDate(event_time) AS day,
+       count() AS events,
+       countIf(is_refusal) AS refusals,
+       countIf(NOT is_refusal) AS non_refusals
+FROM {{db:Identifier}}.refusal_events FINAL
+WHERE {DAY_MODEL_PRODUCT}
+GROUP BY day
+ORDER BY day
+"""
+
+EVENTS = f"""
+SELECT count() AS events, countIf(is_refusal) AS refusals, countIf(NOT is_refusal) AS non_refusals
+FROM {{db:Identifier}}.refusal_events FINAL
+WHERE {DAY_MODEL_PRODUCT}
+"""
+
 ASSESSED = f"""
 SELECT count() AS audited,
        countIf(is_estimated_false_positive) AS estimated_false_positives,

@@ -18,7 +18,9 @@ The aggregates (shapes: the migration):
   ``estimated_false_positives``, ``flagged`` (requires_human_review), ``sampled``;
 - ``clauses``: per bundle, day, model, product, cited clause: ``citations``,
   ``estimated_false_positives``;
-- ``batches``: per bundle, day, model, product, batch id: ``assessments``.
+- ``batches``: per bundle, day, model, product, batch id: ``assessments``;
+- ``events``: stored events (``refusal_events``, every version's newest) per bundle, day,
+  model, product: ``events``, ``refusals``, ``non_refusals`` (the pre-filter's decision).
 
 A day is the UTC day of ``event_time``. The live computation restricts both tables to the
 dirty days: every version of an event and its assessments carry the event's time
@@ -43,6 +45,7 @@ __all__ = [
     "Aggregate",
     "dirty_days",
     "dirty_params",
+    "inline_sql",
     "mark_days",
     "marker",
     "refresh",
@@ -91,7 +94,24 @@ class Aggregate:
         return ("day", *self.keys, *self.counts)
 
 
+# refusal_events (FINAL) restricted to the dirty days, as _CURRENT
+_EVENTS = """(
+    SELECT * FROM {db:Identifier}.refusal_events FINAL
+    WHERE has({dirty:Array(Date)}, toDate(event_time))
+      AND event_time >= {dirty_from:DateTime64(3, 'UTC')}
+      AND event_time < {dirty_to:DateTime64(3, 'UTC')}
+)"""
+
 AGGREGATES: dict[str, Aggregate] = {
+    "events": Aggregate(
+        "daily_event_counts",
+        ("policy_bundle", "model", "product"),
+        ("events", "refusals", "non_refusals"),
+        f"""SELECT toDate(event_time) AS day, policy_bundle, model, product,
+       count() AS events, countIf(is_refusal) AS refusals, countIf(NOT is_refusal) AS non_refusals
+FROM {_EVENTS}
+GROUP BY day, policy_bundle, model, product""",
+    ),
     "counts": Aggregate(
         "daily_assessment_counts",
         ("policy_bundle", "model", "product", "category"),
@@ -303,3 +323,27 @@ def with_source(
 def marker(kind: str) -> str:
     """The text a query holds where the aggregate ``kind`` is read (:func:`with_source`)."""
     return f"__daily_{kind}__"
+
+
+# the dirty days and their time range as scalar subqueries: inline_sql's sources
+_INLINE_DIRTY = {
+    "{dirty:Array(Date)}": "(SELECT groupArray(day) FROM {db:Identifier}.dirty_days FINAL "
+    "WHERE dirty)",
+    "{dirty_from:DateTime64(3, 'UTC')}": "(SELECT toDateTime64(min(day), 3, 'UTC') "
+    "FROM {db:Identifier}.dirty_days FINAL WHERE dirty)",
+    "{dirty_to:DateTime64(3, 'UTC')}": "(SELECT toDateTime64(max(day) + 1, 3, 'UTC') "
+    "FROM {db:Identifier}.dirty_days FINAL WHERE dirty)",
+}
+
+
+def inline_sql(sql: str) -> str:
+    """``sql`` with each marker ``__daily_<kind>__`` replaced by a source that reads the dirty
+    days itself (scalar subqueries of ``dirty_days``) instead of :func:`with_source`'s
+    parameters: one read-only statement with the same rows, for ``refusal-audit sql`` and
+    dashboards. It binds ``db``, ``since`` and ``until`` only."""
+    for kind in AGGREGATES:
+        source = source_sql(kind, live=True)
+        for name, subquery in _INLINE_DIRTY.items():
+            source = source.replace(name, subquery)
+        sql = sql.replace(marker(kind), source)
+    return sql

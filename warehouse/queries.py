@@ -216,12 +216,12 @@ ORDER BY day
             description="Stored events per event day: total, refusals and non-refusals "
             "(the refusal pre-filter's decision).",
             sql=f"""
-SELECT toDate(event_time) AS day,
-       count() AS events,
-       countIf(is_refusal) AS refusals,
-       countIf(NOT is_refusal) AS non_refusals
-FROM {{db:Identifier}}.refusal_events FINAL
-WHERE {DAY_MODEL_PRODUCT}
+SELECT day,
+       sum(events) AS events,
+       sum(refusals) AS refusals,
+       sum(non_refusals) AS non_refusals
+FROM {marker("events")}
+WHERE {MODEL_PRODUCT_ONLY}
 GROUP BY day
 ORDER BY day
 """,

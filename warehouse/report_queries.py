@@ -90,9 +90,9 @@ def stored_values(client: Client, database: str, column: str) -> list[str]:
 
 
 _EVENTS_SQL = f"""
-SELECT count() AS events, countIf(is_refusal) AS refusals, countIf(NOT is_refusal) AS non_refusals
-FROM {{db:Identifier}}.refusal_events FINAL
-WHERE {DAY_MODEL_PRODUCT}
+SELECT sum(events) AS events, sum(refusals) AS refusals, sum(non_refusals) AS non_refusals
+FROM {marker("events")}
+WHERE {MODEL_PRODUCT_ONLY}
 """
 
 _ASSESSED_SQL = f"""

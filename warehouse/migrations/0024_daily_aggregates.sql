@@ -95,6 +95,23 @@ ENGINE = MergeTree
 PARTITION BY toYYYYMM(day)
 ORDER BY (day, version, policy_bundle, model, product, batch_id);
 
+-- Stored events (refusals and non-refusals, by the pre-filter's decision) per bundle, day,
+-- model and product: the prefilter query and the report's period counts.
+CREATE TABLE IF NOT EXISTS {db}.daily_event_counts
+(
+    day           Date,
+    version       UInt64,
+    policy_bundle LowCardinality(String),
+    model         LowCardinality(String),
+    product       LowCardinality(String),
+    events        UInt64,
+    refusals      UInt64,
+    non_refusals  UInt64
+)
+ENGINE = MergeTree
+PARTITION BY toYYYYMM(day)
+ORDER BY (day, version, policy_bundle, model, product);
+
 -- A populated warehouse: every stored day is dirty (the queries compute it live until
 -- `refusal-audit daily refresh` or the writers' refresh has recomputed it). Re-running it
 -- marks them again, which only costs a recompute.
