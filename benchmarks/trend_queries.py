@@ -51,7 +51,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from daily_reference import ASSESSED, EVENTS, NAMED  # noqa: E402  (tests/daily_reference.py)
 from trend_data import generate  # noqa: E402
 
 from refusal_audit.dashboards import build_dashboards  # noqa: E402
@@ -73,6 +72,7 @@ _LOCAL = "do_not_merge_across_partitions_select_final"
 
 Query = tuple[str, str, Callable[[], Any]]
 _GRAFANA: Any = importlib.import_module("grafana_expand")  # tests/grafana_expand.py
+_REFERENCE: Any = importlib.import_module("daily_reference")  # tests/daily_reference.py
 
 
 def named_queries(client: Client, db: str) -> Iterator[Query]:
@@ -309,12 +309,13 @@ def _daily_pairs(client: Client, db: str) -> list[tuple[str, Callable[[], Any], 
 
     pairs: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = [
         (f"named: {n}", old(sql, everything), partial(run_named, client, db, n))
-        for n, sql in NAMED.items()
+        for n, sql in _REFERENCE.NAMED.items()
     ]
     sql = f"SELECT min(day), max(day) FROM `{db}`.daily_versions"
     first, last = client.query(sql).result_rows[0]
     f = rq.ReportFilter(first, last)
-    events, assessed = old(EVENTS, f.params(db)), old(ASSESSED, f.params(db))
+    events = old(_REFERENCE.EVENTS, f.params(db))
+    assessed = old(_REFERENCE.ASSESSED, f.params(db))
     pairs.append(("report: period_counts", lambda: (events(), assessed()),
                   partial(rq.period_counts, client, db, f)))  # fmt: skip
     return pairs
