@@ -11,6 +11,7 @@ import hashlib
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import orjson
 from pydantic import AwareDatetime, TypeAdapter
@@ -24,9 +25,11 @@ from processors.adapters import (
 )
 from processors.prefilter import RefusalDecision, TextScorer, detect_refusals
 from processors.redaction import Redactor, redact_bytes, redact_event
-from processors.refusal_cascade import Cascade
 from schemas.deadletter import DeadLetter, DeadLetterStage
 from schemas.events import RefusalEvent, StoredEvent
+
+if TYPE_CHECKING:  # numpy with it: a worker without the cascade never loads numpy
+    from processors.refusal_cascade import Cascade
 
 DEFAULT_DEAD_LETTER_MAX_RAW_BYTES = 1_048_576
 _EVENT_TIME: TypeAdapter[datetime] = TypeAdapter(AwareDatetime)  # RefusalEvent.event_time's type

@@ -540,8 +540,9 @@ def redact_event(event: RefusalEvent, redactor: Redactor) -> tuple[RefusalEvent,
     """Redact ``event.request``, ``event.response`` and every value of ``event.attributes``.
 
     Returns ``(copy, counts)``: a copy made with ``model_copy(update=...)`` (the input is not
-    modified; attribute keys and the other fields are kept as they are) and the per-kind
-    replacement counts summed over all redacted fields (kinds with 0 absent). Never raises.
+    modified; attribute keys and the other fields are kept as they are), or ``event`` itself
+    (frozen) when nothing was replaced, and the per-kind replacement counts summed over all
+    redacted fields (kinds with 0 absent). Never raises.
     """
     totals: Counter[str] = Counter()
 
@@ -556,6 +557,8 @@ def redact_event(event: RefusalEvent, redactor: Redactor) -> tuple[RefusalEvent,
         "response": run(event.response),
         "attributes": {key: run(value) for key, value in event.attributes.items()},
     }
+    if not totals:  # nothing replaced (most events): the frozen event itself, not a copy
+        return event, {}
     return event.model_copy(update=update), dict(totals)
 
 

@@ -12,7 +12,8 @@ LeaveGroup for one), so after an orderly stop its partitions would sit idle unti
 session times out. ``leave_group`` therefore sends the LeaveGroup request of KIP-345 (API
 version 3, the member named by its instance id, as Kafka's
 ``Admin.removeMembersFromConsumerGroup`` does) once the consumer has stopped; aiokafka only
-implements versions 0-1, which cannot name a static member.
+implements versions 0-1, which cannot name a static member. The request lives in
+``streams.static_leave``, loaded only then (aiokafka is not needed before).
 
 ``group_members`` lists a group's live members through an admin client of
 ``streams.clients`` (the clarification service refuses to start beside a live instance).
@@ -20,7 +21,6 @@ implements versions 0-1, which cannot name a static member.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import socket
@@ -28,19 +28,13 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any
 
-from aiokafka import AIOKafkaClient
-from aiokafka import errors as kafka_errors
-from aiokafka.protocol.api import Request, RequestStruct, Response
-from aiokafka.protocol.types import Array, Int16, Int32, Schema, String
 from confluent_kafka import KafkaError, KafkaException
 
 from streams.topics import TopicError
 
 log = logging.getLogger("refusal_audit.worker")
-
-GROUP_COORDINATOR = 0  # FindCoordinator key type of a consumer group
 
 _COORDINATOR_NOT_READY = frozenset({
     KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
@@ -92,93 +86,20 @@ def group_instance_id(static: bool, given: str | None, data_dir: Path) -> str | 
     return f"{socket.gethostname()}-{hashlib.blake2b(where, digest_size=4).hexdigest()}"
 
 
-class LeaveGroupResponse_v3(Response):  # type: ignore[misc]
-    """LeaveGroup response, version 3 (KIP-345)."""
-
-    API_KEY = 13
-    API_VERSION = 3
-    SCHEMA = Schema(
-        ("throttle_time_ms", Int32),
-        ("error_code", Int16),
-        (
-            "members",
-            Array(
-                ("member_id", String("utf-8")),
-                ("group_instance_id", String("utf-8")),
-                ("error_code", Int16),
-            ),
-        ),
-    )
-
-
-class LeaveGroupRequest_v3(RequestStruct):  # type: ignore[misc]
-    """LeaveGroup request, version 3: a batch of members, each by member id and/or
-    instance id (an empty member id names a static member by its instance id alone)."""
-
-    API_KEY = 13
-    API_VERSION = 3
-    RESPONSE_TYPE = LeaveGroupResponse_v3
-    SCHEMA = Schema(
-        ("group", String("utf-8")),
-        ("members", Array(("member_id", String("utf-8")), ("group_instance_id", String("utf-8")))),
-    )
-
-
-LeaveGroupV3Struct: TypeAlias = LeaveGroupRequest_v3
-
-
-class StaticLeaveGroupRequest(Request[LeaveGroupV3Struct]):  # type: ignore[misc]
-    """Remove the static member ``instance_id`` from consumer group ``group``."""
-
-    API_KEY = 13
-
-    def __init__(self, group: str, instance_id: str) -> None:
-        self._group = group
-        self._instance_id = instance_id
-
-    def build(self, request_struct_class: type[LeaveGroupV3Struct]) -> LeaveGroupV3Struct:
-        """The version-3 struct naming the member by its instance id only."""
-        return request_struct_class(self._group, [("", self._instance_id)])
-
-
 async def leave_group(
     bootstrap_servers: str, group: str, instance_id: str, timeout: float = 10.0
 ) -> bool:
     """Make the static member ``instance_id`` leave ``group`` now (its partitions are
-    reassigned to the other members at once).
+    reassigned to the other members at once): ``streams.static_leave.leave_static_member``,
+    imported here so that aiokafka loads only on the way out.
 
     Returns True when the coordinator confirmed it or the member was already gone
     (``UNKNOWN_MEMBER_ID``); False, with a warning logged, on any other outcome. Never
     raises: it runs on the way out of an orderly stop.
     """
-    client = AIOKafkaClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=5000)
-    try:
-        async with asyncio.timeout(timeout):
-            await client.bootstrap()
-            node = await client.coordinator_lookup(GROUP_COORDINATOR, group)
-            response = await client.send(node, StaticLeaveGroupRequest(group, instance_id))
-    except (TimeoutError, kafka_errors.KafkaError, OSError) as exc:
-        log.warning(
-            "could not leave the consumer group: %r; the partitions stay with this "
-            "member until its session times out",
-            exc,
-            extra={"group": group, "group_instance_id": instance_id},
-        )
-        return False
-    finally:
-        await client.close()
-    codes = [response.error_code, *(member[2] for member in response.members)]
-    unknown = kafka_errors.UnknownMemberIdError.errno
-    failed = [c for c in codes if c not in (0, unknown)]
-    if failed:
-        log.warning(
-            "the coordinator refused to remove this member: error codes %s",
-            failed,
-            extra={"group": group, "group_instance_id": instance_id},
-        )
-        return False
-    log.info("left the consumer group", extra={"group": group, "group_instance_id": instance_id})
-    return True
+    from streams.static_leave import leave_static_member
+
+    return await leave_static_member(bootstrap_servers, group, instance_id, timeout)
 
 
 ASSIGNMENT_NOTE_AFTER_SECONDS = 5.0

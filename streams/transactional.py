@@ -147,6 +147,13 @@ def _fenced(exc: KafkaException) -> bool:
     return _code(exc) in _FENCED
 
 
+WORKER_PREFETCH_KBYTES = 16_384
+"""librdkafka's ``queued.max.messages.kbytes`` for the worker's consumer: input fetched
+ahead of the windows, at most 16 MB (librdkafka's default, 64 MB, is RSS a worker never
+reads ahead into: at ~4,000 events/s of ~1 kB, 16 MB is about 4 s of work; issue 27's RSS
+target, benchmarks/scaleout.py part b)."""
+
+
 class TransactionalStream:
     """Windows in, one transaction per window out (module docstring), on the one consumer
     core (``streams.group_consumer.GroupConsumer``); its commit strategy: the window's
@@ -167,7 +174,8 @@ class TransactionalStream:
         consumer_conf = consumer_config(
             cfg.bootstrap_servers, cfg.group_id, **STREAM_READER,
             **{"partition.assignment.strategy": "range",
-               "session.timeout.ms": STREAM_SESSION_TIMEOUT_MS},
+               "session.timeout.ms": STREAM_SESSION_TIMEOUT_MS,
+               "queued.max.messages.kbytes": WORKER_PREFETCH_KBYTES},
         )  # fmt: skip
         if cfg.group_instance_id:
             consumer_conf["group.instance.id"] = cfg.group_instance_id

@@ -322,3 +322,30 @@ def test_lookups_of_many_log_ids_go_in_chunks_and_lose_nothing(
     identities = warehouse.stored_identities([("default", i) for i in wanted])
     assert set(identities) == set(wanted[:5])
     assert all(i.audited_by for i in identities.values())  # the assessments were found too
+
+
+def test_stored_identities_reads_the_audits_of_stored_ids_only(
+    warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The assessments are looked up only for log ids found stored: a lookup of fresh ids
+    alone is one query, and a mixed lookup answers as before (stored refusals with their
+    audit configuration, a stored non-refusal with none, fresh ids absent)."""
+    records = [record(0, "ref-1", REFUSAL), record(1, "ok-1", COMPLIANT)]
+    assert run(warehouse, records).refusals == 1
+    queries: list[list[Any]] = []
+    select = warehouse._select
+
+    def counting(sql: str, parameters: dict[str, Any]) -> Any:
+        queries.append(list(next(iter(parameters.values()))))
+        return select(sql, parameters)
+
+    monkeypatch.setattr(warehouse, "_select", counting)
+    assert warehouse.stored_identities([("default", "fresh-1"), ("default", "fresh-2")]) == {}
+    assert queries == [["fresh-1", "fresh-2"]]
+    queries.clear()
+    keys = [("default", "fresh-1"), ("default", "ref-1"), ("default", "ok-1"), ("other", "ref-1")]
+    identities = warehouse.stored_identities(keys)
+    assert set(identities) == {"ref-1", "ok-1"}
+    assert identities["ref-1"].is_refusal and identities["ref-1"].audited_by.startswith("default|")
+    assert not identities["ok-1"].is_refusal and identities["ok-1"].audited_by == ""
+    assert queries[1] == [("default", "ref-1"), ("default", "ok-1"), ("other", "ref-1")]

@@ -302,3 +302,29 @@ def test_coconot_top_level_category_agreement(shared_data: Path, bundle: PolicyB
     agreement = sum(g == e for g, e in zip(got, expected, strict=True)) / len(events)
     print(f"CoCoNot top-level agreement = {agreement:.3f}")
     assert agreement >= 0.70
+
+
+def test_best_clause_equals_the_masked_argmax(bundle: PolicyBundle) -> None:
+    """``ClauseIndex.best`` over a group's cached positions picks what the argmax of the
+    scores with every clause outside the mask at -inf picks (first on ties), for the
+    index's groups and for other masks, with random, tied and all-zero scores."""
+    import numpy as np
+
+    from processors.engines.clause_index import ClauseIndex
+
+    idx = ClauseIndex(bundle)
+    rng = np.random.default_rng(27)
+    n = len(idx.clauses)
+    groups = [idx.allow, idx.prohibit, idx.capability, idx.clarification]
+    others = [m.copy() for m in groups] + [rng.random(n) < 0.3 for _ in range(20)]
+    others += [np.zeros(n, dtype=bool), np.ones(n, dtype=bool)]
+    vectors = [rng.random(n) * 10 for _ in range(50)] + [np.zeros(n)]
+    vectors += [np.round(rng.random(n) * 3) for _ in range(50)]  # many ties
+    for scores in vectors:
+        for mask in groups + others:
+            if not mask.any():
+                assert idx.best(scores, mask) == (None, 0.0)
+                continue
+            i = int(np.argmax(np.where(mask, scores, -np.inf)))
+            assert idx.best(scores, mask) == (idx.clauses[i], float(scores[i]))
+    assert all(m.any() for m in groups)  # the example bundle has clauses in every group

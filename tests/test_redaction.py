@@ -223,6 +223,30 @@ def test_redact_event_covers_request_response_and_attributes() -> None:
     assert redact_event(redacted, Redactor()) == (redacted, {})
 
 
+@pytest.mark.parametrize("field", ["request", "response", "attribute"])
+def test_redact_event_with_pii_in_one_field_only_copies_the_event(field: str) -> None:
+    """Any one field holding PII gives a redacted copy (the input unchanged); an event with
+    none comes back as it is, with no counts, and equal to what the copy would be."""
+    texts = {"request": "How do I reset it?", "response": "I can't help with that."}
+    texts["attribute"] = "free"
+    plain = RefusalEvent(
+        log_id="log-2", event_time=datetime(2024, 5, 1, tzinfo=UTC), request=texts["request"],
+        response=texts["response"], model="m", attributes={"tier": texts["attribute"]},
+    )  # fmt: skip
+    assert redact_event(plain, Redactor()) == (plain, {})
+    assert plain.model_copy(update={"attributes": dict(plain.attributes)}) == plain
+    texts[field] = f"{texts[field]} eve@example.com"
+    event = plain.model_copy(
+        update={"request": texts["request"], "response": texts["response"],
+                "attributes": {"tier": texts["attribute"]}}
+    )  # fmt: skip
+    redacted, counts = redact_event(event, Redactor())
+    assert counts == {"email": 1}
+    assert redacted != event and "eve@example.com" in str(event.model_dump())
+    assert "eve@example.com" not in str(redacted.model_dump())
+    assert redacted.log_id == event.log_id and redacted.attributes.keys() == event.attributes.keys()
+
+
 def test_idempotent_on_corpus(corpus: list[CorpusItem]) -> None:
     redactor = Redactor()
     for item in corpus:

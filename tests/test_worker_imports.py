@@ -1,9 +1,13 @@
 """What a streaming worker with the local engine loads (issue 27, item 2: a smaller worker).
 
-The worker imports its modules, builds its pipeline with the local engine and audits a few
-events in a fresh interpreter; the heavy packages only other paths need (the o200k tokenizer
-of the LLM engines' batching, the cascade's ONNX encoder and its tokenizer, training's
-scikit-learn and pandas, calibration's statsmodels) must not be in ``sys.modules`` then.
+The worker (``refusal-audit worker``, the default topics worker) imports what its command
+imports (the CLI with every command registered), builds its pipeline with the local engine
+and audits a few events in a fresh interpreter; the heavy packages only other paths need
+must not be in ``sys.modules`` then: the o200k tokenizer of the LLM engines' batching, the
+cascade's ONNX encoder and its tokenizer, training's scikit-learn and pandas, calibration's
+statsmodels, the trained models' scipy, the warehouse's pyarrow (columnar inserts) and its
+owner channel's httpx, the faust worker (``--outputs warehouse``) and aiokafka (loaded only
+to leave the group on the way out).
 """
 
 from __future__ import annotations
@@ -19,13 +23,15 @@ REPO = Path(__file__).resolve().parents[1]
 
 # what the local-engine worker must never load; numpy is not listed: the local engine's
 # BM25 clause index (rank_bm25) runs on it
-UNNEEDED = ("bpe_openai", "onnxruntime", "tokenizers", "sklearn", "statsmodels", "pandas")
+UNNEEDED = ("bpe_openai", "onnxruntime", "tokenizers", "sklearn", "statsmodels", "pandas",
+            "scipy", "pyarrow", "httpx", "faust", "aiokafka")  # fmt: skip
 
 _SCRIPT = """
 import asyncio, json, sys, tempfile
+import refusal_audit.cli
 import refusal_audit.streaming.cli
 import refusal_audit.streaming.transactional_worker
-import refusal_audit.streaming.worker
+import refusal_audit.streaming.worker_web
 from processors.adapters import DecodeOptions, SourceRecord
 from refusal_audit.audit.batch import build_pipeline
 from refusal_audit.audit.pipeline import InputSource
@@ -76,5 +82,14 @@ def test_a_local_engine_worker_loads_no_tokenizer_encoder_or_training_packages(
     assert not modules & set(UNNEEDED), sorted(modules & set(UNNEEDED))
 
 
-def test_a_local_engine_worker_loads_no_scipy(worker_modules: dict[str, object]) -> None:
-    assert "scipy" not in set(worker_modules["modules"])  # type: ignore[call-overload]
+def test_leaving_the_group_loads_aiokafka_only_then() -> None:
+    """The static member's LeaveGroup (streams.static_leave) is reachable from the module
+    the worker imports, and importing that module does not load aiokafka."""
+    script = (
+        "import sys, streams.membership as m; before = 'aiokafka' in sys.modules; "
+        "import streams.static_leave as s; "
+        "print(before, 'aiokafka' in sys.modules, callable(s.leave_static_member))"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True, cwd=REPO)  # fmt: skip
+    assert out.stdout.split() == ["False", "True", "True"]

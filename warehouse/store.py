@@ -16,9 +16,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import date
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import pyarrow as pa
 from clickhouse_connect.driver.exceptions import ClickHouseError
 from pydantic import SecretStr
 from tenacity import (
@@ -34,7 +33,6 @@ from schemas.audit import PolicyGapFlag
 from schemas.events import StoredIdentity
 from warehouse import daily
 from warehouse.client import Client, WarehouseError, validate_identifier
-from warehouse.columnar import arrow_schema, arrow_table
 from warehouse.connect import connect
 from warehouse.retryable import transient_cause
 from warehouse.rows import (
@@ -50,6 +48,9 @@ from warehouse.rows import (
     gap_flag,
     to_utc,
 )
+
+if TYPE_CHECKING:  # pyarrow loads with the first columnar insert (warehouse.columnar):
+    import pyarrow as pa  # a process that only reads, or a topics worker, never loads it
 
 __all__ = [
     "ALERT_COLUMNS",
@@ -213,6 +214,8 @@ class Warehouse:
         def attempt() -> None:
             try:
                 if columnar:
+                    from warehouse.columnar import arrow_table
+
                     data = arrow_table(self._arrow_schema(key), rows)
                     self.client.insert_arrow(table, data, database=self.database,
                                              settings=settings)  # fmt: skip
@@ -255,6 +258,8 @@ class Warehouse:
             missing = [c for c in columns if c not in types]
             if missing:
                 raise WarehouseError(f"{self.database}.{table} has no column(s) {missing}")
+            from warehouse.columnar import arrow_schema
+
             schema = arrow_schema([(c, types[c]) for c in columns])
             with self._column_types_lock:
                 self._arrow_schemas[key] = schema
@@ -345,8 +350,8 @@ class Warehouse:
         ``ingested_at`` among rows with one; "" when only rows from before fingerprints
         exist, and the next copy then pins it), whether its current row is a
         refusal, and the audit configuration of its newest assessment under that bundle
-        (``schemas.events.audit_config_key``, "" if none). Two queries on the primary keys
-        per :data:`LOOKUP_CHUNK` ids.
+        (``schemas.events.audit_config_key``, "" if none). One query on the primary key per
+        :data:`LOOKUP_CHUNK` ids, and one more per chunk of the ids found stored.
         Raises ``WarehouseError``.
         """
         if not keys:
@@ -363,7 +368,11 @@ class Warehouse:
         )
         what = f"lookup of {len(ids)} log id(s) in"
         events = self._lookup("refusal_events", what, events_sql, "ids", ids)
-        audits = self._lookup("assessments", what, audits_sql, "pairs", pairs)
+        # only a stored event's audit configuration is read: pairs of log ids not stored are
+        # not looked up (a fresh log, the usual batch, needs no second query at all)
+        stored = {str(r[0]) for r in events}
+        pairs = [p for p in pairs if p[1] in stored]
+        audits = self._lookup("assessments", what, audits_sql, "pairs", pairs) if pairs else []
         audited = {str(r[0]): str(r[1]) for r in audits}
         return {
             str(r[0]): StoredIdentity(str(r[1]), bool(r[2]), audited.get(str(r[0]), ""))

@@ -34,6 +34,12 @@ class ClauseIndex:
         self.prohibit = np.array([c.stance == "prohibit" for c in self.clauses])
         self.capability = np.array([c.harm_area == "capability_boundary" for c in self.clauses])
         self.clarification = np.array([c.harm_area == "clarification_needed" for c in self.clauses])
+        # each group's mask and positions, for :meth:`best`, keyed by the mask's id (the
+        # entry keeps the mask alive, so the id cannot be another array's)
+        self._positions: dict[int, tuple[np.ndarray, np.ndarray]] = {
+            id(mask): (mask, np.flatnonzero(mask))
+            for mask in (self.allow, self.prohibit, self.capability, self.clarification)
+        }
 
     def scores(self, tokens: list[str]) -> np.ndarray:
         """BM25 score of every clause for the query ``tokens``.
@@ -54,9 +60,16 @@ class ClauseIndex:
         return total
 
     def best(self, scores: np.ndarray, mask: np.ndarray) -> tuple[Clause | None, float]:
-        """The highest-scoring clause within ``mask`` (first in document order on ties)."""
-        if not mask.any():
+        """The highest-scoring clause within ``mask`` (a boolean array over ``clauses``; first
+        in document order on ties), and its score; ``(None, 0.0)`` for an empty mask.
+
+        For this index's own groups (``allow``, ``prohibit``, ``capability``,
+        ``clarification``) the argmax runs over the group's positions, computed once: the
+        same clause as the argmax of the scores with every other clause set to -inf (BM25
+        scores are finite), at about a third of the cost (issue 27)."""
+        entry = self._positions.get(id(mask))
+        positions = entry[1] if entry is not None and entry[0] is mask else np.flatnonzero(mask)
+        if not len(positions):
             return None, 0.0
-        masked = np.where(mask, scores, -np.inf)
-        i = int(np.argmax(masked))
+        i = int(positions[int(np.argmax(scores[positions]))])
         return self.clauses[i], float(scores[i])

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import cast, get_args
+from typing import TYPE_CHECKING, cast, get_args
 
 import orjson
 from rich.progress import Progress
@@ -30,7 +31,9 @@ from refusal_audit.audit.pipeline import AuditPipeline, InputSource, RunReport, 
 from refusal_audit.audit.readers import default_model_for, read_records
 from refusal_audit.bundles import load_bundles
 from refusal_audit.config import ConfigError, Settings
-from warehouse.store import Warehouse
+
+if TYPE_CHECKING:  # pyarrow and the ClickHouse driver with it: the topics worker never stores
+    from warehouse.store import Warehouse
 
 FORMATS: tuple[str, ...] = get_args(InputFormat)
 
@@ -152,6 +155,21 @@ def record_total(paths: Sequence[Path], sources: Sequence[InputSource]) -> int |
     return total
 
 
+BATCH_FLUSH_EVERY = 10_000
+"""Rows ``refusal-audit audit`` holds before it writes them (``AuditPipeline.flush_every``;
+the pipeline's default, 500, stays for other callers). Each chDB insert has a fixed cost of
+about 5-20 ms and makes a part that chDB's background threads later merge, whatever the rows
+in it: on 20,000 events of the example log, flushing every 500 rows cost about 180 µs of CPU
+per event in the warehouse calls and chDB's threads (inserts, lookups, merges), every 5,000 to
+20,000 rows 60-70 (issue 27; ``docs/evaluation.md``, "Cost per event"). 10,000 pending rows of
+this size hold a few tens of MB."""
+
+BATCH_LOOKUP_CHUNK = 5_000
+"""Records ``refusal-audit audit`` prepares, and looks up in the warehouse (the duplicate
+rule's ``stored_identities``), at once (``AuditPipeline.lookup_chunk``, default 1,000): each
+lookup query costs a few ms whatever its size, below ``warehouse.store.LOOKUP_CHUNK``."""
+
+
 def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) -> AuditPipeline:
     """The pipeline configured from ``cfg``.
 
@@ -218,6 +236,34 @@ def build_pipeline(cfg: Settings, sink: Sink, engine_name: str | None = None) ->
     )
 
 
+RUN_GC_THRESHOLD = (20_000, 20, 20)
+"""The cyclic collector's thresholds (``gc.set_threshold``: allocations before a young
+collection, young collections before a middle one, middle before a full one) while
+``run_batch`` audits; Python's default is (700, 10, 10). A run allocates several container
+objects per event (models, rows, lists) that live until their flush, so the default's young
+collections ran every 25-30 events and its full ones walked the pending rows and the report's
+assessments again and again: about 15 µs of CPU per event on 20,000 events of the example
+log, about 4-6 with these (issue 27). Cyclic garbage waits longer for its collection; the
+rows of one flush already bound what a run holds."""
+
+
+@contextmanager
+def run_collector() -> Iterator[None]:
+    """The collector's settings for one ``run_batch``, restored after: what exists when it
+    starts (modules, bundles, the engine's indexes) outlives the run, so it is frozen out of
+    the collector's sight (``gc.freeze``: full collections do not walk it again and again,
+    ~5% of the CPU per event), and collections are rarer (:data:`RUN_GC_THRESHOLD`). Unfrozen
+    after (tests run many runs in one process: nothing is kept for good)."""
+    threshold = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(*RUN_GC_THRESHOLD)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
+
+
 def run_batch(
     cfg: Settings,
     files: Sequence[Path],
@@ -233,9 +279,14 @@ def run_batch(
     baseline of the current window (``refusal_audit.alerts.drift.bundle_baselines``).
     Raises ``ConfigError`` for configuration problems (bundles, engine, undetectable format).
     """
+    from warehouse.store import Warehouse
+
     sources = [file_source(path, options, cfg) for path in files]
     target = sink if sink is not None else Warehouse.open(cfg)
     pipeline = build_pipeline(cfg, target, engine_name)
+    # fewer, larger inserts and lookups (see BATCH_FLUSH_EVERY): what is stored is the same
+    pipeline.flush_every = max(pipeline.flush_every, BATCH_FLUSH_EVERY)
+    pipeline.lookup_chunk = max(pipeline.lookup_chunk, BATCH_LOOKUP_CHUNK)
     if isinstance(target, Warehouse):  # trend lines compare batches with the drift baseline
         # imported here: the drift tests pull scipy, which the streaming workers never need
         from refusal_audit.alerts.drift import DriftConfig, bundle_baselines
@@ -250,19 +301,13 @@ def run_batch(
         finally:
             await close_engine(pipeline.engine)
 
-    # what exists now (modules, bundles, the engine's indexes) outlives the run: frozen out of
-    # the cyclic collector's sight for its duration, full collections do not walk it again
-    # and again (~5% of the CPU per event); unfrozen after, so nothing is kept for good
-    gc.freeze()
-    try:
+    with run_collector():
         if progress_factory is None:
             report = asyncio.run(main(None))
         else:
             with progress_factory() as progress:
                 task = progress.add_task("auditing", total=record_total(files, sources))
                 report = asyncio.run(main(lambda: progress.advance(task)))
-    finally:
-        gc.unfreeze()
     if isinstance(target, Warehouse) and report.already_audited:
         add_stored_results(report, target)
         report.trends = pipeline.run_trends(report.all_assessments())

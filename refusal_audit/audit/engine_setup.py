@@ -5,13 +5,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from inference.discovery import (
-    ServerInfo,
-    choose_context,
-    concurrency,
-    describe,
-    discover,
-)
 from processors.engines.base import AuditEngine
 from processors.engines.local import LocalEngine
 from processors.redaction import Redactor
@@ -19,6 +12,7 @@ from refusal_audit.config import ConfigError, Settings
 
 if TYPE_CHECKING:
     from inference.chat import Client
+    from inference.discovery import ServerInfo
 
 log = logging.getLogger("refusal_audit.engines")
 
@@ -76,6 +70,10 @@ def llm_server(settings: Settings, model: str | None = None) -> ServerInfo:
     """Ask the configured server what it is (``inference.discovery.discover``: its
     kind and context size for ``model``, default ``openai_model``). Never raises for what
     the server does; raises ``ConfigError`` when the key file cannot be read."""
+    # imported here, as the engines and clients that call it: httpx stays out of a
+    # local-engine worker
+    from inference.discovery import discover
+
     return discover(settings.openai_base_url, settings.openai_key(), model or settings.openai_model)
 
 
@@ -85,6 +83,8 @@ def llm_call_options(settings: Settings, model: str) -> dict[str, Any]:
     ``response_format``, ``max_concurrency`` (capped at the server's slots, discovered
     here), ``server`` (its kind) and ``deadline_seconds``. Raises ``ConfigError`` when the
     key file cannot be read."""
+    from inference.discovery import concurrency
+
     info = llm_server(settings, model)
     return {
         "response_format": settings.openai_response_format,
@@ -99,6 +99,7 @@ def _openai_engine(settings: Settings) -> AuditEngine:
     once here, the context window chosen (setting, server, default) and logged with its
     source, the calls in flight capped at the server's slots."""
     from inference.audit_engine import OpenAIEngine
+    from inference.discovery import choose_context, concurrency, describe
 
     client = openai_client(settings)
     info = llm_server(settings)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from inference.model_files import load_category_model
-from inference.model_files import load_refusal_model as load_model
-from processors.category_model import CategoryModel
-from processors.refusal_model import ModelArtifactError, RefusalModel
 from refusal_audit.config import ConfigError
+
+if TYPE_CHECKING:  # the model files' readers pull numpy and scipy: loaded only with a model
+    from processors.category_model import CategoryModel
+    from processors.refusal_model import RefusalModel
 
 #: Stem of the artifact shipped in the package (``.npz`` arrays, ``.json`` metadata, ``.md``
 #: model card), rebuilt by ``refusal-audit train``.
@@ -28,7 +29,9 @@ def _stem(stem: Path | None) -> Path | None:
 
 @lru_cache(maxsize=4)
 def _load(stem: Path) -> RefusalModel:
-    return load_model(stem)
+    from inference.model_files import load_refusal_model
+
+    return load_refusal_model(stem)
 
 
 def load_shipped_model(stem: Path | None = None) -> RefusalModel:
@@ -38,6 +41,8 @@ def load_shipped_model(stem: Path | None = None) -> RefusalModel:
     Raises ``ConfigError`` naming the file and the fault when the artifact is missing,
     corrupt or built for other features, so start-up fails with a clear message (exit 2).
     """
+    from processors.refusal_model import ModelArtifactError
+
     try:
         return _load(_stem(stem) or SHIPPED_STEM)
     except ModelArtifactError as exc:
@@ -49,6 +54,8 @@ def load_shipped_model(stem: Path | None = None) -> RefusalModel:
 
 @lru_cache(maxsize=4)
 def _load_category(stem: Path) -> CategoryModel:
+    from inference.model_files import load_category_model
+
     return load_category_model(stem)
 
 
@@ -57,6 +64,8 @@ def load_shipped_category_model(stem: Path | None = None) -> CategoryModel:
     :data:`CATEGORY_STEM`; setting ``local_category_model_path``). Raises ``ConfigError``
     naming the file and the fault when it is missing, corrupt or built for other features
     (exit 2 at start-up)."""
+    from processors.refusal_model import ModelArtifactError
+
     try:
         return _load_category(_stem(stem) or CATEGORY_STEM)
     except ModelArtifactError as exc:

@@ -7,7 +7,6 @@ import zipfile
 from functools import lru_cache
 from pathlib import Path
 
-from inference import model_files
 from processors.clarification.circumvention_model import (
     RULES_CHECK,
     CircumventionArtifactError,
@@ -30,6 +29,8 @@ def load_circumvention_model(stem: Path = CIRCUMVENTION_STEM) -> CircumventionMo
     built for other features, its content hash does not match or a weight breaks its sign
     constraint (exit 2 at start-up).
     """
+    from inference import model_files  # scipy with it: loaded only with the trained check
+
     stem = stem.with_suffix("") if stem.suffix in {".npz", ".json", ".md"} else stem
     try:
         return model_files.load_circumvention_model(stem)

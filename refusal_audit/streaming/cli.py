@@ -293,9 +293,6 @@ def worker(
 ) -> None:
     """Run the streaming worker: consume refusal events, audit them, and write the results
     to the result topics (default) or straight into the warehouse."""
-    from refusal_audit.streaming.worker import run_worker
-    from streams.topics import TopicError
-
     if outputs not in ("warehouse", "topics"):
         raise fail_usage(f"--outputs must be warehouse or topics, not {outputs!r}")
     cfg = settings()
@@ -304,6 +301,10 @@ def worker(
 
         run_topics_worker(cfg, loglevel)
         return
+    # the faust worker, imported only for it: a topics worker never loads faust
+    from refusal_audit.streaming.worker import run_worker
+    from streams.topics import TopicError
+
     try:
         run_worker(cfg, loglevel)
     except (TopicError, WarehouseError, ConfigError) as exc:

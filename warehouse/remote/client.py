@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import orjson
-import pyarrow as pa
 from clickhouse_connect.datatypes.registry import get_from_name
 from clickhouse_connect.driver.exceptions import (
     ClickHouseError,
@@ -22,6 +20,9 @@ from clickhouse_connect.driver.query import QueryResult
 from clickhouse_connect.driver.summary import QuerySummary
 
 from warehouse.remote.codec import ERROR_CLASSES, CodecError, decode_value, dumps, encode_value
+
+if TYPE_CHECKING:  # httpx is imported where a client is made: a process that never reaches an
+    import httpx  # owner (a topics worker) never loads it
 
 __all__ = ["CONNECT_TIMEOUT", "DEFAULT_TIMEOUT", "RemoteClient", "RemoteInsertContext"]
 
@@ -104,6 +105,8 @@ class RemoteClient:
         self.token = token
         self.database = database
         self._closed = False
+        import httpx
+
         self._http = httpx.Client(
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             headers={"Authorization": f"Bearer {token}", "Content-Type": _JSON},
@@ -118,6 +121,8 @@ class RemoteClient:
         except (CodecError, orjson.JSONEncodeError) as exc:
             raise ProgrammingError(f"cannot send this call to the warehouse owner: {exc}") from exc
         extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        import httpx
+
         try:
             response = self._http.post(self.url, content=body, **extra)
         except httpx.TimeoutException as exc:
@@ -229,6 +234,8 @@ class RemoteClient:
         """Insert the ``pyarrow.Table`` ``arrow_table`` into ``table`` on the owner (one
         ``INSERT ... FORMAT Arrow`` there, as the driver's ``insert_arrow``); it travels as
         an Arrow IPC stream. See ``clickhouse_connect`` ``Client.insert_arrow``."""
+        import pyarrow as pa  # only a columnar writer needs it
+
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, arrow_table.schema) as writer:
             writer.write_table(arrow_table)
@@ -254,6 +261,8 @@ class RemoteClient:
 
     def close_connections(self) -> None:
         """Drop pooled HTTP connections (the client stays usable)."""
+        import httpx
+
         self._http.close()
         self._http = httpx.Client(
             timeout=self._http.timeout, headers=self._http.headers, trust_env=False
