@@ -422,11 +422,9 @@ class Warehouse:
         :meth:`insert_events` (empty ``rows``: no-op). Raises ``KeyError`` for another
         table, ``WarehouseError`` on failure.
 
-        Rows of ``refusal_events`` and ``assessments`` also mark their event days dirty
-        (``warehouse.daily.mark_days``) once the insert returned: the migration's
-        materialized views marked them in the insert already; this later mark keeps a day
-        dirty when a concurrent ``refresh`` read the first one before the rows were
-        visible."""
+        Rows of ``refusal_events``/``assessments`` then mark their event days dirty again
+        (``warehouse.daily.mark_days``; 0024's views did in the insert): a concurrent
+        ``refresh`` that read the first mark before the rows were visible leaves them dirty."""
         self._insert(table, TABLE_COLUMNS[table], rows, token, columnar=True)
         if rows and table in _DAILY_SOURCES:
             at = TABLE_COLUMNS[table].index("event_time")
