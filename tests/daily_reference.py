@@ -82,3 +82,16 @@ SELECT count() AS audited,
 FROM {{db:Identifier}}.current_assessments
 WHERE {DAY_MODEL_PRODUCT}
 """
+
+DAY_RANGE = """
+SELECT min(toDate(event_time)), max(toDate(event_time)), count()
+FROM {db:Identifier}.current_assessments
+"""
+
+BY_MODEL = f"""
+SELECT model, count() AS audited, countIf(is_estimated_false_positive) AS estimated_false_positives
+FROM {{db:Identifier}}.current_assessments
+WHERE {DAY_MODEL_PRODUCT}
+GROUP BY model
+ORDER BY model
+"""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daily_reference import ASSESSED, EVENTS, NAMED
+from daily_reference import ASSESSED, BY_MODEL, DAY_RANGE, EVENTS, NAMED
 
 from warehouse import daily
 from warehouse import report_queries as rq
@@ -95,6 +95,12 @@ def _compare(client: Client, db: str) -> int:
             f.get("model"), f.get("product"),
         )  # fmt: skip
         assert rq.period_counts(client, db, report) == _old_period_counts(client, db, report), f
+        old = client.query(BY_MODEL, parameters=report.params(db), settings=daily.READ_SETTINGS)
+        by_model = rq.false_positives_by_model(client, db, report).rows
+        assert [r[:3] for r in by_model] == [tuple(r) for r in old.result_rows], f
+    old_range = client.query(DAY_RANGE, parameters={"db": db}, settings=daily.READ_SETTINGS)
+    first, last, n = old_range.result_rows[0]
+    assert rq.event_day_range(client, db) == ((first, last) if n else None)
     return compared
 
 

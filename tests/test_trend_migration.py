@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daily_reference import ASSESSED, EVENTS, NAMED
+from daily_reference import ASSESSED, BY_MODEL, DAY_RANGE, EVENTS, NAMED
 from grafana_expand import ALL, Variable, expand
 
 from refusal_audit.dashboards import build_dashboards
@@ -100,7 +100,11 @@ def _snapshot(client: Client, db: str) -> dict[str, Any]:
             out[f"{name} model-01 30d"] = _named(
                 client, db, name, aggregates, since=today - timedelta(days=30), model="model-01"
             )
-    days = rq.event_day_range(client, db)
+    if aggregates:
+        days = rq.event_day_range(client, db)
+    else:  # before 0024 (tests/daily_reference.py)
+        first, last, _ = _raw(client, DAY_RANGE, {"db": db})[1]
+        days = (first, last)
     assert days is not None
     f = rq.ReportFilter(*days)
     if aggregates:
@@ -112,7 +116,11 @@ def _snapshot(client: Client, db: str) -> dict[str, Any]:
             for k, v in zip(*_raw(client, sql, f.params(db)), strict=True)
         }
     out["configurations"] = rq.audit_configurations(client, db, f).rows
-    out["by_model"] = rq.false_positives_by_model(client, db, f).rows
+    if aggregates:
+        out["by_model"] = [r[:3] for r in rq.false_positives_by_model(client, db, f).rows]
+    else:
+        raw = client.query(BY_MODEL, parameters=f.params(db), settings=LOCAL_FINAL)
+        out["by_model"] = [tuple(r) for r in raw.result_rows]
     out["gaps"] = rq.top_gap_flags(client, db, f).rows
     now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     for window in (3600, 86400):

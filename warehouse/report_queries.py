@@ -64,11 +64,11 @@ def _run(client: Client, sql: str, params: dict[str, Any]) -> QueryResult:
 def event_day_range(client: Client, database: str) -> tuple[date, date] | None:
     """First and last event day of the current assessments, or None when there are none."""
     validate_identifier(database)
+    everything = {"since": date(1970, 1, 1), "until": date(2149, 6, 6)}  # ClickHouse's Dates
     rows = _run(
         client,
-        "SELECT min(toDate(event_time)), max(toDate(event_time)), count() "
-        "FROM {db:Identifier}.current_assessments",
-        {"db": database},
+        f"SELECT min(day), max(day), sum(assessments) FROM {marker('counts')}",
+        {"db": database, **everything},
     ).rows
     if not rows or not rows[0][2]:
         return None
@@ -146,9 +146,10 @@ def false_positives_by_model(client: Client, database: str, slice_: ReportFilter
     result = _run(
         client,
         f"""
-SELECT model, count() AS audited, countIf(is_estimated_false_positive) AS estimated_false_positives
-FROM {{db:Identifier}}.current_assessments
-WHERE {DAY_MODEL_PRODUCT}
+SELECT model, sum(assessments) AS audited,
+       sum(estimated_false_positives) AS estimated_false_positives
+FROM {marker("counts")}
+WHERE {MODEL_PRODUCT_ONLY}
 GROUP BY model
 ORDER BY model
 """,
