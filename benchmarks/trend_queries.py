@@ -55,6 +55,7 @@ from trend_data import generate  # noqa: E402
 
 from refusal_audit.dashboards import build_dashboards  # noqa: E402
 from refusal_audit.report.html.data import collect  # noqa: E402
+from warehouse import daily  # noqa: E402
 from warehouse import report_queries as rq  # noqa: E402
 from warehouse.client import Client  # noqa: E402
 from warehouse.connect import connect  # noqa: E402
@@ -71,6 +72,7 @@ _LOCAL = "do_not_merge_across_partitions_select_final"
 
 Query = tuple[str, str, Callable[[], Any]]
 _GRAFANA: Any = importlib.import_module("grafana_expand")  # tests/grafana_expand.py
+_REFERENCE: Any = importlib.import_module("daily_reference")  # tests/daily_reference.py
 
 
 def named_queries(client: Client, db: str) -> Iterator[Query]:
@@ -283,6 +285,77 @@ def schema_ab(
     return out
 
 
+def refresh_daily(client: Client, db: str) -> dict[str, float | int]:
+    """Recompute every dirty day (``warehouse.daily.refresh_all``): wall and this process's
+    CPU seconds, days, seconds per day."""
+    t, cpu = time.perf_counter(), time.process_time()
+    days = daily.refresh_all(client, db)
+    wall = time.perf_counter() - t
+    out = {"days": len(days), "wall_s": wall, "cpu_s": time.process_time() - cpu,
+           "s_per_day": wall / max(1, len(days))}  # fmt: skip
+    print(f"refreshed {len(days)} dirty days in {wall:.1f} s ({out['s_per_day']:.3f} s/day)",
+          flush=True)  # fmt: skip
+    return out
+
+
+def _daily_pairs(client: Client, db: str) -> list[tuple[str, Callable[[], Any], Callable[[], Any]]]:
+    """(name, the query as it read current_assessments, the query as it reads now) for the
+    queries migration 0024 rewrote, no filter, every day (the report: its stored period)."""
+    everything = {"db": db, "since": date(1970, 1, 1), "until": date(2149, 6, 6),
+                  "model": "", "product": ""}  # fmt: skip
+
+    def old(sql: str, params: dict[str, Any]) -> Callable[[], Any]:
+        return lambda: client.query(sql, parameters=params, settings=LOCAL_FINAL).result_rows
+
+    pairs: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = [
+        (f"named: {n}", old(sql, everything), partial(run_named, client, db, n))
+        for n, sql in _REFERENCE.NAMED.items()
+    ]
+    sql = f"SELECT min(day), max(day) FROM `{db}`.daily_versions"
+    first, last = client.query(sql).result_rows[0]
+    f = rq.ReportFilter(first, last)
+    events = old(_REFERENCE.EVENTS, f.params(db))
+    assessed = old(_REFERENCE.ASSESSED, f.params(db))
+    pairs.append(("report: period_counts", lambda: (events(), assessed()),
+                  partial(rq.period_counts, client, db, f)))  # fmt: skip
+    return pairs
+
+
+def daily_ab(client: Client, db: str, runs: int) -> dict[str, dict[str, float]]:
+    """Each rewritten query alternately as it read ``current_assessments`` (before) and as it
+    reads the daily aggregate with every day clean (after), ``runs`` times after a warm-up;
+    then, with today marked dirty (computed live), the new form again. Median seconds."""
+    out: dict[str, dict[str, float]] = {}
+    pairs = _daily_pairs(client, db)
+    for name, before, after in pairs:
+        seconds: dict[str, list[float]] = {"before": [], "after": []}
+        for turn in range(runs + 1):
+            for key, call in (("before", before), ("after", after)):
+                t = time.perf_counter()
+                call()
+                if turn:
+                    seconds[key].append(time.perf_counter() - t)
+        out[name] = {f"{k}_s": statistics.median(v) for k, v in seconds.items()}
+        out[name]["after_p95_s"] = sorted(seconds["after"])[-1 if runs < 20 else int(0.95 * runs)]
+    daily.mark_days(client, db, [datetime.now(UTC).date()])
+    for name, _, after in pairs:
+        after()
+        seconds_dirty = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            after()
+            seconds_dirty.append(time.perf_counter() - t)
+        out[name]["after_today_dirty_s"] = statistics.median(seconds_dirty)
+        r = out[name]
+        print(f"  {name:40} before {r['before_s']:8.3f} s  after {r['after_s']:7.3f} s "
+              f"(x{r['before_s'] / r['after_s']:6.1f})  "
+              f"today dirty {r['after_today_dirty_s']:7.3f} s", flush=True)  # fmt: skip
+    t = time.perf_counter()
+    daily.refresh_all(client, db)
+    out["refresh of one dirty day"] = {"wall_s": time.perf_counter() - t}
+    return out
+
+
 def markdown(saved: dict[str, Any]) -> str:
     """A Markdown table of every query's p50 / p95 (seconds) per stored run (column)."""
     runs = list(saved)
@@ -328,6 +401,11 @@ def main() -> None:
     parser.add_argument(
         "--ab", action="store_true", help="also compare the view bodies of 0022 and 0023"
     )
+    parser.add_argument(
+        "--ab-daily",
+        action="store_true",
+        help="time the queries 0024 rewrote, before/after alternately, then with today dirty",
+    )
     args = parser.parse_args()
     if args.table:
         print(markdown(json.loads(args.json.read_text())))
@@ -350,6 +428,8 @@ def main() -> None:
             report["generate_s"] = generate(client, DATABASE, rows)
             print(f"generated {rows:,} assessments in {time.perf_counter() - t:.0f} s: "
                   f"{report['generate_s']}", flush=True)  # fmt: skip
+        if report["schema"] >= "0024":
+            report["refresh"] = refresh_daily(client, DATABASE)
         report["tables"] = store_stats(client, DATABASE)
         builders = {
             "named": named_queries,
@@ -366,6 +446,8 @@ def main() -> None:
         ]
         if args.ab:
             report["view_ab"] = view_ab(client, DATABASE, args.runs)
+        if args.ab_daily:
+            report["daily_ab"] = daily_ab(client, DATABASE, args.runs)
         if args.ab_schema:
             report["schema_ab"] = schema_ab(client, DATABASE, queries, args.runs, args.only)
             report["queries"] = {}

@@ -65,6 +65,7 @@ app.command("sql", rich_help_panel=AUDIT_PANEL)(cli_audit.sql)
 app.command("gaps", rich_help_panel=AUDIT_PANEL)(cli_audit.gaps)
 
 app.command("migrate", rich_help_panel=STREAMING_PANEL)(cli_streaming.migrate)
+app.command("refresh-daily", rich_help_panel=STREAMING_PANEL)(cli_streaming.refresh_daily)
 app.add_typer(cli_streaming.topics_app, name="topics", rich_help_panel=STREAMING_PANEL)
 app.command("worker", rich_help_panel=STREAMING_PANEL)(cli_streaming.worker)
 app.command("produce", rich_help_panel=STREAMING_PANEL)(cli_streaming.produce)

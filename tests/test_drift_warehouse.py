@@ -181,8 +181,9 @@ def test_upgrade_backfills_first_arrivals_of_existing_events(chdb_dsn: str) -> N
     database = f"t_{uuid.uuid4().hex[:16]}"
     client = connect(chdb_dsn, database)
     try:
-        # up to 0008, plus what today's Warehouse and counts use (0011-0013, 0021)
-        later = ("event_fingerprint", "review_verdicts", "drift_reviews", "refusal_disagreement")
+        # up to 0008, plus what today's Warehouse and counts use (0011-0013, 0021, 0024)
+        later = ("event_fingerprint", "review_verdicts", "drift_reviews", "refusal_disagreement",
+                 "daily_aggregates")  # fmt: skip
         up_to_0008 = [m for m in load_migrations() if m.version <= "0008" or m.name in later]
         migrate(client, database, migrations=up_to_0008)
         wh = Warehouse(client, database, retries=1, retry_wait=0.0)

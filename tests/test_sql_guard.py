@@ -35,7 +35,7 @@ from processors.sql_policy import (
     USER_TABLES,
 )
 from refusal_audit.cli import app
-from warehouse import ReadOnlyViolation, WarehouseError, connect, migrate
+from warehouse import ReadOnlyViolation, WarehouseError, connect, daily, migrate
 from warehouse.client import Client
 from warehouse.queries import NAMED_QUERIES, run_readonly
 from warehouse.remote.server import serve_request
@@ -317,7 +317,7 @@ def test_every_named_query_passes_the_guard_with_the_same_rows(
     loaded: tuple[Client, str], name: str
 ) -> None:
     client, database = loaded
-    sql = _bound(NAMED_QUERIES[name].sql, database)
+    sql = _bound(daily.inline_sql(NAMED_QUERIES[name].sql), database)
     expected = [tuple(r) for r in client.query(sql).result_rows]
     assert run_readonly(client, sql).rows == expected
 

@@ -1,6 +1,7 @@
-"""Migrations 0022 (current_assessments read without the primary-key analysis of its IN set)
-and 0023 (FINAL merging inside each month: ``do_not_merge_across_partitions_select_final``)
-on a warehouse populated at the schema before them: rows kept, every named query, report
+"""Migrations 0022 (current_assessments read without the primary-key analysis of its IN set),
+0023 (FINAL merging inside each month: ``do_not_merge_across_partitions_select_final``) and
+0024 (daily aggregates; the days computed live, then recomputed) on a warehouse populated at
+the schema before them: rows kept, every named query, report
 query, Grafana panel and drift read returns exactly what it returned before, they can be
 applied again, and re-delivered rows change nothing after them either. A store holding a
 key in two months is refused by 0023's check (nothing applied) until
@@ -18,26 +19,29 @@ from __future__ import annotations
 import sys
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from daily_reference import ASSESSED, BY_MODEL, DAY_RANGE, EVENTS, NAMED
 from grafana_expand import ALL, Variable, expand
 
 from refusal_audit.dashboards import build_dashboards
+from warehouse import daily
 from warehouse import report_queries as rq
 from warehouse.client import Client
 from warehouse.connect import connect
 from warehouse.drift_assessments import window_counts
 from warehouse.migrate import MigrationError, applied_migrations, load_migrations, migrate
-from warehouse.partition_keys import fold_spanning_keys, spanning_keys
+from warehouse.named import QueryResult
+from warehouse.partition_keys import LOCAL_FINAL, fold_spanning_keys, spanning_keys
 from warehouse.queries import NAMED_QUERIES, run_named
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from trend_data import generate
 
-NEW = ["0022_current_assessments_settings", "0023_partition_local_final"]
+NEW = ["0022_current_assessments_settings", "0023_partition_local_final", "0024_daily_aggregates"]
 ROWS = 4000
 
 
@@ -66,22 +70,57 @@ def _edge_cases(client: Client, db: str) -> None:
     )
 
 
+def _raw(client: Client, sql: str, params: dict[str, Any]) -> tuple[list[str], tuple[Any, ...]]:
+    raw = client.query(sql, parameters=params, settings=LOCAL_FINAL)
+    return list(raw.column_names), tuple(raw.result_rows[0])
+
+
+def _named(client: Client, db: str, name: str, aggregates: bool, **f: Any) -> list[Any]:
+    """``run_named``'s rows; before 0024 (no daily aggregates yet) the queries it rewrote
+    run as they were (``tests/daily_reference.py``), post-processed the same way."""
+    if aggregates or name not in NAMED:
+        return run_named(client, db, name, **f).rows
+    params = {"db": db, "since": f.get("since", date(1970, 1, 1)),
+              "until": f.get("until", date(2149, 6, 6)), "model": f.get("model", ""),
+              "product": ""}  # fmt: skip
+    raw = client.query(NAMED[name], parameters=params, settings=LOCAL_FINAL)
+    result = QueryResult(list(raw.column_names), [tuple(r) for r in raw.result_rows])
+    post = NAMED_QUERIES[name].postprocess
+    return (post(result) if post and result.rows else result).rows
+
+
 def _snapshot(client: Client, db: str) -> dict[str, Any]:
     """Every result the migration must not change."""
     out: dict[str, Any] = {}
     today = datetime.now(UTC).date()
+    aggregates = "0024" in applied_migrations(client, db)
     for name in NAMED_QUERIES:
-        out[name] = run_named(client, db, name).rows
+        out[name] = _named(client, db, name, aggregates)
         if NAMED_QUERIES[name].filters:
-            out[f"{name} model-01 30d"] = run_named(
-                client, db, name, since=today - timedelta(days=30), model="model-01"
-            ).rows
-    days = rq.event_day_range(client, db)
+            out[f"{name} model-01 30d"] = _named(
+                client, db, name, aggregates, since=today - timedelta(days=30), model="model-01"
+            )
+    if aggregates:
+        days = rq.event_day_range(client, db)
+    else:  # before 0024 (tests/daily_reference.py)
+        first, last, _ = _raw(client, DAY_RANGE, {"db": db})[1]
+        days = (first, last)
     assert days is not None
     f = rq.ReportFilter(*days)
-    out["period_counts"] = rq.period_counts(client, db, f)
+    if aggregates:
+        out["period_counts"] = rq.period_counts(client, db, f)
+    else:  # before 0024 the period counts read current_assessments (tests/daily_reference.py)
+        out["period_counts"] = {
+            k: int(v)
+            for sql in (EVENTS, ASSESSED)
+            for k, v in zip(*_raw(client, sql, f.params(db)), strict=True)
+        }
     out["configurations"] = rq.audit_configurations(client, db, f).rows
-    out["by_model"] = rq.false_positives_by_model(client, db, f).rows
+    if aggregates:
+        out["by_model"] = [r[:3] for r in rq.false_positives_by_model(client, db, f).rows]
+    else:
+        raw = client.query(BY_MODEL, parameters=f.params(db), settings=LOCAL_FINAL)
+        out["by_model"] = [tuple(r) for r in raw.result_rows]
     out["gaps"] = rq.top_gap_flags(client, db, f).rows
     now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     for window in (3600, 86400):
@@ -133,8 +172,10 @@ def test_the_migration_keeps_rows_and_results_and_can_run_again(
     assert len(before["current"]) < ROWS, "some assessments were retired"
     assert spanning_keys(client, db) == {"refusal_events": 0, "assessments": 0}
     assert migrate(client, db) == NEW
-    assert _tables(client, db) == tables
-    assert _snapshot(client, db) == before
+    assert {t: n for t, n in _tables(client, db).items() if t in tables} == tables
+    assert _snapshot(client, db) == before  # every day dirty: the aggregates computed live
+    daily.refresh_all(client, db)
+    assert _snapshot(client, db) == before  # every day from the aggregates
     assert migrate(client, db) == []
     for migration in [m for m in load_migrations() if m.id in NEW]:
         for statement in migration.statements(db):  # an interrupted run applied again

@@ -78,4 +78,11 @@ DAY_MODEL_PRODUCT = """
     AND ({product:String} = '' OR product = {product:String})
 """
 
+MODEL_PRODUCT_ONLY = """
+    ({model:String} = '' OR model = {model:String})
+    AND ({product:String} = '' OR product = {product:String})
+"""
+"""The model/product filter alone: for the daily aggregates (``warehouse.daily``), whose
+sources already hold the days ``since`` to ``until`` only."""
+
 MODEL_PRODUCT = frozenset({"model", "product"})

@@ -20,10 +20,13 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from processors.gap_text import describe_gap_sql
 from schemas.events import DISAGREEMENT_DIRECTIONS
+from warehouse import daily
 from warehouse.client import Client, WarehouseError, validate_identifier
+from warehouse.daily import marker
 from warehouse.named import (
     DAY_MODEL_PRODUCT,
     MODEL_PRODUCT,
+    MODEL_PRODUCT_ONLY,
     NamedQuery,
     QueryResult,
     with_proportions,
@@ -78,11 +81,11 @@ NAMED_QUERIES: dict[str, NamedQuery] = {
             description="Estimated over-refusal (false positive) rate per event day and model, "
             "with Wilson 95% interval.",
             sql=f"""
-SELECT toDate(event_time) AS day, model,
-       count() AS audited,
-       countIf(is_estimated_false_positive) AS estimated_false_positives
-FROM {{db:Identifier}}.current_assessments
-WHERE {DAY_MODEL_PRODUCT}
+SELECT day, model,
+       sum(assessments) AS audited,
+       sum(estimated_false_positives) AS estimated_false_positives
+FROM {marker("counts")}
+WHERE {MODEL_PRODUCT_ONLY}
 GROUP BY day, model
 ORDER BY day, model
 """,
@@ -107,9 +110,9 @@ ORDER BY day, model
 SELECT day, category, assessments,
        assessments / sum(assessments) OVER (PARTITION BY day) AS share
 FROM (
-    SELECT toDate(event_time) AS day, category, count() AS assessments
-    FROM {{db:Identifier}}.current_assessments
-    WHERE {DAY_MODEL_PRODUCT}
+    SELECT day, category, sum(assessments) AS assessments
+    FROM {marker("counts")}
+    WHERE {MODEL_PRODUCT_ONLY}
     GROUP BY day, category
 )
 ORDER BY day, assessments DESC, category
@@ -164,11 +167,11 @@ SELECT policy_bundle, clause, citations,
        citations / sum(citations) OVER (PARTITION BY policy_bundle) AS share,
        estimated_false_positives
 FROM (
-    SELECT policy_bundle, assumeNotNull(policy_clause_cited) AS clause,
-           count() AS citations,
-           countIf(is_estimated_false_positive) AS estimated_false_positives
-    FROM {{db:Identifier}}.current_assessments
-    WHERE policy_clause_cited IS NOT NULL AND {DAY_MODEL_PRODUCT}
+    SELECT policy_bundle, clause,
+           sum(citations) AS citations,
+           sum(estimated_false_positives) AS estimated_false_positives
+    FROM {marker("clauses")}
+    WHERE {MODEL_PRODUCT_ONLY}
     GROUP BY policy_bundle, clause
 )
 ORDER BY citations DESC, policy_bundle, clause
@@ -181,12 +184,12 @@ ORDER BY citations DESC, policy_bundle, clause
             description="Per event day: share of assessments flagged for human review and "
             "share sampled for review, each with Wilson 95% interval.",
             sql=f"""
-SELECT toDate(event_time) AS day,
-       count() AS assessed,
-       countIf(requires_human_review) AS flagged,
-       countIf(sampled_for_review) AS sampled
-FROM {{db:Identifier}}.current_assessments
-WHERE {DAY_MODEL_PRODUCT}
+SELECT day,
+       sum(assessments) AS assessed,
+       sum(flagged) AS flagged,
+       sum(sampled) AS sampled
+FROM {marker("counts")}
+WHERE {MODEL_PRODUCT_ONLY}
 GROUP BY day
 ORDER BY day
 """,
@@ -213,12 +216,12 @@ ORDER BY day
             description="Stored events per event day: total, refusals and non-refusals "
             "(the refusal pre-filter's decision).",
             sql=f"""
-SELECT toDate(event_time) AS day,
-       count() AS events,
-       countIf(is_refusal) AS refusals,
-       countIf(NOT is_refusal) AS non_refusals
-FROM {{db:Identifier}}.refusal_events FINAL
-WHERE {DAY_MODEL_PRODUCT}
+SELECT day,
+       sum(events) AS events,
+       sum(refusals) AS refusals,
+       sum(non_refusals) AS non_refusals
+FROM {marker("events")}
+WHERE {MODEL_PRODUCT_ONLY}
 GROUP BY day
 ORDER BY day
 """,
@@ -416,7 +419,10 @@ def run_named(
     if "product" in query.filters:
         params["product"] = product or ""
     try:
-        raw = client.query(query.sql, parameters=params, settings=LOCAL_FINAL)
+        sql, sources = daily.with_source(client, database, query.sql, params["since"],
+                                         params["until"])  # fmt: skip
+        settings = daily.READ_SETTINGS if sources else LOCAL_FINAL
+        raw = client.query(sql, parameters=params | sources, settings=settings)
     except ClickHouseError as exc:
         raise WarehouseError(f"query {name!r} failed: {exc}") from exc
     if not raw.result_rows:

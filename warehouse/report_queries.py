@@ -17,8 +17,10 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from processors.gap_text import describe_gap_sql
 from schemas.alerts import ALL, Alert
+from warehouse import daily
 from warehouse.client import Client, WarehouseError, validate_identifier
-from warehouse.named import DAY_MODEL_PRODUCT, QueryResult, with_proportions
+from warehouse.daily import marker
+from warehouse.named import DAY_MODEL_PRODUCT, MODEL_PRODUCT_ONLY, QueryResult, with_proportions
 from warehouse.partition_keys import LOCAL_FINAL
 
 
@@ -44,8 +46,16 @@ class ReportFilter:
 
 
 def _run(client: Client, sql: str, params: dict[str, Any]) -> QueryResult:
+    """``sql`` with ``params``; a daily aggregate's marker (``warehouse.daily.marker``) reads
+    the aggregate over ``since`` to ``until``."""
     try:
-        raw = client.query(sql, parameters=params, settings=LOCAL_FINAL)
+        settings = LOCAL_FINAL
+        if "since" in params:
+            sql, sources = daily.with_source(client, params["db"], sql, params["since"],
+                                             params["until"])  # fmt: skip
+            if sources:
+                params, settings = params | sources, daily.READ_SETTINGS
+        raw = client.query(sql, parameters=params, settings=settings)
     except ClickHouseError as exc:
         raise WarehouseError(f"report query failed: {exc}") from exc
     return QueryResult(list(raw.column_names), [tuple(r) for r in raw.result_rows])
@@ -54,11 +64,11 @@ def _run(client: Client, sql: str, params: dict[str, Any]) -> QueryResult:
 def event_day_range(client: Client, database: str) -> tuple[date, date] | None:
     """First and last event day of the current assessments, or None when there are none."""
     validate_identifier(database)
+    everything = {"since": date(1970, 1, 1), "until": date(2149, 6, 6)}  # ClickHouse's Dates
     rows = _run(
         client,
-        "SELECT min(toDate(event_time)), max(toDate(event_time)), count() "
-        "FROM {db:Identifier}.current_assessments",
-        {"db": database},
+        f"SELECT min(day), max(day), sum(assessments) FROM {marker('counts')}",
+        {"db": database, **everything},
     ).rows
     if not rows or not rows[0][2]:
         return None
@@ -80,21 +90,22 @@ def stored_values(client: Client, database: str, column: str) -> list[str]:
 
 
 _EVENTS_SQL = f"""
-SELECT count() AS events, countIf(is_refusal) AS refusals, countIf(NOT is_refusal) AS non_refusals
-FROM {{db:Identifier}}.refusal_events FINAL
-WHERE {DAY_MODEL_PRODUCT}
+SELECT sum(events) AS events, sum(refusals) AS refusals, sum(non_refusals) AS non_refusals
+FROM {marker("events")}
+WHERE {MODEL_PRODUCT_ONLY}
 """
 
 _ASSESSED_SQL = f"""
-SELECT count() AS audited,
-       countIf(is_estimated_false_positive) AS estimated_false_positives,
-       countIf(requires_human_review) AS flagged,
-       countIf(sampled_for_review) AS sampled,
-       uniqExact(batch_id) AS batches,
+SELECT sum(assessments) AS audited,
+       sum(estimated_false_positives) AS estimated_false_positives,
+       sum(flagged) AS flagged,
+       sum(sampled) AS sampled,
+       (SELECT uniqExact(batch_id) FROM {marker("batches")} WHERE {MODEL_PRODUCT_ONLY})
+           AS batches,
        uniqExact(model) AS models,
        uniqExact(product) AS products
-FROM {{db:Identifier}}.current_assessments
-WHERE {DAY_MODEL_PRODUCT}
+FROM {marker("counts")}
+WHERE {MODEL_PRODUCT_ONLY}
 """
 
 
@@ -135,9 +146,10 @@ def false_positives_by_model(client: Client, database: str, slice_: ReportFilter
     result = _run(
         client,
         f"""
-SELECT model, count() AS audited, countIf(is_estimated_false_positive) AS estimated_false_positives
-FROM {{db:Identifier}}.current_assessments
-WHERE {DAY_MODEL_PRODUCT}
+SELECT model, sum(assessments) AS audited,
+       sum(estimated_false_positives) AS estimated_false_positives
+FROM {marker("counts")}
+WHERE {MODEL_PRODUCT_ONLY}
 GROUP BY model
 ORDER BY model
 """,

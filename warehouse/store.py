@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import date
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -28,15 +30,13 @@ from tenacity import (
 )
 
 from schemas import BatchRecord, DeadLetter, StoredAssessment, StoredEvent
-from schemas.audit import PolicyGapFlag
 from schemas.events import StoredIdentity
-from warehouse import key_sets
+from warehouse import daily, key_sets
 from warehouse.client import Client, WarehouseError, validate_identifier
 from warehouse.connect import connect
 from warehouse.retryable import transient_cause
 from warehouse.rows import (
     ALERT_COLUMNS,
-    ASSESSMENT_COLUMNS,
     TABLE_COLUMNS,
     alert_row,
     assessment_row,
@@ -44,9 +44,9 @@ from warehouse.rows import (
     dead_letter_row,
     dedup_token,
     event_row,
-    gap_flag,
     to_utc,
 )
+from warehouse.stored_reads import StoredReads
 
 if TYPE_CHECKING:  # pyarrow loads with the first columnar insert (warehouse.columnar):
     import pyarrow as pa  # a process that only reads, or a topics worker, never loads it
@@ -60,6 +60,9 @@ __all__ = [
 ]
 
 _R = TypeVar("_R")
+
+# tables whose rows change current_assessments (warehouse.daily)
+_DAILY_SOURCES = frozenset({"refusal_events", "assessments"})
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +125,7 @@ class WarehouseSettings(Protocol):
     def warehouse_insert_retries(self) -> int: ...
 
 
-class Warehouse:
+class Warehouse(StoredReads):
     """The refusal-audit warehouse: a connected client plus the database holding its tables.
 
     ``client`` must already be migrated (see ``warehouse.migrate.migrate``, or use
@@ -158,6 +161,7 @@ class Warehouse:
         # the same for the columnar inserts: (table, columns) -> their Arrow schema
         self._arrow_schemas: dict[tuple[str, tuple[str, ...]], pa.Schema] = {}
         self._column_types_lock = threading.Lock()
+        self._daily_at: float | None = None  # monotonic time of the last refresh_daily
 
     @classmethod
     def open(
@@ -437,8 +441,28 @@ class Warehouse:
         tables of ``TABLE_COLUMNS``) in one columnar insert (``warehouse.columnar``: Arrow,
         on chDB, a server and the owner channel alike), with ``token`` as in
         :meth:`insert_events` (empty ``rows``: no-op). Raises ``KeyError`` for another
-        table, ``WarehouseError`` on failure."""
+        table, ``WarehouseError`` on failure.
+
+        Rows of ``refusal_events``/``assessments`` then mark their event days dirty again
+        (``warehouse.daily.mark_days``; 0024's views did in the insert): a concurrent
+        ``refresh`` that read the first mark before the rows were visible leaves them dirty."""
         self._insert(table, TABLE_COLUMNS[table], rows, token, columnar=True)
+        if rows and table in _DAILY_SOURCES:
+            at = TABLE_COLUMNS[table].index("event_time")
+            days = sorted({to_utc(r[at]).date() for r in rows})
+            mark = lambda: daily.mark_days(self.client, self.database, days)  # noqa: E731
+            self._with_retries("dirty_days", "marking of days in", mark)
+
+    def refresh_daily(self, max_days: int = daily.MAX_DAYS, every_s: float = 0.0) -> list[date]:
+        """Recompute up to ``max_days`` dirty days (``warehouse.daily.refresh``), at most once
+        per ``every_s`` seconds of this object's life (sooner: no-op, ``[]``); the writers
+        call it after each stored block. Returns the days recomputed. Raises
+        ``WarehouseError``."""
+        now = time.monotonic()
+        if self._daily_at is not None and now - self._daily_at < every_s:
+            return []
+        self._daily_at = now
+        return daily.refresh(self.client, self.database, max_days)
 
     def insert_rows(self, table: str, columns: Sequence[str], rows: list[list[Any]]) -> None:
         """Insert ``rows`` (values in ``columns`` order) into ``table`` of this database, one
@@ -471,129 +495,3 @@ class Warehouse:
         Raises ``ValueError`` for a missing/unknown field, ``WarehouseError`` on failure.
         """
         self._insert("alerts", list(ALERT_COLUMNS), [alert_row(a) for a in alerts])
-
-    # ---- reads ----------------------------------------------------------------------
-
-    def _select(
-        self,
-        sql: str,
-        parameters: dict[str, Any] | None = None,
-        column_formats: dict[str, str | dict[str, str]] | None = None,
-        *,
-        settings: dict[str, Any] | None = None,
-    ) -> tuple[list[str], list[tuple[Any, ...]]]:
-        params = {"db": self.database, **(parameters or {})}
-        try:
-            result = self.client.query(sql, parameters=params, column_formats=column_formats,
-                                       settings=settings)  # fmt: skip
-        except ClickHouseError as exc:
-            raise WarehouseError(f"query on {self.database} failed: {exc}") from exc
-        return list(result.column_names), [tuple(row) for row in result.result_rows]
-
-    def _dicts(
-        self,
-        sql: str,
-        parameters: dict[str, Any] | None = None,
-        column_formats: dict[str, str | dict[str, str]] | None = None,
-    ) -> list[dict[str, Any]]:
-        columns, rows = self._select(sql, parameters, column_formats)
-        return [dict(zip(columns, row, strict=True)) for row in rows]
-
-    def count_events(self) -> int:
-        """Number of distinct stored events (current rows). Raises ``WarehouseError``."""
-        _, rows = self._select("SELECT count() FROM {db:Identifier}.refusal_events FINAL")
-        return int(rows[0][0])
-
-    def count_assessments(self) -> int:
-        """Number of current assessments. Raises ``WarehouseError``."""
-        _, rows = self._select("SELECT count() FROM {db:Identifier}.current_assessments")
-        return int(rows[0][0])
-
-    def count_batches(self) -> int:
-        """Number of distinct audited batches. Raises ``WarehouseError``."""
-        _, rows = self._select("SELECT count() FROM {db:Identifier}.audit_batches FINAL")
-        return int(rows[0][0])
-
-    def current_assessments(self, log_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        """The current assessments (of ``log_ids`` only, when given), one dict per row.
-
-        Keys are the ``assessments`` columns, i.e. the ``StoredAssessment`` field names;
-        datetimes are aware UTC. Ordered by (policy_bundle, log_id). Raises ``WarehouseError``.
-        """
-        if log_ids is not None and not log_ids:
-            return []
-        where = "" if log_ids is None else "WHERE log_id IN {ids:Array(String)}"
-        return self._dicts(
-            f"SELECT * FROM {{db:Identifier}}.current_assessments {where} "
-            "ORDER BY policy_bundle, log_id",
-            {"ids": list(log_ids)} if log_ids is not None else None,
-        )
-
-    def assessments_of(self, keys: Sequence[tuple[str, str]]) -> list[StoredAssessment]:
-        """The current assessments of ``keys`` = ``(policy_bundle, log_id)`` pairs, in the
-        order of ``keys`` (pairs without one are left out). Raises ``WarehouseError``."""
-        pairs = list(dict.fromkeys(keys))
-        if not pairs:
-            return []
-        columns = ", ".join(ASSESSMENT_COLUMNS)
-        rows = self._dicts(
-            f"SELECT {columns} FROM {{db:Identifier}}.current_assessments "
-            "WHERE (policy_bundle, log_id) IN {pairs:Array(Tuple(String, String))}",
-            {"pairs": pairs},
-        )
-        found = {(r["policy_bundle"], r["log_id"]): StoredAssessment(**r) for r in rows}
-        return [found[p] for p in pairs if p in found]
-
-    def gap_flags_of(self, batch_ids: Sequence[str]) -> list[PolicyGapFlag]:
-        """The policy-gap flags of the stored batches ``batch_ids``, in the order of the ids
-        (each batch's flags in its order). Raises ``WarehouseError``."""
-        ids = list(dict.fromkeys(batch_ids))
-        if not ids:
-            return []
-        _, rows = self._select(
-            "SELECT batch_id, policy_gap_flags FROM {db:Identifier}.audit_batches FINAL "
-            "WHERE batch_id IN {ids:Array(String)}",
-            {"ids": ids},
-        )
-        flags = {str(r[0]): r[1] for r in rows}
-        return [gap_flag(f) for batch_id in ids for f in flags.get(batch_id, [])]
-
-    def assessment_counts_per_log_id(self) -> dict[str, int]:
-        """Map log_id -> number of current assessments (1 each when every log_id is audited
-        against one bundle). Raises ``WarehouseError``.
-        """
-        _, rows = self._select(
-            "SELECT log_id, count() FROM {db:Identifier}.current_assessments GROUP BY log_id"
-        )
-        return {str(log_id): int(n) for log_id, n in rows}
-
-    def batches(self, limit: int = 100) -> list[dict[str, Any]]:
-        """The newest ``limit`` batches (by audited_at), one dict per row; ``policy_gap_flags``
-        is a list of ``{"description", "example_log_ids"}`` dicts. Raises ``WarehouseError``.
-        """
-        return self._dicts(
-            "SELECT * FROM {db:Identifier}.audit_batches FINAL "
-            "ORDER BY audited_at DESC, batch_id LIMIT {limit:UInt32}",
-            {"limit": limit},
-        )
-
-    def dead_letters(self, limit: int = 100) -> list[dict[str, Any]]:
-        """The newest ``limit`` dead letters, one dict per row (``DeadLetter`` field names;
-        ``raw`` as bytes). Raises ``WarehouseError``.
-        """
-        return self._dicts(
-            "SELECT * FROM {db:Identifier}.dead_letters FINAL "
-            "ORDER BY created_at DESC, dead_letter_id LIMIT {limit:UInt32}",
-            {"limit": limit},
-            column_formats={"raw": "bytes"},
-        )
-
-    def alerts(self, limit: int = 100) -> list[dict[str, Any]]:
-        """The newest ``limit`` alerts, one dict per row (``ALERT_COLUMNS``; ``payload`` is the
-        JSON text). Raises ``WarehouseError``.
-        """
-        return self._dicts(
-            "SELECT * FROM {db:Identifier}.alerts FINAL "
-            "ORDER BY created_at DESC, alert_id LIMIT {limit:UInt32}",
-            {"limit": limit},
-        )

@@ -35,7 +35,7 @@ import asyncio
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from itertools import islice
 from typing import Protocol, runtime_checkable
 
@@ -71,6 +71,21 @@ class LocatingSink(Protocol):
     def insert_located_events(
         self, events: Sequence[StoredEvent], records: Sequence[SourceRecord]
     ) -> None: ...
+
+
+#: Seconds between two recomputes of dirty days by one sink (``warehouse.daily``): a day
+#: still dirty is computed live by every query, so this bounds the writers' extra work,
+#: not the queries' correctness.
+REFRESH_EVERY_S = 10.0
+
+
+@runtime_checkable
+class RefreshingSink(Protocol):
+    """A sink that keeps daily aggregates (``warehouse.Warehouse``): after each flush the
+    pipeline calls ``refresh_daily`` (bounded per call, at most every ``every_s`` seconds;
+    ``warehouse.daily``)."""
+
+    def refresh_daily(self, max_days: int = ..., every_s: float = ...) -> list[date]: ...
 
 
 @dataclass(frozen=True)
@@ -465,6 +480,8 @@ class AuditPipeline:
             await asyncio.to_thread(sink.insert_batches, batches)
         if assessments:
             await asyncio.to_thread(sink.insert_assessments, assessments)
+        if (events or assessments) and isinstance(sink, RefreshingSink):
+            await asyncio.to_thread(sink.refresh_daily, every_s=REFRESH_EVERY_S)
 
     async def _start_audit(self, batch: AuditBatch, run: _Run) -> None:
         """Start auditing ``batch`` once one of the ``max_in_flight`` slots is free (waiting

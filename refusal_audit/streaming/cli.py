@@ -235,6 +235,27 @@ def migrate() -> None:
     console.print(f"applied: {', '.join(applied) if applied else 'nothing (up to date)'}")
 
 
+def refresh_daily(
+    max_days: int = typer.Option(0, help="recompute at most this many days (0: every dirty day)"),
+) -> None:
+    """Recompute the daily aggregates' dirty days (warehouse.daily; the writers do it too,
+    a bounded number per stored block, and queries compute dirty days live meanwhile)."""
+    from warehouse import daily
+    from warehouse.connect import connect
+
+    cfg = settings()
+    password = cfg.warehouse_password.get_secret_value() if cfg.warehouse_password else None
+    try:
+        client = connect(cfg.resolved_warehouse_dsn, cfg.warehouse_database, password)
+        if max_days:
+            days = daily.refresh(client, cfg.warehouse_database, max_days)
+        else:
+            days = daily.refresh_all(client, cfg.warehouse_database)
+    except WarehouseError as exc:
+        raise fail_usage(f"cannot refresh the daily aggregates: {exc}") from exc
+    console.print(f"recomputed {len(days)} day(s)" + (f": {days[0]} .. {days[-1]}" if days else ""))
+
+
 topics_app = typer.Typer(help="Provision and list the Kafka topics.", no_args_is_help=True)
 
 

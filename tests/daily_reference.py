@@ -1,0 +1,97 @@
+"""The queries that migration 0024's daily aggregates replaced, as they read
+``current_assessments`` before (``warehouse.queries`` and ``warehouse.report_queries`` up to
+issue 27 item 4): the reference ``tests/test_daily_aggregates.py`` compares the rewritten
+queries with, and ``benchmarks/trend_queries.py --ab-daily`` times them against."""
+
+from __future__ import annotations
+
+from warehouse.named import DAY_MODEL_PRODUCT
+
+NAMED = {
+    "false_positive_rate": f"""
+SELECT toDate(event_time) AS day, model,
+       count() AS audited,
+       countIf(is_estimated_false_positive) AS estimated_false_positives
+FROM {{db:Identifier}}.current_assessments
+WHERE {DAY_MODEL_PRODUCT}
+GROUP BY day, model
+ORDER BY day, model
+""",
+    "category_mix": f"""
+SELECT day, category, assessments,
+       assessments / sum(assessments) OVER (PARTITION BY day) AS share
+FROM (
+    SELECT toDate(event_time) AS day, category, count() AS assessments
+    FROM {{db:Identifier}}.current_assessments
+    WHERE {DAY_MODEL_PRODUCT}
+    GROUP BY day, category
+)
+ORDER BY day, assessments DESC, category
+""",
+    "top_clauses": f"""
+SELECT policy_bundle, clause, citations,
+       citations / sum(citations) OVER (PARTITION BY policy_bundle) AS share,
+       estimated_false_positives
+FROM (
+    SELECT policy_bundle, assumeNotNull(policy_clause_cited) AS clause,
+           count() AS citations,
+           countIf(is_estimated_false_positive) AS estimated_false_positives
+    FROM {{db:Identifier}}.current_assessments
+    WHERE policy_clause_cited IS NOT NULL AND {DAY_MODEL_PRODUCT}
+    GROUP BY policy_bundle, clause
+)
+ORDER BY citations DESC, policy_bundle, clause
+""",
+    "review_share": f"""
+SELECT toDate(event_time) AS day,
+       count() AS assessed,
+       countIf(requires_human_review) AS flagged,
+       countIf(sampled_for_review) AS sampled
+FROM {{db:Identifier}}.current_assessments
+WHERE {DAY_MODEL_PRODUCT}
+GROUP BY day
+ORDER BY day
+""",
+}
+
+NAMED["prefilter"] = f"""
+SELECT toDate(event_time) AS day,
+       count() AS events,
+       countIf(is_refusal) AS refusals,
+       countIf(NOT is_refusal) AS non_refusals
+FROM {{db:Identifier}}.refusal_events FINAL
+WHERE {DAY_MODEL_PRODUCT}
+GROUP BY day
+ORDER BY day
+"""
+
+EVENTS = f"""
+SELECT count() AS events, countIf(is_refusal) AS refusals, countIf(NOT is_refusal) AS non_refusals
+FROM {{db:Identifier}}.refusal_events FINAL
+WHERE {DAY_MODEL_PRODUCT}
+"""
+
+ASSESSED = f"""
+SELECT count() AS audited,
+       countIf(is_estimated_false_positive) AS estimated_false_positives,
+       countIf(requires_human_review) AS flagged,
+       countIf(sampled_for_review) AS sampled,
+       uniqExact(batch_id) AS batches,
+       uniqExact(model) AS models,
+       uniqExact(product) AS products
+FROM {{db:Identifier}}.current_assessments
+WHERE {DAY_MODEL_PRODUCT}
+"""
+
+DAY_RANGE = """
+SELECT min(toDate(event_time)), max(toDate(event_time)), count()
+FROM {db:Identifier}.current_assessments
+"""
+
+BY_MODEL = f"""
+SELECT model, count() AS audited, countIf(is_estimated_false_positive) AS estimated_false_positives
+FROM {{db:Identifier}}.current_assessments
+WHERE {DAY_MODEL_PRODUCT}
+GROUP BY model
+ORDER BY model
+"""

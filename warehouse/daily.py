@@ -1,0 +1,349 @@
+"""Daily aggregates of ``current_assessments``, exact under "newest wins" (migration 0024).
+
+A ``ReplacingMergeTree`` replaces a re-audited assessment and ``current_assessments`` drops
+an assessment whose event was re-judged a non-refusal: counts kept by adding cannot follow
+that, so a *day* is recomputed whole instead. Every insert into ``refusal_events`` or
+``assessments`` marks its event days dirty (``dirty_days``: the migration's materialized
+views, in the same insert; :func:`mark_days`, called by ``warehouse.store`` after the insert
+returns). :func:`refresh` recomputes up to ``max_days`` dirty days of one month from
+``current_assessments`` restricted to them, writes the rows under a new version
+(server nanoseconds), records the version per day (``daily_versions``), clears the marks
+it read (a mark written meanwhile has a newer version and stays) and deletes the day's
+versions older than the previous one. Readers (:func:`source_sql`) read a clean day's rows
+of its recorded version and compute the dirty days live, so no query returns a stale day.
+
+The aggregates (shapes: the migration):
+
+- ``counts``: per bundle, day, model, product, category: ``assessments``,
+  ``estimated_false_positives``, ``flagged`` (requires_human_review), ``sampled``;
+- ``clauses``: per bundle, day, model, product, cited clause: ``citations``,
+  ``estimated_false_positives``;
+- ``batches``: per bundle, day, model, product, batch id: ``assessments``;
+- ``events``: stored events (``refusal_events``, every version's newest) per bundle, day,
+  model, product: ``events``, ``refusals``, ``non_refusals`` (the pre-filter's decision).
+
+A day is the UTC day of ``event_time``. The live computation restricts both tables to the
+dirty days: every version of an event and its assessments carry the event's time
+(migration 0023's invariant, ``processors.auditing``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+from clickhouse_connect.driver.exceptions import ClickHouseError
+
+from warehouse.client import Client, WarehouseError, quote_identifier
+from warehouse.partition_keys import LOCAL_FINAL
+
+__all__ = [
+    "AGGREGATES",
+    "READ_SETTINGS",
+    "Aggregate",
+    "dirty_days",
+    "dirty_params",
+    "inline_sql",
+    "mark_days",
+    "marker",
+    "refresh",
+    "refresh_all",
+    "source_sql",
+    "with_source",
+]
+
+#: Settings of every read of the live part (and of the queries around it): FINAL inside
+#: months (0023) and no primary-key analysis of the IN set (0022).
+READ_SETTINGS: dict[str, int] = {**LOCAL_FINAL, "use_index_for_in_with_subqueries": 0}
+
+#: Days recomputed per :func:`refresh` call at most (all of one month).
+MAX_DAYS = 31
+
+# current_assessments restricted to {dirty:Array(Date)} (and the months around them, for
+# partition pruning), for both tables: the view's rows of those days.
+_CURRENT = """(
+    SELECT * FROM {db:Identifier}.assessments FINAL
+    WHERE has({dirty:Array(Date)}, toDate(event_time))
+      AND event_time >= {dirty_from:DateTime64(3, 'UTC')}
+      AND event_time < {dirty_to:DateTime64(3, 'UTC')}
+      AND (log_id, policy_bundle) IN (
+          SELECT log_id, policy_bundle FROM {db:Identifier}.refusal_events FINAL
+          WHERE is_refusal AND has({dirty:Array(Date)}, toDate(event_time))
+            AND event_time >= {dirty_from:DateTime64(3, 'UTC')}
+            AND event_time < {dirty_to:DateTime64(3, 'UTC')}
+      )
+)"""
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One daily aggregate: its ``table``, ``keys`` (after ``day``), ``counts`` (column names)
+    and the ``live`` SELECT that computes the same rows from ``_CURRENT`` (columns
+    ``day, *keys, *counts``)."""
+
+    table: str
+    keys: tuple[str, ...]
+    counts: tuple[str, ...]
+    live: str
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """``day``, the keys and the counts: the rows :func:`source_sql` returns."""
+        return ("day", *self.keys, *self.counts)
+
+
+# refusal_events (FINAL) restricted to the dirty days, as _CURRENT
+_EVENTS = """(
+    SELECT * FROM {db:Identifier}.refusal_events FINAL
+    WHERE has({dirty:Array(Date)}, toDate(event_time))
+      AND event_time >= {dirty_from:DateTime64(3, 'UTC')}
+      AND event_time < {dirty_to:DateTime64(3, 'UTC')}
+)"""
+
+AGGREGATES: dict[str, Aggregate] = {
+    "events": Aggregate(
+        "daily_event_counts",
+        ("policy_bundle", "model", "product"),
+        ("events", "refusals", "non_refusals"),
+        f"""SELECT toDate(event_time) AS day, policy_bundle, model, product,
+       count() AS events, countIf(is_refusal) AS refusals, countIf(NOT is_refusal) AS non_refusals
+FROM {_EVENTS}
+GROUP BY day, policy_bundle, model, product""",
+    ),
+    "counts": Aggregate(
+        "daily_assessment_counts",
+        ("policy_bundle", "model", "product", "category"),
+        ("assessments", "estimated_false_positives", "flagged", "sampled"),
+        f"""SELECT toDate(event_time) AS day, policy_bundle, model, product, category,
+       count() AS assessments, countIf(is_estimated_false_positive) AS estimated_false_positives,
+       countIf(requires_human_review) AS flagged, countIf(sampled_for_review) AS sampled
+FROM {_CURRENT}
+GROUP BY day, policy_bundle, model, product, category""",
+    ),
+    "clauses": Aggregate(
+        "daily_clause_counts",
+        ("policy_bundle", "model", "product", "clause"),
+        ("citations", "estimated_false_positives"),
+        f"""SELECT toDate(event_time) AS day, policy_bundle, model, product,
+       assumeNotNull(policy_clause_cited) AS clause, count() AS citations,
+       countIf(is_estimated_false_positive) AS estimated_false_positives
+FROM {_CURRENT}
+WHERE policy_clause_cited IS NOT NULL
+GROUP BY day, policy_bundle, model, product, clause""",
+    ),
+    "batches": Aggregate(
+        "daily_assessment_batches",
+        ("policy_bundle", "model", "product", "batch_id"),
+        ("assessments",),
+        f"""SELECT toDate(event_time) AS day, policy_bundle, model, product, batch_id,
+       count() AS assessments
+FROM {_CURRENT}
+GROUP BY day, policy_bundle, model, product, batch_id""",
+    ),
+}
+
+
+def dirty_params(days: Sequence[date]) -> dict[str, Any]:
+    """Query parameters of the live part for ``days``: ``dirty`` and the half-open time range
+    ``dirty_from``/``dirty_to`` (UTC) around them (empty ``days``: an empty range)."""
+    if not days:
+        empty = datetime(1970, 1, 1, tzinfo=UTC)
+        return {"dirty": [], "dirty_from": empty, "dirty_to": empty}
+    return {
+        "dirty": sorted(days),
+        "dirty_from": datetime.combine(min(days), time(), UTC),
+        "dirty_to": datetime.combine(max(days) + timedelta(days=1), time(), UTC),
+    }
+
+
+def source_sql(kind: str, live: bool) -> str:
+    """A subquery ``( ... )`` of the aggregate ``kind`` (``AGGREGATES``) over the days
+    ``{since:Date}`` to ``{until:Date}``: the recorded rows of the clean days, and, when
+    ``live``, the days ``{dirty:Array(Date)}`` computed from the base tables (bind
+    :func:`dirty_params`; without ``live`` bind ``dirty`` only, ``[]`` or the dirty days).
+    Columns: ``Aggregate.columns``. Raises ``KeyError`` for an unknown kind."""
+    agg = AGGREGATES[kind]
+    columns = ", ".join(agg.columns)
+    stored = f"""SELECT {columns} FROM {{db:Identifier}}.{agg.table}
+    WHERE day BETWEEN {{since:Date}} AND {{until:Date}}
+      AND NOT has({{dirty:Array(Date)}}, day)
+      AND (day, version) IN (
+          SELECT day, max(version) FROM {{db:Identifier}}.daily_versions
+          WHERE day BETWEEN {{since:Date}} AND {{until:Date}}
+          GROUP BY day
+      )"""
+    if not live:
+        return f"({stored})"
+    return f"""({stored}
+    UNION ALL
+    SELECT {columns} FROM ({agg.live})
+    WHERE day BETWEEN {{since:Date}} AND {{until:Date}})"""
+
+
+def dirty_days(client: Client, database: str, since: date, until: date) -> list[date]:
+    """The dirty days from ``since`` to ``until`` (inclusive), sorted. Raises
+    ``WarehouseError`` when the query fails."""
+    rows = _query(
+        client,
+        "SELECT day FROM {db:Identifier}.dirty_days FINAL "
+        "WHERE dirty AND day BETWEEN {since:Date} AND {until:Date} ORDER BY day",
+        {"db": database, "since": since, "until": until},
+    )
+    return [r[0] for r in rows]
+
+
+def mark_days(client: Client, database: str, days: Sequence[date]) -> None:
+    """Mark ``days`` dirty (a new version each). Idempotent; empty ``days``: no-op. Raises
+    ``WarehouseError`` when the insert fails."""
+    if not days:
+        return
+    _command(
+        client,
+        f"INSERT INTO {quote_identifier(database)}.dirty_days (day, version, dirty) "
+        "SELECT arrayJoin({days:Array(Date)}), toUnixTimestamp64Nano(now64(9)), true",
+        {"days": sorted(set(days))},
+    )
+
+
+def refresh(client: Client, database: str, max_days: int = MAX_DAYS) -> list[date]:
+    """Recompute up to ``max_days`` dirty days, all of the month of the earliest dirty day,
+    as the module docstring describes; return them (``[]``: nothing was dirty). Safe to run
+    beside writers and other refreshes: a day stays dirty until a recompute that started
+    after its last write has recorded its version. Raises ``WarehouseError``."""
+    db = quote_identifier(database)
+    marks = _query(
+        client,
+        "SELECT day, version FROM {db:Identifier}.dirty_days FINAL WHERE dirty "
+        "ORDER BY day LIMIT {limit:UInt32}",
+        {"db": database, "limit": 1000},
+    )
+    if not marks:
+        return []
+    first = marks[0][0]
+    marks = [(d, v) for d, v in marks if (d.year, d.month) == (first.year, first.month)]
+    marks = marks[: max(1, max_days)]
+    days = [d for d, _ in marks]
+    ((version,),) = _query(client, "SELECT toUnixTimestamp64Nano(now64(9))", {})
+    params = {"db": database, **dirty_params(days)}
+    for agg in AGGREGATES.values():
+        _command(
+            client,
+            f"INSERT INTO {db}.{agg.table} (version, {', '.join(agg.columns)}) "
+            f"SELECT {int(version)}, * FROM ({agg.live})",
+            params,
+            {"insert_deduplication_token": f"daily-{agg.table}-{version}"},
+        )
+    _command(
+        client,
+        f"INSERT INTO {db}.daily_versions (day, version) "
+        "SELECT arrayJoin({days:Array(Date)}), {version:UInt64}",
+        {"days": days, "version": version},
+    )
+    _command(
+        client,
+        f"INSERT INTO {db}.dirty_days (day, version, dirty) "
+        "SELECT pair.1, pair.2, false FROM (SELECT arrayJoin({marks:Array(Tuple(Date, UInt64))}) "
+        "AS pair)",
+        {"marks": marks},
+    )
+    _drop_old_versions(client, database, days, int(version))
+    return days
+
+
+def _drop_old_versions(client: Client, database: str, days: list[date], version: int) -> None:
+    """Delete each day's rows older than the newest version below ``version`` (the previous
+    recompute's: a reader that read that version just before this one was recorded still
+    finds its rows), once a day holds two such older versions (so every other recompute of
+    a day deletes). The lightweight DELETE runs in the background (``lightweight_deletes_sync
+    = 0``: a synchronous one took 2-3 s per table on chDB)."""
+    for agg in AGGREGATES.values():
+        keep = _query(
+            client,
+            f"SELECT day, arrayReverseSort(groupUniqArray(version)) AS v "
+            f"FROM {{db:Identifier}}.{agg.table} WHERE has({{days:Array(Date)}}, day) "
+            "AND version < {version:UInt64} GROUP BY day HAVING length(v) > 2",
+            {"db": database, "days": days, "version": version},
+        )
+        if not keep:
+            continue
+        _command(
+            client,
+            f"DELETE FROM {quote_identifier(database)}.{agg.table} "
+            "WHERE has({days:Array(Date)}, day) "
+            "AND version < arrayElement({keep:Array(UInt64)}, indexOf({days:Array(Date)}, day))",
+            {"days": [d for d, _ in keep], "keep": [int(v[0]) for _, v in keep]},
+            {"lightweight_deletes_sync": 0},  # the mutation runs in the background
+        )
+
+
+def refresh_all(client: Client, database: str, max_days: int = MAX_DAYS) -> list[date]:
+    """:func:`refresh` until no day is dirty; return every day recomputed (a day marked
+    again meanwhile may appear twice). Raises ``WarehouseError``."""
+    done: list[date] = []
+    while days := refresh(client, database, max_days):
+        done += days
+    return done
+
+
+def _query(client: Client, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    try:
+        raw = client.query(sql, parameters=params, settings=READ_SETTINGS)
+    except ClickHouseError as exc:
+        raise WarehouseError(f"daily aggregate query failed: {exc}") from exc
+    return [tuple(r) for r in raw.result_rows]
+
+
+def _command(
+    client: Client, sql: str, params: dict[str, Any], settings: dict[str, Any] | None = None
+) -> None:
+    try:
+        client.command(sql, parameters=params, settings={**READ_SETTINGS, **(settings or {})})
+    except ClickHouseError as exc:
+        raise WarehouseError(f"daily aggregate update failed: {exc}") from exc
+
+
+def with_source(
+    client: Client, database: str, sql: str, since: date, until: date
+) -> tuple[str, dict[str, Any]]:
+    """``sql`` with each marker ``__daily_<kind>__`` (``AGGREGATES``) replaced by
+    :func:`source_sql` of that kind, live only when a day from ``since`` to ``until`` is
+    dirty, and the parameters the sources bind (:func:`dirty_params`). Raises
+    ``WarehouseError`` when the dirty days cannot be read."""
+    kinds = [k for k in AGGREGATES if marker(k) in sql]
+    if not kinds:
+        return sql, {}
+    dirty = dirty_days(client, database, since, until)
+    for kind in kinds:
+        sql = sql.replace(marker(kind), source_sql(kind, live=bool(dirty)))
+    return sql, dirty_params(dirty)
+
+
+def marker(kind: str) -> str:
+    """The text a query holds where the aggregate ``kind`` is read (:func:`with_source`)."""
+    return f"__daily_{kind}__"
+
+
+# the dirty days and their time range as scalar subqueries: inline_sql's sources
+_INLINE_DIRTY = {
+    "{dirty:Array(Date)}": "(SELECT groupArray(day) FROM {db:Identifier}.dirty_days FINAL "
+    "WHERE dirty)",
+    "{dirty_from:DateTime64(3, 'UTC')}": "(SELECT toDateTime64(min(day), 3, 'UTC') "
+    "FROM {db:Identifier}.dirty_days FINAL WHERE dirty)",
+    "{dirty_to:DateTime64(3, 'UTC')}": "(SELECT toDateTime64(max(day) + 1, 3, 'UTC') "
+    "FROM {db:Identifier}.dirty_days FINAL WHERE dirty)",
+}
+
+
+def inline_sql(sql: str) -> str:
+    """``sql`` with each marker ``__daily_<kind>__`` replaced by a source that reads the dirty
+    days itself (scalar subqueries of ``dirty_days``) instead of :func:`with_source`'s
+    parameters: one read-only statement with the same rows, for ``refusal-audit sql`` and
+    dashboards. It binds ``db``, ``since`` and ``until`` only."""
+    for kind in AGGREGATES:
+        source = source_sql(kind, live=True)
+        for name, subquery in _INLINE_DIRTY.items():
+            source = source.replace(name, subquery)
+        sql = sql.replace(marker(kind), source)
+    return sql
