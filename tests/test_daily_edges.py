@@ -13,11 +13,17 @@ from datetime import date, timedelta
 from typing import Any
 
 import pytest
-from daily_reference import BY_MODEL, DAY_RANGE, NAMED
-from test_daily_aggregates import ROWS, _dirty, _old, _old_period_counts, generate
+from daily_reference import NAMED
+from test_daily_aggregates import (
+    ROWS,
+    _compare_day_range,
+    _compare_report,
+    _dirty,
+    _old,
+    generate,
+)
 
 from warehouse import daily
-from warehouse import report_queries as rq
 from warehouse.client import Client
 from warehouse.connect import connect
 from warehouse.migrate import load_migrations, migrate
@@ -29,17 +35,8 @@ def _compare_all(client: Client, db: str, filters: list[dict[str, Any]]) -> None
     for f in filters:
         for name in NAMED:
             assert run_named(client, db, name, **f).rows == _old(client, db, name, f), (name, f)
-        report = rq.ReportFilter(
-            f.get("since", date(1970, 1, 1)), f.get("until", date(2149, 6, 6)),
-            f.get("model"), f.get("product"),
-        )  # fmt: skip
-        assert rq.period_counts(client, db, report) == _old_period_counts(client, db, report), f
-        old = client.query(BY_MODEL, parameters=report.params(db), settings=daily.READ_SETTINGS)
-        by_model = rq.false_positives_by_model(client, db, report).rows
-        assert [r[:3] for r in by_model] == [tuple(r) for r in old.result_rows], f
-    old_range = client.query(DAY_RANGE, parameters={"db": db}, settings=daily.READ_SETTINGS)
-    first, last, n = old_range.result_rows[0]
-    assert rq.event_day_range(client, db) == ((first, last) if n else None)
+        _compare_report(client, db, f, date(1970, 1, 1), date(2149, 6, 6))
+    _compare_day_range(client, db)
 
 
 @pytest.fixture
