@@ -90,18 +90,28 @@ def _compare(client: Client, db: str) -> int:
             inline = daily.inline_sql(NAMED_QUERIES[name].sql)  # one statement, same rows
             assert _old(client, db, name, f, inline) == new, (name, f)
             compared += len(new)
-        report = rq.ReportFilter(
-            f.get("since", date(2000, 1, 1)), f.get("until", date(2100, 1, 1)),
-            f.get("model"), f.get("product"),
-        )  # fmt: skip
-        assert rq.period_counts(client, db, report) == _old_period_counts(client, db, report), f
-        old = client.query(BY_MODEL, parameters=report.params(db), settings=daily.READ_SETTINGS)
-        by_model = rq.false_positives_by_model(client, db, report).rows
-        assert [r[:3] for r in by_model] == [tuple(r) for r in old.result_rows], f
+        _compare_report(client, db, f, date(2000, 1, 1), date(2100, 1, 1))
+    _compare_day_range(client, db)
+    return compared
+
+
+def _compare_report(client: Client, db: str, f: dict[str, Any], since: date, until: date) -> None:
+    """The report's period counts and false positives by model under filter ``f`` (its
+    ``since``/``until`` defaulting to the given days) equal their reference."""
+    report = rq.ReportFilter(
+        f.get("since", since), f.get("until", until), f.get("model"), f.get("product")
+    )
+    assert rq.period_counts(client, db, report) == _old_period_counts(client, db, report), f
+    old = client.query(BY_MODEL, parameters=report.params(db), settings=daily.READ_SETTINGS)
+    by_model = rq.false_positives_by_model(client, db, report).rows
+    assert [r[:3] for r in by_model] == [tuple(r) for r in old.result_rows], f
+
+
+def _compare_day_range(client: Client, db: str) -> None:
+    """The report's event day range equals its reference."""
     old_range = client.query(DAY_RANGE, parameters={"db": db}, settings=daily.READ_SETTINGS)
     first, last, n = old_range.result_rows[0]
     assert rq.event_day_range(client, db) == ((first, last) if n else None)
-    return compared
 
 
 def _dirty(client: Client, db: str) -> list[date]:

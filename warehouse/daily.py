@@ -61,20 +61,26 @@ READ_SETTINGS: dict[str, int] = {**LOCAL_FINAL, "use_index_for_in_with_subquerie
 #: Days recomputed per :func:`refresh` call at most (all of one month).
 MAX_DAYS = 31
 
+# The time range of the dirty days (partition pruning), and every event time outside
+# ClickHouse's Date range (1970-01-01 to 2149-06-06): toDate wraps those onto other days
+# (1900-01-01 -> 2079-06-07), which is where the reference queries count them.
+_IN_DIRTY_RANGE = """(event_time >= {dirty_from:DateTime64(3, 'UTC')}
+           AND event_time < {dirty_to:DateTime64(3, 'UTC')}
+           OR event_time < toDateTime64('1970-01-01 00:00:00', 3, 'UTC')
+           OR event_time >= toDateTime64('2149-06-07 00:00:00', 3, 'UTC'))"""
+
 # current_assessments restricted to {dirty:Array(Date)} (and the months around them, for
 # partition pruning), for both tables: the view's rows of those days.
 _CURRENT = """(
     SELECT * FROM {db:Identifier}.assessments FINAL
     WHERE has({dirty:Array(Date)}, toDate(event_time))
-      AND event_time >= {dirty_from:DateTime64(3, 'UTC')}
-      AND event_time < {dirty_to:DateTime64(3, 'UTC')}
+      AND __IN_DIRTY_RANGE__
       AND (log_id, policy_bundle) IN (
           SELECT log_id, policy_bundle FROM {db:Identifier}.refusal_events FINAL
           WHERE is_refusal AND has({dirty:Array(Date)}, toDate(event_time))
-            AND event_time >= {dirty_from:DateTime64(3, 'UTC')}
-            AND event_time < {dirty_to:DateTime64(3, 'UTC')}
+            AND __IN_DIRTY_RANGE__
       )
-)"""
+)""".replace("__IN_DIRTY_RANGE__", _IN_DIRTY_RANGE)
 
 
 @dataclass(frozen=True)
@@ -98,9 +104,8 @@ class Aggregate:
 _EVENTS = """(
     SELECT * FROM {db:Identifier}.refusal_events FINAL
     WHERE has({dirty:Array(Date)}, toDate(event_time))
-      AND event_time >= {dirty_from:DateTime64(3, 'UTC')}
-      AND event_time < {dirty_to:DateTime64(3, 'UTC')}
-)"""
+      AND __IN_DIRTY_RANGE__
+)""".replace("__IN_DIRTY_RANGE__", _IN_DIRTY_RANGE)
 
 AGGREGATES: dict[str, Aggregate] = {
     "events": Aggregate(
