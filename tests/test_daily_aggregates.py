@@ -219,6 +219,7 @@ def test_a_mark_newer_than_the_recompute_keeps_the_day_dirty(
 
 def test_a_recompute_keeps_two_versions_of_a_day(store: tuple[Client, str]) -> None:
     client, db = store
+    daily.refresh_all(client, db)  # whatever earlier tests on this store left dirty
     day = datetime.now(UTC).date() - timedelta(days=5)
     for _ in range(4):
         daily.mark_days(client, db, [day])

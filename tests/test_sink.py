@@ -172,10 +172,11 @@ def test_a_failing_warehouse_loses_and_duplicates_nothing(
         monkeypatch.setattr(warehouse, method, functools.partial(call, method))
 
     # 1. the assessments insert fails for good (not transient): the sink gives up, after
-    # the events insert of the same block succeeded, and commits nothing
+    # the events insert of the same block succeeded, and commits nothing (give_up_after
+    # leaves room for a retry even when one attempt is slow on a loaded machine)
     failing("insert_assessments", 10**6, transient=False)
     sink = make_sink(kafka_bootstrap, deployment, warehouse, group, max_rows=150,
-                     retry_wait=0.01, retry_wait_max=0.05, give_up_after=0.3)  # fmt: skip
+                     retry_wait=0.01, retry_wait_max=0.05, give_up_after=2.0)  # fmt: skip
     stop = threading.Event()
     timer = threading.Timer(120, stop.set)  # a sink that never gives up: DID NOT RAISE
     timer.daemon = True
