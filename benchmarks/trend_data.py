@@ -7,7 +7,9 @@ assessment; everything about it derives from hashes of ``n``, so a batch can nam
 ids without a join:
 
 - ``refusal_events``: ``rows`` refusals plus ``rows // 9`` non-refusals (a 90% refusal
-  share), event times over ``DAYS`` days ending today (UTC), 50 models and 20 products
+  share), event times over ``DAYS`` days ending today (UTC), rising with ``n`` as a stream's
+  do (each within 10 minutes of its place, so a batch of consecutive refusals spans
+  minutes, as a window does, not the whole period), 50 models and 20 products
   (skewed: a few carry most of the traffic), one policy bundle, the classifier's verdict on
   30% of the events with a 4% disagreement rate;
 - ``assessments``: one per refusal, the taxonomy's categories (``CATEGORIES``), an
@@ -57,7 +59,8 @@ def _fields(start: datetime) -> str:
     cityHash64(n, 1) AS h1,
     cityHash64(n, 2) AS h2,
     cityHash64(n, 3) AS h3,
-    toDateTime64({t0} + (h1 % {DAYS * 86400}) + (h2 % 1000) / 1000, 3, 'UTC') AS et,
+    toDateTime64({t0} + intDiv((n % 1000000000000) * {DAYS * 86400}, {{span:UInt64}})
+                 + (h1 % 600) + (h2 % 1000) / 1000, 3, 'UTC') AS et,
     toUInt32(floor({MODELS} * pow((h2 % 100000) / 100000, 2))) AS mi,
     toUInt32(floor({PRODUCTS} * pow((h3 % 100000) / 100000, 1.5))) AS pi,
     concat('model-', leftPad(toString(mi), 2, '0')) AS mdl,
@@ -119,7 +122,7 @@ def _batches_sql(db: str, start: datetime) -> str:
     return f"""
 INSERT INTO `{db}`.audit_batches
 SELECT concat('batch-', toString(b)), '{BUNDLE}', 'v1', 'local', 'local-rules', '1', 'p1',
-       toDateTime64({t0} + (cityHash64(b * {BATCH}, 1) % {DAYS * 86400}) + 3600, 3, 'UTC'),
+       toDateTime64({t0} + intDiv(b * {BATCH} * {DAYS * 86400}, {{rows:UInt64}}) + 3600, 3, 'UTC'),
        arrayMap(i -> lower(hex(sipHash128(b * {BATCH} + i))),
                 range(toUInt64(least({BATCH}, {{rows:UInt64}} - b * {BATCH})))),
        toUInt32(least({BATCH}, {{rows:UInt64}} - b * {BATCH})), toUInt32(b % 40),
@@ -219,13 +222,13 @@ def generate(
         client.command(sql, parameters=params or None)
         timings[name] = timings.get(name, 0.0) + time.perf_counter() - t
 
-    def chunked(name: str, sql: str, total: int) -> None:
+    def chunked(name: str, sql: str, total: int, span: int = rows) -> None:
         sql = _with_fields(sql, head)
         for at in range(0, total, chunk):
-            step(name, sql, lo=at, count=min(chunk, total - at))
+            step(name, sql, lo=at, count=min(chunk, total - at), span=max(1, span))
 
     chunked("events", _events_sql(database, True, 0), rows)
-    chunked("events", _events_sql(database, False, 0), rows // 9)
+    chunked("events", _events_sql(database, False, 0), rows // 9, rows // 9)
     chunked("assessments", _assessments_sql(database), rows)
     step("batches", _batches_sql(database, start), rows=rows, batches=-(-rows // BATCH))
     chunked("verdicts", _verdicts_sql(database), rows)
