@@ -141,7 +141,7 @@ SELECT toDate(audited_at) AS day,
 FROM {{db:Identifier}}.audit_batches FINAL
 WHERE toDate(audited_at) BETWEEN {{since:Date}} AND {{until:Date}}
   AND batch_id IN (
-      SELECT batch_id FROM {{db:Identifier}}.current_assessments
+      SELECT batch_id FROM {marker("batches", every_day=True)}
       WHERE ({{model:String}} = '' OR model = {{model:String}})
         AND ({{product:String}} = '' OR product = {{product:String}})
   )
