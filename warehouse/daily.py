@@ -23,7 +23,9 @@ The aggregates (shapes: the migration):
   model, product: ``events``, ``refusals``, ``non_refusals`` (the pre-filter's decision);
 - ``configurations`` (migration 0025): per bundle, day, model, product, bundle version,
   engine, engine model, prompt version: ``assessments``, ``first_audit``, ``last_audit``
-  (min/max ``audited_at``, UTC).
+  (min/max ``audited_at``, UTC);
+- ``batch_scopes`` (migration 0025): per bundle, day, batch id: ``scopes`` (the sorted
+  distinct (model, product) pairs), ``assessments``.
 
 A day is the UTC day of ``event_time``. The live computation restricts both tables to the
 dirty days: every version of an event and its assessments carry the event's time
@@ -168,6 +170,15 @@ GROUP BY day, policy_bundle, model, product, batch_id""",
 FROM {_CURRENT}
 GROUP BY day, policy_bundle, model, product, bundle_version, engine, engine_model,
          prompt_version""",
+    ),
+    "batch_scopes": Aggregate(
+        "daily_batch_scopes",
+        ("policy_bundle", "batch_id"),
+        ("scopes", "assessments"),
+        f"""SELECT toDate(event_time) AS day, policy_bundle, batch_id,
+       arraySort(groupUniqArray((model, product))) AS scopes, count() AS assessments
+FROM {_CURRENT}
+GROUP BY day, policy_bundle, batch_id""",
     ),
 }
 

@@ -1,4 +1,4 @@
--- The report's audit configurations from a daily aggregate (issue 27, item 4; warehouse.daily,
+-- The report's audit configurations and the policy_gaps query's batches from daily aggregates (issue 27, item 4; warehouse.daily,
 -- docs/warehouse.md): per recompute version, current assessments per bundle, event day,
 -- model, product and audit configuration (bundle version, engine, engine model, prompt
 -- version), with their count and first/last audit time. Kept exact as 0024's aggregates
@@ -24,6 +24,24 @@ ENGINE = MergeTree
 PARTITION BY toYYYYMM(day)
 ORDER BY (day, version, policy_bundle, model, product, bundle_version, engine, engine_model,
           prompt_version);
+
+-- The named query policy_gaps: per recompute version, the batches of the current assessments
+-- per bundle and event day, with the (model, product) pairs they hold: one row per batch and
+-- day (about one per batch), so the unfiltered query reads a column of batch ids, not the
+-- per-model/product rows of daily_assessment_batches (about one per assessment on the
+-- generated store: a batch holds many models and products).
+CREATE TABLE IF NOT EXISTS {db}.daily_batch_scopes
+(
+    day           Date,
+    version       UInt64,
+    policy_bundle LowCardinality(String),
+    batch_id      String,
+    scopes        Array(Tuple(model LowCardinality(String), product LowCardinality(String))),
+    assessments   UInt64
+)
+ENGINE = MergeTree
+PARTITION BY toYYYYMM(day)
+ORDER BY (day, version, policy_bundle, batch_id);
 
 -- A populated warehouse: the days already recomputed (clean under 0024) have no rows here,
 -- so every stored day is marked dirty again: the queries compute it live (correct before any
