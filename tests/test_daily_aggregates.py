@@ -163,8 +163,14 @@ def _later_changes(client: Client, db: str) -> None:
 
 @pytest.fixture(scope="module")
 def store(chdb_dsn: str) -> Iterator[tuple[Client, str]]:
-    """A migrated store filled by the trend generator, with duplicates (5% redelivered)."""
-    db = f"daily_{uuid.uuid4().hex[:12]}"
+    """A migrated store filled by the trend generator (``generated_store``)."""
+    yield from generated_store(chdb_dsn, "daily")
+
+
+def generated_store(chdb_dsn: str, prefix: str) -> Iterator[tuple[Client, str]]:
+    """A migrated store filled by the trend generator, with duplicates (5% redelivered), in a
+    new database named ``prefix_<random>``; dropped when the generator is closed."""
+    db = f"{prefix}_{uuid.uuid4().hex[:12]}"
     client = connect(chdb_dsn, db)
     migrate(client, db)
     generate(client, db, ROWS, redelivered=0.05)

@@ -8,7 +8,6 @@ and after a redelivery."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, time, timedelta
 from typing import Any
@@ -16,14 +15,11 @@ from typing import Any
 import pytest
 from grafana_expand import ALL, Variable, expand
 from grafana_reference import PANELS, VARIABLES
-from test_daily_aggregates import ROWS, _dirty, _later_changes
-from trend_data import generate
+from test_daily_aggregates import _dirty, _later_changes, generated_store
 
 from refusal_audit.dashboards import build_dashboards
 from warehouse import daily
 from warehouse.client import Client
-from warehouse.connect import connect
-from warehouse.migrate import migrate
 
 AUDIT = build_dashboards()["refusal-audit.json"]
 DAY = 86400
@@ -31,16 +27,8 @@ DAY = 86400
 
 @pytest.fixture(scope="module")
 def store(chdb_dsn: str) -> Iterator[tuple[Client, str]]:
-    """A migrated store filled by the trend generator, with duplicates (5% redelivered)."""
-    db = f"gdaily_{uuid.uuid4().hex[:12]}"
-    client = connect(chdb_dsn, db)
-    migrate(client, db)
-    generate(client, db, ROWS, redelivered=0.05)
-    try:
-        yield client, db
-    finally:
-        client.command(f"DROP DATABASE IF EXISTS `{db}`")
-        client.close()
+    """A migrated store filled by the trend generator (5% redelivered)."""
+    yield from generated_store(chdb_dsn, "gdaily")
 
 
 def _ranges() -> list[tuple[datetime, datetime]]:
