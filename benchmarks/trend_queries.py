@@ -318,24 +318,55 @@ def _daily_pairs(client: Client, db: str) -> list[tuple[str, Callable[[], Any], 
     assessed = old(_REFERENCE.ASSESSED, f.params(db))
     pairs.append(("report: period_counts", lambda: (events(), assessed()),
                   partial(rq.period_counts, client, db, f)))  # fmt: skip
-    return pairs
+    pairs.append(("report: audit_configurations", old(_REFERENCE.CONFIGURATIONS, f.params(db)),
+                  partial(rq.audit_configurations, client, db, f)))  # fmt: skip
+    return pairs + _grafana_pairs(client)
 
 
-def daily_ab(client: Client, db: str, runs: int) -> dict[str, dict[str, float]]:
+def _grafana_pairs(client: Client) -> list[tuple[str, Callable[[], Any], Callable[[], Any]]]:
+    """(name, former SQL, SQL now) of the audit dashboard's targets migration 0025 moved onto
+    the daily aggregates (``tests/grafana_reference.py``), expanded for the default range cut
+    to whole UTC days (00:00:00 to 23:59:59), "All" everywhere, a one-day interval."""
+    reference: Any = importlib.import_module("grafana_reference")
+    board = build_dashboards()["refusal-audit.json"]
+    today = datetime.now(UTC).date()
+    start = datetime.combine(today - timedelta(days=90), datetime.min.time(), UTC)
+    end = datetime.combine(today, datetime.max.time(), UTC).replace(microsecond=0)
+    every = {n: _GRAFANA.Variable([_GRAFANA.ALL], []) for n in ("model", "product", "bundle")}
+
+    def run(sql: str) -> Callable[[], Any]:
+        expanded = _GRAFANA.expand(sql, every, start, end, 86400)
+        return lambda: client.query(expanded).result_rows
+
+    now_sql = {p["title"]: p["targets"][0]["rawSql"] for p in board["panels"] if "targets" in p}
+    now_sql |= {f"variable {v['name']}": v["query"]["rawSql"] for v in board["templating"]["list"]}
+    former = reference.PANELS | {f"variable {n}": sql for n, sql in reference.VARIABLES.items()}
+    return [(f"grafana: {name}", run(sql), run(now_sql[name])) for name, sql in former.items()]
+
+
+def daily_ab(
+    client: Client, db: str, runs: int, only: str | None = None
+) -> dict[str, dict[str, float]]:
     """Each rewritten query alternately as it read ``current_assessments`` (before) and as it
     reads the daily aggregate with every day clean (after), ``runs`` times after a warm-up;
-    then, with today marked dirty (computed live), the new form again. Median seconds."""
+    then, with today marked dirty (computed live), the new form again. Median seconds (wall
+    and this process's CPU: chDB runs in it). ``only``: the pairs whose name holds one of
+    these comma-separated parts."""
     out: dict[str, dict[str, float]] = {}
-    pairs = _daily_pairs(client, db)
+    parts = only.split(",") if only else []
+    pairs = [p for p in _daily_pairs(client, db) if not parts or any(x in p[0] for x in parts)]
     for name, before, after in pairs:
         seconds: dict[str, list[float]] = {"before": [], "after": []}
+        cpu: dict[str, list[float]] = {"before": [], "after": []}  # this process's (chDB's)
         for turn in range(runs + 1):
             for key, call in (("before", before), ("after", after)):
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 call()
                 if turn:
                     seconds[key].append(time.perf_counter() - t)
+                    cpu[key].append(time.process_time() - c)
         out[name] = {f"{k}_s": statistics.median(v) for k, v in seconds.items()}
+        out[name] |= {f"{k}_cpu_s": statistics.median(v) for k, v in cpu.items()}
         out[name]["after_p95_s"] = sorted(seconds["after"])[-1 if runs < 20 else int(0.95 * runs)]
     daily.mark_days(client, db, [datetime.now(UTC).date()])
     for name, _, after in pairs:
@@ -348,7 +379,8 @@ def daily_ab(client: Client, db: str, runs: int) -> dict[str, dict[str, float]]:
         out[name]["after_today_dirty_s"] = statistics.median(seconds_dirty)
         r = out[name]
         print(f"  {name:40} before {r['before_s']:8.3f} s  after {r['after_s']:7.3f} s "
-              f"(x{r['before_s'] / r['after_s']:6.1f})  "
+              f"(x{r['before_s'] / r['after_s']:6.1f})  CPU before {r['before_cpu_s']:7.3f} s "
+              f"after {r['after_cpu_s']:7.3f} s  "
               f"today dirty {r['after_today_dirty_s']:7.3f} s", flush=True)  # fmt: skip
     t = time.perf_counter()
     daily.refresh_all(client, db)
@@ -447,7 +479,7 @@ def main() -> None:
         if args.ab:
             report["view_ab"] = view_ab(client, DATABASE, args.runs)
         if args.ab_daily:
-            report["daily_ab"] = daily_ab(client, DATABASE, args.runs)
+            report["daily_ab"] = daily_ab(client, DATABASE, args.runs, args.only)
         if args.ab_schema:
             report["schema_ab"] = schema_ab(client, DATABASE, queries, args.runs, args.only)
             report["queries"] = {}

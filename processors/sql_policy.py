@@ -63,6 +63,8 @@ USER_TABLES = frozenset(
         "current_verdicts",
         "daily_assessment_batches",
         "daily_assessment_counts",
+        "daily_audit_configurations",
+        "daily_batch_scopes",
         "daily_clause_counts",
         "daily_event_counts",
         "daily_versions",

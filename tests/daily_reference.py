@@ -1,10 +1,11 @@
-"""The queries that migration 0024's daily aggregates replaced, as they read
+"""The queries that migrations 0024's and 0025's daily aggregates replaced, as they read
 ``current_assessments`` before (``warehouse.queries`` and ``warehouse.report_queries`` up to
 issue 27 item 4): the reference ``tests/test_daily_aggregates.py`` compares the rewritten
 queries with, and ``benchmarks/trend_queries.py --ab-daily`` times them against."""
 
 from __future__ import annotations
 
+from processors.gap_text import describe_gap_sql
 from warehouse.named import DAY_MODEL_PRODUCT
 
 NAMED = {
@@ -94,4 +95,38 @@ FROM {{db:Identifier}}.current_assessments
 WHERE {DAY_MODEL_PRODUCT}
 GROUP BY model
 ORDER BY model
+"""
+
+# migration 0025's rewrites (trendA): the policy_gaps named query and the report's audit
+# configurations, as they read current_assessments before
+NAMED["policy_gaps"] = f"""
+SELECT toDate(audited_at) AS day,
+       sum(length(policy_gap_flags)) AS flags,
+       countIf(length(policy_gap_flags) > 0) AS batches_with_flags,
+       count() AS batches_audited,
+       arraySlice(arraySort(arrayDistinct(groupArrayArray(arrayFlatten(
+           arrayMap(f -> tupleElement(f, 'example_log_ids'), policy_gap_flags))))), 1, 20)
+           AS example_log_ids,
+       arraySlice(arraySort(arrayDistinct(groupArrayArray(
+           arrayMap(f -> {describe_gap_sql("tupleElement(f, 'description')")},
+                    policy_gap_flags)))), 1, 10)
+           AS descriptions
+FROM {{db:Identifier}}.audit_batches FINAL
+WHERE toDate(audited_at) BETWEEN {{since:Date}} AND {{until:Date}}
+  AND batch_id IN (
+      SELECT batch_id FROM {{db:Identifier}}.current_assessments
+      WHERE ({{model:String}} = '' OR model = {{model:String}})
+        AND ({{product:String}} = '' OR product = {{product:String}})
+  )
+GROUP BY day
+ORDER BY day
+"""
+
+CONFIGURATIONS = f"""
+SELECT policy_bundle, bundle_version, engine, engine_model, prompt_version,
+       count() AS assessments, min(audited_at) AS first_audit, max(audited_at) AS last_audit
+FROM {{db:Identifier}}.current_assessments
+WHERE {DAY_MODEL_PRODUCT}
+GROUP BY policy_bundle, bundle_version, engine, engine_model, prompt_version
+ORDER BY assessments DESC, policy_bundle, engine
 """

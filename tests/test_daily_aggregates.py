@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daily_reference import ASSESSED, BY_MODEL, DAY_RANGE, EVENTS, NAMED
+from daily_reference import ASSESSED, BY_MODEL, CONFIGURATIONS, DAY_RANGE, EVENTS, NAMED
 
 from warehouse import daily
 from warehouse import report_queries as rq
@@ -105,6 +105,17 @@ def _compare_report(client: Client, db: str, f: dict[str, Any], since: date, unt
     old = client.query(BY_MODEL, parameters=report.params(db), settings=daily.READ_SETTINGS)
     by_model = rq.false_positives_by_model(client, db, report).rows
     assert [r[:3] for r in by_model] == [tuple(r) for r in old.result_rows], f
+    _compare_configurations(client, db, report)
+
+
+def _compare_configurations(client: Client, db: str, report: rq.ReportFilter) -> None:
+    """The report's audit configurations equal their reference: the same rows, ordered by
+    the reference's (partial) order, most assessments first."""
+    old = client.query(CONFIGURATIONS, parameters=report.params(db), settings=daily.READ_SETTINGS)
+    new = rq.audit_configurations(client, db, report).rows
+    assert sorted(new) == sorted(tuple(r) for r in old.result_rows), report
+    keys = [(-r[5], r[0], r[2]) for r in new]
+    assert keys == sorted(keys), report
 
 
 def _compare_day_range(client: Client, db: str) -> None:
@@ -152,8 +163,14 @@ def _later_changes(client: Client, db: str) -> None:
 
 @pytest.fixture(scope="module")
 def store(chdb_dsn: str) -> Iterator[tuple[Client, str]]:
-    """A migrated store filled by the trend generator, with duplicates (5% redelivered)."""
-    db = f"daily_{uuid.uuid4().hex[:12]}"
+    """A migrated store filled by the trend generator (``generated_store``)."""
+    yield from generated_store(chdb_dsn, "daily")
+
+
+def generated_store(chdb_dsn: str, prefix: str) -> Iterator[tuple[Client, str]]:
+    """A migrated store filled by the trend generator, with duplicates (5% redelivered), in a
+    new database named ``prefix_<random>``; dropped when the generator is closed."""
+    db = f"{prefix}_{uuid.uuid4().hex[:12]}"
     client = connect(chdb_dsn, db)
     migrate(client, db)
     generate(client, db, ROWS, redelivered=0.05)

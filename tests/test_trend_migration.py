@@ -19,13 +19,14 @@ from __future__ import annotations
 import sys
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from daily_reference import ASSESSED, BY_MODEL, DAY_RANGE, EVENTS, NAMED
+from daily_reference import ASSESSED, BY_MODEL, CONFIGURATIONS, DAY_RANGE, EVENTS, NAMED
 from grafana_expand import ALL, Variable, expand
+from grafana_reference import PANELS, VARIABLES
 
 from refusal_audit.dashboards import build_dashboards
 from warehouse import daily
@@ -41,7 +42,12 @@ from warehouse.queries import NAMED_QUERIES, run_named
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from trend_data import generate
 
-NEW = ["0022_current_assessments_settings", "0023_partition_local_final", "0024_daily_aggregates"]
+NEW = [
+    "0022_current_assessments_settings",
+    "0023_partition_local_final",
+    "0024_daily_aggregates",
+    "0025_daily_configurations",
+]
 ROWS = 4000
 
 
@@ -93,7 +99,7 @@ def _snapshot(client: Client, db: str) -> dict[str, Any]:
     """Every result the migration must not change."""
     out: dict[str, Any] = {}
     today = datetime.now(UTC).date()
-    aggregates = "0024" in applied_migrations(client, db)
+    aggregates = "0025" in applied_migrations(client, db)  # 0024's and 0025's aggregates
     for name in NAMED_QUERIES:
         out[name] = _named(client, db, name, aggregates)
         if NAMED_QUERIES[name].filters:
@@ -115,7 +121,11 @@ def _snapshot(client: Client, db: str) -> dict[str, Any]:
             for sql in (EVENTS, ASSESSED)
             for k, v in zip(*_raw(client, sql, f.params(db)), strict=True)
         }
-    out["configurations"] = rq.audit_configurations(client, db, f).rows
+    if aggregates:
+        out["configurations"] = sorted(rq.audit_configurations(client, db, f).rows)
+    else:  # before 0025 (tests/daily_reference.py; its order leaves ties to chance)
+        raw = client.query(CONFIGURATIONS, parameters=f.params(db), settings=LOCAL_FINAL)
+        out["configurations"] = sorted(tuple(r) for r in raw.result_rows)
     if aggregates:
         out["by_model"] = [r[:3] for r in rq.false_positives_by_model(client, db, f).rows]
     else:
@@ -133,16 +143,27 @@ def _snapshot(client: Client, db: str) -> dict[str, Any]:
         f"SELECT * FROM `{db}`.current_assessments ORDER BY policy_bundle, log_id"
     ).result_rows
     board = build_dashboards()["refusal-audit.json"]
-    start, end = now - timedelta(days=90), now + timedelta(hours=1)
+    # whole UTC days: the daily panels' resolution (before 0025 their former SQL,
+    # tests/grafana_reference.py, filtered by the time itself)
+    start = datetime.combine(today - timedelta(days=90), time(), UTC)
+    end = datetime.combine(today + timedelta(days=1), time(23, 59, 59), UTC)
     options = {
-        v["name"]: [str(r[0]) for r in client.query(v["query"]["rawSql"]).result_rows]
+        v["name"]: [
+            str(r[0])
+            for r in client.query(
+                v["query"]["rawSql"] if aggregates else VARIABLES[v["name"]]
+            ).result_rows
+        ]
         for v in board["templating"]["list"]
     }
     every = {name: Variable([ALL], values) for name, values in options.items()}
     for panel in board["panels"]:
         for target in panel.get("targets", []):
             if "rawSql" in target:
-                sql = expand(target["rawSql"], every, start, end, 86400)
+                raw_sql = target["rawSql"]
+                if not aggregates and panel["title"] in PANELS:
+                    raw_sql = PANELS[panel["title"]]
+                sql = expand(raw_sql, every, start, end, 86400)
                 out[f"panel {panel['title']}"] = sorted(client.query(sql).result_rows, key=repr)
     return out
 

@@ -20,7 +20,12 @@ The aggregates (shapes: the migration):
   ``estimated_false_positives``;
 - ``batches``: per bundle, day, model, product, batch id: ``assessments``;
 - ``events``: stored events (``refusal_events``, every version's newest) per bundle, day,
-  model, product: ``events``, ``refusals``, ``non_refusals`` (the pre-filter's decision).
+  model, product: ``events``, ``refusals``, ``non_refusals`` (the pre-filter's decision);
+- ``configurations`` (migration 0025): per bundle, day, model, product, bundle version,
+  engine, engine model, prompt version: ``assessments``, ``first_audit``, ``last_audit``
+  (min/max ``audited_at``, UTC);
+- ``batch_scopes`` (migration 0025): per bundle, day, batch id: ``scopes`` (the sorted
+  distinct (model, product) pairs), ``assessments``.
 
 A day is the UTC day of ``event_time``. The live computation restricts both tables to the
 dirty days: every version of an event and its assessments carry the event's time
@@ -147,6 +152,34 @@ GROUP BY day, policy_bundle, model, product, clause""",
 FROM {_CURRENT}
 GROUP BY day, policy_bundle, model, product, batch_id""",
     ),
+    "configurations": Aggregate(
+        "daily_audit_configurations",
+        (
+            "policy_bundle",
+            "model",
+            "product",
+            "bundle_version",
+            "engine",
+            "engine_model",
+            "prompt_version",
+        ),
+        ("assessments", "first_audit", "last_audit"),
+        f"""SELECT toDate(event_time) AS day, policy_bundle, model, product, bundle_version,
+       engine, engine_model, prompt_version,
+       count() AS assessments, min(audited_at) AS first_audit, max(audited_at) AS last_audit
+FROM {_CURRENT}
+GROUP BY day, policy_bundle, model, product, bundle_version, engine, engine_model,
+         prompt_version""",
+    ),
+    "batch_scopes": Aggregate(
+        "daily_batch_scopes",
+        ("policy_bundle", "batch_id"),
+        ("scopes", "assessments"),
+        f"""SELECT toDate(event_time) AS day, policy_bundle, batch_id,
+       arraySort(groupUniqArray((model, product))) AS scopes, count() AS assessments
+FROM {_CURRENT}
+GROUP BY day, policy_bundle, batch_id""",
+    ),
 }
 
 
@@ -163,12 +196,22 @@ def dirty_params(days: Sequence[date]) -> dict[str, Any]:
     }
 
 
-def source_sql(kind: str, live: bool) -> str:
+# every Date ClickHouse holds: the days of an every-day source (marker(kind, every_day=True))
+_EVERY_DAY = {"{since:Date}": "toDate('1970-01-01')", "{until:Date}": "toDate('2149-06-06')"}
+
+
+def source_sql(kind: str, live: bool, every_day: bool = False) -> str:
     """A subquery ``( ... )`` of the aggregate ``kind`` (``AGGREGATES``) over the days
-    ``{since:Date}`` to ``{until:Date}``: the recorded rows of the clean days, and, when
-    ``live``, the days ``{dirty:Array(Date)}`` computed from the base tables (bind
+    ``{since:Date}`` to ``{until:Date}`` (``every_day``: over every day instead, for a query
+    whose ``since``/``until`` are not event days): the recorded rows of the clean days, and,
+    when ``live``, the days ``{dirty:Array(Date)}`` computed from the base tables (bind
     :func:`dirty_params`; without ``live`` bind ``dirty`` only, ``[]`` or the dirty days).
     Columns: ``Aggregate.columns``. Raises ``KeyError`` for an unknown kind."""
+    if every_day:
+        sql = source_sql(kind, live)
+        for name, value in _EVERY_DAY.items():
+            sql = sql.replace(name, value)
+        return sql
     agg = AGGREGATES[kind]
     columns = ", ".join(agg.columns)
     stored = f"""SELECT {columns} FROM {{db:Identifier}}.{agg.table}
@@ -314,20 +357,24 @@ def with_source(
 ) -> tuple[str, dict[str, Any]]:
     """``sql`` with each marker ``__daily_<kind>__`` (``AGGREGATES``) replaced by
     :func:`source_sql` of that kind, live only when a day from ``since`` to ``until`` is
-    dirty, and the parameters the sources bind (:func:`dirty_params`). Raises
-    ``WarehouseError`` when the dirty days cannot be read."""
-    kinds = [k for k in AGGREGATES if marker(k) in sql]
-    if not kinds:
+    dirty, and the parameters the sources bind (:func:`dirty_params`). An every-day marker
+    (``marker(kind, every_day=True)``) reads every day, and the dirty days of every day are
+    then computed live. Raises ``WarehouseError`` when the dirty days cannot be read."""
+    found = [(k, every) for k in AGGREGATES for every in (False, True) if marker(k, every) in sql]
+    if not found:
         return sql, {}
+    if any(every for _, every in found):
+        since, until = date(1970, 1, 1), date(2149, 6, 6)
     dirty = dirty_days(client, database, since, until)
-    for kind in kinds:
-        sql = sql.replace(marker(kind), source_sql(kind, live=bool(dirty)))
+    for kind, every in found:
+        sql = sql.replace(marker(kind, every), source_sql(kind, bool(dirty), every))
     return sql, dirty_params(dirty)
 
 
-def marker(kind: str) -> str:
-    """The text a query holds where the aggregate ``kind`` is read (:func:`with_source`)."""
-    return f"__daily_{kind}__"
+def marker(kind: str, every_day: bool = False) -> str:
+    """The text a query holds where the aggregate ``kind`` is read (:func:`with_source`):
+    over the query's days ``since`` to ``until``, or with ``every_day`` over every day."""
+    return f"__daily_{kind}_every_day__" if every_day else f"__daily_{kind}__"
 
 
 # the dirty days and their time range as scalar subqueries: inline_sql's sources
@@ -347,8 +394,9 @@ def inline_sql(sql: str) -> str:
     parameters: one read-only statement with the same rows, for ``refusal-audit sql`` and
     dashboards. It binds ``db``, ``since`` and ``until`` only."""
     for kind in AGGREGATES:
-        source = source_sql(kind, live=True)
-        for name, subquery in _INLINE_DIRTY.items():
-            source = source.replace(name, subquery)
-        sql = sql.replace(marker(kind), source)
+        for every in (False, True):
+            source = source_sql(kind, True, every)
+            for name, subquery in _INLINE_DIRTY.items():
+                source = source.replace(name, subquery)
+            sql = sql.replace(marker(kind, every), source)
     return sql

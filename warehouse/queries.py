@@ -141,9 +141,10 @@ SELECT toDate(audited_at) AS day,
 FROM {{db:Identifier}}.audit_batches FINAL
 WHERE toDate(audited_at) BETWEEN {{since:Date}} AND {{until:Date}}
   AND batch_id IN (
-      SELECT batch_id FROM {{db:Identifier}}.current_assessments
-      WHERE ({{model:String}} = '' OR model = {{model:String}})
-        AND ({{product:String}} = '' OR product = {{product:String}})
+      SELECT batch_id FROM {marker("batch_scopes", every_day=True)}
+      WHERE {{model:String}} = '' AND {{product:String}} = ''
+         OR arrayExists(s -> ({{model:String}} = '' OR s.1 = {{model:String}})
+                             AND ({{product:String}} = '' OR s.2 = {{product:String}}), scopes)
   )
 GROUP BY day
 ORDER BY day

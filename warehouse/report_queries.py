@@ -125,16 +125,19 @@ def period_counts(client: Client, database: str, slice_: ReportFilter) -> dict[s
 def audit_configurations(client: Client, database: str, slice_: ReportFilter) -> QueryResult:
     """Which audits the period's current assessments come from: one row per policy bundle,
     bundle version, engine, engine model and prompt version, with assessments and the
-    first/last audit time (UTC)."""
+    first/last audit time (UTC); most assessments first (ties: bundle, engine, bundle
+    version, engine model, prompt version). Reads the daily aggregate ``configurations``
+    (migration 0025, ``warehouse.daily``)."""
     return _run(
         client,
         f"""
 SELECT policy_bundle, bundle_version, engine, engine_model, prompt_version,
-       count() AS assessments, min(audited_at) AS first_audit, max(audited_at) AS last_audit
-FROM {{db:Identifier}}.current_assessments
-WHERE {DAY_MODEL_PRODUCT}
+       sum(assessments) AS assessments, min(first_audit) AS first_audit,
+       max(last_audit) AS last_audit
+FROM {marker("configurations")}
+WHERE {MODEL_PRODUCT_ONLY}
 GROUP BY policy_bundle, bundle_version, engine, engine_model, prompt_version
-ORDER BY assessments DESC, policy_bundle, engine
+ORDER BY assessments DESC, policy_bundle, engine, bundle_version, engine_model, prompt_version
 """,
         slice_.params(database),
     )

@@ -24,6 +24,7 @@ from refusal_audit.dashboards.model import (
     ch_variable,
     dashboard,
 )
+from refusal_audit.dashboards.sql import DAILY_SETTINGS, daily_source
 from refusal_audit.dashboards.workers import workers_dashboard
 
 __all__ = [
@@ -39,10 +40,14 @@ __all__ = [
 
 def variables() -> list[Json]:
     """The audit dashboard's variables: ``model``, ``product``, ``bundle`` (multi-value,
-    with "All"), their options read from the current assessments."""
+    with "All"), their options: the values of the current assessments, read from the daily
+    aggregate ``counts`` of every day (``warehouse.daily``)."""
+    source = daily_source("counts", every_day=True)
     return [
         ch_variable(
-            name, label, f"SELECT DISTINCT {column} FROM current_assessments ORDER BY {column}"
+            name,
+            label,
+            f"SELECT DISTINCT {column} FROM {source} ORDER BY {column} {DAILY_SETTINGS}",
         )
         for name, label, column in (
             ("model", "Model", "model"),

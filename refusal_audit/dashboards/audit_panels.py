@@ -17,29 +17,45 @@ from refusal_audit.dashboards.model import (
     row,
 )
 from refusal_audit.dashboards.model import panel as make_panel
-from refusal_audit.dashboards.sql import scope, var_filter, wilson
+from refusal_audit.dashboards.sql import DAILY_SETTINGS, daily_source, scope, var_filter, wilson
 
-CURRENT = f"""FROM current_assessments
-WHERE $__timeFilter(event_time)
-  AND {scope()}"""
-"""The current assessments of the dashboard's time range (event time) and variables."""
+DAILY = f"""FROM (
+  SELECT *, toDateTime(day, 'UTC') AS day_start
+  FROM {daily_source("counts")}
+)
+WHERE {scope()}"""
+"""The current assessments' daily counts (``warehouse.daily``'s ``counts``: assessments,
+estimated false positives per event day, bundle, model, product and category) of the whole
+UTC days the dashboard's time range touches, and of its variables. ``day_start``: the day's
+00:00 UTC."""
+
+DAY_RESOLUTION = (
+    " Read from the daily aggregates: whole UTC days (every day the time range touches), "
+    "at least one day per point."
+)
+"""The sentence the description of every panel that reads ``DAILY`` ends with."""
 
 _LOW, _HIGH = wilson("estimated_false_positives", "audited")
 
 OVERVIEW_SQL = f"""
-SELECT count() AS refusals_audited
-{CURRENT}
+SELECT sum(assessments) AS refusals_audited
+{DAILY}
+{DAILY_SETTINGS}
 """
+
+_TOTALS = f"""SELECT sum(assessments) AS audited,
+         sum(estimated_false_positives) AS estimated_false_positives
+  {DAILY.replace(chr(10), chr(10) + "  ")}"""
 
 FP_RATE_SQL = f"""
 SELECT estimated_false_positives / audited AS rate,
        {_LOW} AS wilson_low,
        {_HIGH} AS wilson_high
 FROM (
-  SELECT count() AS audited, countIf(is_estimated_false_positive) AS estimated_false_positives
-  {CURRENT.replace(chr(10), chr(10) + "  ")}
+  {_TOTALS}
 )
 WHERE audited > 0
+{DAILY_SETTINGS}
 """
 
 FP_OVER_TIME_SQL = f"""
@@ -47,12 +63,11 @@ SELECT time, estimated_false_positives / audited AS rate,
        {_LOW} AS wilson_low,
        {_HIGH} AS wilson_high
 FROM (
-  SELECT $__timeInterval(event_time) AS time, count() AS audited,
-         countIf(is_estimated_false_positive) AS estimated_false_positives
-  {CURRENT.replace(chr(10), chr(10) + "  ")}
+  SELECT $__timeInterval(day_start) AS time, {_TOTALS.removeprefix("SELECT ")}
   GROUP BY time
 )
 ORDER BY time
+{DAILY_SETTINGS}
 """
 
 BY_MODEL_PRODUCT_SQL = f"""
@@ -61,19 +76,19 @@ SELECT model, product, audited, estimated_false_positives,
        {_LOW} AS wilson_low,
        {_HIGH} AS wilson_high
 FROM (
-  SELECT model, product, count() AS audited,
-         countIf(is_estimated_false_positive) AS estimated_false_positives
-  {CURRENT.replace(chr(10), chr(10) + "  ")}
+  SELECT model, product, {_TOTALS.removeprefix("SELECT ")}
   GROUP BY model, product
 )
 ORDER BY audited DESC, model, product
+{DAILY_SETTINGS}
 """
 
 CATEGORY_SQL = f"""
-SELECT $__timeInterval(event_time) AS time, category, count() AS assessments
-{CURRENT}
+SELECT $__timeInterval(day_start) AS time, category, sum(assessments) AS assessments
+{DAILY}
 GROUP BY time, category
 ORDER BY time, category
+{DAILY_SETTINGS}
 """
 
 _SIGHTINGS = f"""FROM policy_gap_dated
@@ -175,18 +190,21 @@ def panels() -> list[Json]:
             "stat",
             "Refusals audited",
             [ch_target(OVERVIEW_SQL)],
+            interval=day,
             width=6,
             height=5,
-            description="Current assessments with an event time in range.",
+            description="Current assessments with an event time in range." + DAY_RESOLUTION,
         ),
         make_panel(
             "stat",
             "Estimated false-positive rate (Wilson 95%)",
             [ch_target(FP_RATE_SQL)],
+            interval=day,
             unit="percentunit",
             width=6,
             height=5,
-            description="Share estimated as over-refusals, with the Wilson (1927) score interval.",
+            description="Share estimated as over-refusals, with the Wilson (1927) score interval."
+            + DAY_RESOLUTION,
         ),
         make_panel(
             "timeseries",
@@ -198,9 +216,16 @@ def panels() -> list[Json]:
             height=5,
             overrides=band("wilson_low", "wilson_high"),
             description="Pooled over the selected models and products; the table below has "
-            "each model and product.",
+            "each model and product." + DAY_RESOLUTION,
         ),
-        make_panel("table", "By model and product", [ch_target(BY_MODEL_PRODUCT_SQL)], width=24),
+        make_panel(
+            "table",
+            "By model and product",
+            [ch_target(BY_MODEL_PRODUCT_SQL)],
+            interval=day,
+            width=24,
+            description="Current assessments per model and product." + DAY_RESOLUTION,
+        ),
         row("Category mix"),
         make_panel(
             "timeseries",
@@ -209,6 +234,7 @@ def panels() -> list[Json]:
             stacked=True,
             interval=day,
             width=24,
+            description="Current assessments per refusal category." + DAY_RESOLUTION,
         ),
         row("Policy gaps"),
         make_panel(

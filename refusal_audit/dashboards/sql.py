@@ -11,6 +11,8 @@ the plugin's frontend before variables are replaced
 
 from __future__ import annotations
 
+from warehouse.daily import inline_sql, marker
+
 Z95 = "1.959963984540054"
 """The 97.5% standard normal quantile (scipy ``norm.ppf(0.975)``), as
 ``processors.stats.wilson_interval`` uses through ``binomtest(...).proportion_ci``."""
@@ -62,4 +64,25 @@ def kappa_2x2(yy: str, yn: str, ny: str, nn: str) -> str:
     return (
         f"if({n} < {MIN_COMPARED} OR {expected} >= 1, NULL, "
         f"({observed} - {expected}) / (1 - {expected}))"
+    )
+
+
+DAILY_SETTINGS = "SETTINGS do_not_merge_across_partitions_select_final = 1"
+"""The end of every query that reads ``daily_source``: FINAL within each month of
+``refusal_events``/``assessments`` (migration 0023's ``LOCAL_FINAL``: every version of an
+event carries its event time, so its rows share a partition). Without it the live part's
+FINAL merges across every month even when no day is dirty (0.40 s instead of 0.03 s at 1 M
+rows, benchmarks/trend_queries.py). The ``grafana_reader`` profile lets the reader change
+it (deploy/clickhouse/initdb/10-grafana-reader.sh)."""
+
+
+def daily_source(kind: str, every_day: bool = False) -> str:
+    """The daily aggregate ``kind`` (``warehouse.daily.AGGREGATES``) as a subquery for a panel:
+    ``warehouse.daily.inline_sql``'s one-statement source (clean days' recorded rows, dirty
+    days computed live), its tables unqualified (the data source's default database), over
+    the whole UTC days from ``$__fromTime`` to ``$__toTime`` (``every_day``: every day, for a
+    variable). Columns: ``warehouse.daily.Aggregate.columns``."""
+    source = inline_sql(marker(kind, every_day)).replace("{db:Identifier}.", "")
+    return source.replace("{since:Date}", "toDate($__fromTime, 'UTC')").replace(
+        "{until:Date}", "toDate($__toTime, 'UTC')"
     )
