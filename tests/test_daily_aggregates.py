@@ -120,7 +120,8 @@ def _dirty(client: Client, db: str) -> list[date]:
 
 def _later_changes(client: Client, db: str) -> None:
     """Re-audits (category, flags and clause changed), events re-judged as non-refusals,
-    events moved to another bundle with an assessment under it."""
+    events whose classifier verdict and detection now disagree, events moved to another
+    bundle with an assessment under it."""
     client.command(
         f"INSERT INTO `{db}`.assessments SELECT * REPLACE ("
         "'policy_gray_zone' AS category, NOT is_estimated_false_positive AS "
@@ -134,6 +135,12 @@ def _later_changes(client: Client, db: str) -> None:
         "ingested_at + toIntervalDay(1) AS ingested_at) "
         f"FROM `{db}`.refusal_events FINAL "
         "WHERE refusal_kind = 'explicit' AND cityHash64(log_id) % 25 = 1"
+    )
+    client.command(  # a newer version whose detection now disagrees with the classifier
+        f"INSERT INTO `{db}`.refusal_events SELECT * REPLACE (true AS classifier_is_refusal, "
+        "false AS detected_is_refusal, 'classifier_refusal_detector_not' AS "
+        "refusal_disagreement, ingested_at + toIntervalDay(1) AS ingested_at) "
+        f"FROM `{db}`.refusal_events FINAL WHERE cityHash64(log_id) % 25 = 3"
     )
     moved = "refusal_kind = 'explicit' AND cityHash64(log_id) % 25 = 2"
     client.command(

@@ -138,7 +138,7 @@ def test_a_store_migrated_from_0023_reads_the_same_before_any_refresh(chdb_dsn: 
     try:
         migrate(client, db, migrations=[m for m in load_migrations() if m.version <= "0023"])
         generate(client, db, ROWS // 3, redelivered=0.05)
-        assert migrate(client, db) == ["0024_daily_aggregates"]
+        assert migrate(client, db)[0] == "0024_daily_aggregates"  # and the later ones
         days = client.query(
             f"SELECT uniqExact(toDate(event_time)) FROM `{db}`.refusal_events"
         ).result_rows[0][0]
