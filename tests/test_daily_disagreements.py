@@ -10,7 +10,6 @@ import uuid
 from datetime import date, timedelta
 
 import pytest
-
 from test_daily_aggregates import ROWS, _dirty, _old
 from trend_data import generate
 
