@@ -7,7 +7,11 @@ pipeline's thread and the others: warehouse calls and chDB's threads) alternatel
 shipped: the materialized views mark days in every insert, ``Warehouse.insert_built`` marks
 again, the pipeline recomputes after a flush at most every 10 s), ``--pairs`` times.
 
-Run: ``python benchmarks/daily_writer_cost.py [--events 20000] [--pairs 3]``.
+``--without KIND`` (e.g. ``disagreements``, migration 0026) compares "on" without the
+aggregate ``KIND`` ("off") with "on" as shipped instead: what one aggregate adds (its
+table is still created; only the recompute's work differs).
+
+Run: ``python benchmarks/daily_writer_cost.py [--events 20000] [--pairs 3] [--without KIND]``.
 """
 
 from __future__ import annotations
@@ -30,8 +34,18 @@ _MIGRATE: Any = sys.modules["warehouse.migrate"]  # the package exports a functi
 _REAL = (_MIGRATE.load_migrations, daily.mark_days, Warehouse.refresh_daily)
 
 
-def switch(on: bool) -> None:
-    """The daily aggregates on (as shipped) or off (0024 not applied, no marks, no refresh)."""
+_AGGREGATES = dict(daily.AGGREGATES)
+
+
+def switch(on: bool, without: str | None = None) -> None:
+    """The daily aggregates on (as shipped) or off (0024 not applied, no marks, no refresh);
+    with ``without``, off means on without that aggregate."""
+    daily.AGGREGATES.clear()
+    daily.AGGREGATES.update(_AGGREGATES)
+    if without is not None:
+        if not on:
+            del daily.AGGREGATES[without]
+        on = True
     load, mark, refresh = _REAL
     _MIGRATE.load_migrations = load if on else (lambda: [m for m in load() if m.version < "0024"])
     daily.mark_days = mark if on else (lambda *a, **k: None)
@@ -43,12 +57,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--without", default=None, choices=sorted(daily.AGGREGATES))
     args = parser.parse_args()
     records = intake_cost.build_records(args.events, [])
     runs: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
     for turn in range(args.pairs):
         for name in runs:
-            switch(name == "on")
+            switch(name == "on", args.without)
             runs[name].append(intake_cost.measure_end_to_end(records))
             print(turn, name, {k: round(v, 1) for k, v in runs[name][-1].items()}, flush=True)
     switch(True)

@@ -157,18 +157,24 @@ def _later_changes(client: Client, db: str) -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def store(chdb_dsn: str) -> Iterator[tuple[Client, str]]:
-    """A migrated store filled by the trend generator, with duplicates (5% redelivered)."""
-    db = f"daily_{uuid.uuid4().hex[:12]}"
+def generated_store(chdb_dsn: str, prefix: str, rows: int) -> Iterator[tuple[Client, str]]:
+    """A migrated store named ``prefix_<random>`` filled by the trend generator with ``rows``
+    refusals, with duplicates (5% redelivered); dropped afterwards (a fixture's body)."""
+    db = f"{prefix}_{uuid.uuid4().hex[:12]}"
     client = connect(chdb_dsn, db)
     migrate(client, db)
-    generate(client, db, ROWS, redelivered=0.05)
+    generate(client, db, rows, redelivered=0.05)
     try:
         yield client, db
     finally:
         client.command(f"DROP DATABASE IF EXISTS `{db}`")
         client.close()
+
+
+@pytest.fixture(scope="module")
+def store(chdb_dsn: str) -> Iterator[tuple[Client, str]]:
+    """A migrated store filled by the trend generator, with duplicates (5% redelivered)."""
+    yield from generated_store(chdb_dsn, "daily", ROWS)
 
 
 def test_rewritten_queries_equal_the_reference_in_every_state(

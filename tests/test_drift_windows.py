@@ -7,22 +7,15 @@ hourly, daily and unaligned windows, recent and old ranges."""
 
 from __future__ import annotations
 
-import sys
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from drift_reference import from_views
+from test_daily_aggregates import generated_store
 
 from warehouse.client import Client
-from warehouse.connect import connect
 from warehouse.drift_assessments import window_counts
-from warehouse.migrate import migrate
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from trend_data import generate
 
 ROWS = 20000
 
@@ -30,15 +23,7 @@ ROWS = 20000
 @pytest.fixture(scope="module")
 def store(chdb_dsn: str) -> Iterator[tuple[Client, str]]:
     """A migrated store filled by the trend generator (5% redelivered two hours later)."""
-    db = f"dwin_{uuid.uuid4().hex[:12]}"
-    client = connect(chdb_dsn, db)
-    migrate(client, db)
-    generate(client, db, ROWS, redelivered=0.05)
-    try:
-        yield client, db
-    finally:
-        client.command(f"DROP DATABASE IF EXISTS `{db}`")
-        client.close()
+    yield from generated_store(chdb_dsn, "dwin", ROWS)
 
 
 def _ranges() -> list[tuple[int, datetime, datetime]]:

@@ -41,7 +41,8 @@ from warehouse.queries import NAMED_QUERIES, run_named
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from trend_data import generate
 
-NEW = ["0022_current_assessments_settings", "0023_partition_local_final", "0024_daily_aggregates"]
+NEW = ["0022_current_assessments_settings", "0023_partition_local_final", "0024_daily_aggregates",
+       "0026_daily_disagreements"]
 ROWS = 4000
 
 
