@@ -9,8 +9,12 @@ again, the pipeline recomputes after a flush at most every 10 s), ``--pairs`` ti
 
 ``--since 0025``: "off" is the schema and aggregates before migration 0025 instead (0024's
 four aggregates recomputed; 0025 adds two more to every recompute and no materialized view).
+``--without KIND`` (e.g. ``disagreements``, migration 0026) compares "on" without the
+aggregate ``KIND`` ("off") with "on" as shipped instead: what one aggregate adds (its
+table is still created; only the recompute's work differs).
 
-Run: ``python benchmarks/daily_writer_cost.py [--events 20000] [--pairs 3] [--since 0025]``.
+Run: ``python benchmarks/daily_writer_cost.py [--events 20000] [--pairs 3] [--since 0025 |
+--without KIND]``.
 """
 
 from __future__ import annotations
@@ -35,9 +39,16 @@ _AGGREGATES = dict(daily.AGGREGATES)
 _SINCE_0025 = ("configurations", "batch_scopes")  # the aggregates migration 0025 added
 
 
-def switch(on: bool, since: str = "0024") -> None:
+def switch(on: bool, since: str = "0024", without: str | None = None) -> None:
     """The daily aggregates on (as shipped) or off (0024 not applied, no marks, no refresh;
-    ``since`` "0025": 0025 not applied and its aggregates not recomputed)."""
+    ``since`` "0025": 0025 not applied and its aggregates not recomputed; with ``without``,
+    off means on without that aggregate)."""
+    daily.AGGREGATES.clear()
+    daily.AGGREGATES.update(_AGGREGATES)
+    if without is not None:
+        if not on:
+            del daily.AGGREGATES[without]
+        on = True
     load, mark, refresh = _REAL
     if since == "0025":
         _MIGRATE.load_migrations = (
@@ -59,15 +70,16 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--since", choices=("0024", "0025"), default="0024")
+    parser.add_argument("--without", default=None, choices=sorted(daily.AGGREGATES))
     args = parser.parse_args()
     records = intake_cost.build_records(args.events, [])
     runs: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
     for turn in range(args.pairs):
         for name in runs:
-            switch(name == "on", args.since)
+            switch(name == "on", args.since, args.without)
             runs[name].append(intake_cost.measure_end_to_end(records))
             print(turn, name, {k: round(v, 1) for k, v in runs[name][-1].items()}, flush=True)
-    switch(True, args.since)
+    switch(True)
     for key in runs["on"][0]:
         off = statistics.median(r[key] for r in runs["off"])
         on = statistics.median(r[key] for r in runs["on"])

@@ -66,6 +66,7 @@ USER_TABLES = frozenset(
         "daily_audit_configurations",
         "daily_batch_scopes",
         "daily_clause_counts",
+        "daily_disagreement_counts",
         "daily_event_counts",
         "daily_versions",
         "dead_letters",

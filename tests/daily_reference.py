@@ -53,6 +53,22 @@ WHERE {DAY_MODEL_PRODUCT}
 GROUP BY day
 ORDER BY day
 """,
+    "refusal_disagreements": f"""
+SELECT toDate(event_time) AS day, model,
+       countIf(classifier_is_refusal IS NOT NULL) AS classifier_verdicts,
+       countIf(classifier_is_refusal IS NOT NULL AND detected_is_refusal IS NOT NULL)
+           AS compared,
+       countIf(refusal_disagreement != 'none') AS disagreements,
+       countIf(refusal_disagreement = 'classifier_refusal_detector_not')
+           AS classifier_refusal_detector_not,
+       countIf(refusal_disagreement = 'detector_refusal_classifier_not')
+           AS detector_refusal_classifier_not
+FROM {{db:Identifier}}.refusal_events FINAL
+WHERE {DAY_MODEL_PRODUCT}
+GROUP BY day, model
+HAVING classifier_verdicts > 0
+ORDER BY day, model
+""",
 }
 
 NAMED["prefilter"] = f"""

@@ -131,7 +131,8 @@ def _dirty(client: Client, db: str) -> list[date]:
 
 def _later_changes(client: Client, db: str) -> None:
     """Re-audits (category, flags and clause changed), events re-judged as non-refusals,
-    events moved to another bundle with an assessment under it."""
+    events whose classifier verdict and detection now disagree, events moved to another
+    bundle with an assessment under it."""
     client.command(
         f"INSERT INTO `{db}`.assessments SELECT * REPLACE ("
         "'policy_gray_zone' AS category, NOT is_estimated_false_positive AS "
@@ -145,6 +146,12 @@ def _later_changes(client: Client, db: str) -> None:
         "ingested_at + toIntervalDay(1) AS ingested_at) "
         f"FROM `{db}`.refusal_events FINAL "
         "WHERE refusal_kind = 'explicit' AND cityHash64(log_id) % 25 = 1"
+    )
+    client.command(  # a newer version whose detection now disagrees with the classifier
+        f"INSERT INTO `{db}`.refusal_events SELECT * REPLACE (true AS classifier_is_refusal, "
+        "false AS detected_is_refusal, 'classifier_refusal_detector_not' AS "
+        "refusal_disagreement, ingested_at + toIntervalDay(1) AS ingested_at) "
+        f"FROM `{db}`.refusal_events FINAL WHERE cityHash64(log_id) % 25 = 3"
     )
     moved = "refusal_kind = 'explicit' AND cityHash64(log_id) % 25 = 2"
     client.command(
@@ -161,24 +168,24 @@ def _later_changes(client: Client, db: str) -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def store(chdb_dsn: str) -> Iterator[tuple[Client, str]]:
-    """A migrated store filled by the trend generator (``generated_store``)."""
-    yield from generated_store(chdb_dsn, "daily")
-
-
-def generated_store(chdb_dsn: str, prefix: str) -> Iterator[tuple[Client, str]]:
-    """A migrated store filled by the trend generator, with duplicates (5% redelivered), in a
-    new database named ``prefix_<random>``; dropped when the generator is closed."""
+def generated_store(chdb_dsn: str, prefix: str, rows: int) -> Iterator[tuple[Client, str]]:
+    """A migrated store named ``prefix_<random>`` filled by the trend generator with ``rows``
+    refusals, with duplicates (5% redelivered); dropped afterwards (a fixture's body)."""
     db = f"{prefix}_{uuid.uuid4().hex[:12]}"
     client = connect(chdb_dsn, db)
     migrate(client, db)
-    generate(client, db, ROWS, redelivered=0.05)
+    generate(client, db, rows, redelivered=0.05)
     try:
         yield client, db
     finally:
         client.command(f"DROP DATABASE IF EXISTS `{db}`")
         client.close()
+
+
+@pytest.fixture(scope="module")
+def store(chdb_dsn: str) -> Iterator[tuple[Client, str]]:
+    """A migrated store filled by the trend generator, with duplicates (5% redelivered)."""
+    yield from generated_store(chdb_dsn, "daily", ROWS)
 
 
 def test_rewritten_queries_equal_the_reference_in_every_state(

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from drift_data import Row, stored_rows, xstest_refusals
+from drift_reference import from_views
 from scipy.stats import binom
 
 from processors.drift_detection import DetectorSettings, WindowCounts
@@ -175,9 +176,13 @@ def test_late_event_stays_in_its_first_arrival_window(warehouse: Warehouse) -> N
     assert set(arrival_times(warehouse).values()) == {W0 + timedelta(hours=3, minutes=10)}
 
 
-def test_upgrade_backfills_first_arrivals_of_existing_events(chdb_dsn: str) -> None:
+def test_upgrade_backfills_first_arrivals_of_existing_events(
+    chdb_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A database migrated up to 0008 with stored events gets their arrival times from
-    0009's backfill: the counts do not move on upgrade, nor on a redelivery afterwards."""
+    0009's backfill: the counts do not move on upgrade, nor on a redelivery afterwards.
+    (At 0008 the counts are read from the views: ``warehouse.drift_windows`` reads 0009's
+    ``event_arrivals``.)"""
     database = f"t_{uuid.uuid4().hex[:16]}"
     client = connect(chdb_dsn, database)
     try:
@@ -191,7 +196,8 @@ def test_upgrade_backfills_first_arrivals_of_existing_events(chdb_dsn: str) -> N
         late = [Row(f"l{i}", "a", True) for i in range(2)]
         store(wh, on_time, W0 + timedelta(minutes=5))
         store(wh, late, W0 + timedelta(minutes=30), arrival_delay=timedelta(hours=2, minutes=40))
-        before = all_counts(wh)
+        with from_views(monkeypatch, database):
+            before = all_counts(wh)
         assert migrate(client, database)[0] == "0009_event_arrivals"
         assert all_counts(wh) == before
         # re-running the backfill (an interrupted migration applied again) is harmless

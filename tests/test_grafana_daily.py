@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from grafana_expand import ALL, Variable, expand
 from grafana_reference import PANELS, VARIABLES
-from test_daily_aggregates import _dirty, _later_changes, generated_store
+from test_daily_aggregates import ROWS, _dirty, _later_changes, generated_store
 
 from refusal_audit.dashboards import build_dashboards
 from warehouse import daily
@@ -28,7 +28,7 @@ DAY = 86400
 @pytest.fixture(scope="module")
 def store(chdb_dsn: str) -> Iterator[tuple[Client, str]]:
     """A migrated store filled by the trend generator (5% redelivered)."""
-    yield from generated_store(chdb_dsn, "gdaily")
+    yield from generated_store(chdb_dsn, "gdaily", ROWS)
 
 
 def _ranges() -> list[tuple[datetime, datetime]]:

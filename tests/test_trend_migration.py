@@ -47,6 +47,7 @@ NEW = [
     "0023_partition_local_final",
     "0024_daily_aggregates",
     "0025_daily_configurations",
+    "0026_daily_disagreements",
 ]
 ROWS = 4000
 

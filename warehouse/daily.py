@@ -25,7 +25,11 @@ The aggregates (shapes: the migration):
   engine, engine model, prompt version: ``assessments``, ``first_audit``, ``last_audit``
   (min/max ``audited_at``, UTC);
 - ``batch_scopes`` (migration 0025): per bundle, day, batch id: ``scopes`` (the sorted
-  distinct (model, product) pairs), ``assessments``.
+  distinct (model, product) pairs), ``assessments``;
+- ``disagreements`` (migration 0026): the same events per day, model, product: events
+  with a platform classifier verdict (``classifier_verdicts``), those our detection also
+  read (``compared``), ``disagreements`` and one count per direction
+  (``schemas.events.DISAGREEMENT_DIRECTIONS``).
 
 A day is the UTC day of ``event_time``. The live computation restricts both tables to the
 dirty days: every version of an event and its assessments carry the event's time
@@ -181,6 +185,28 @@ FROM {_CURRENT}
 GROUP BY day, policy_bundle, batch_id""",
     ),
 }
+
+# Migration 0026 (issue 27, item 4: the refusal_disagreements query), in its own entries so
+# that other migrations' aggregates merge beside it.
+AGGREGATES |= {
+    "disagreements": Aggregate(
+        "daily_disagreement_counts",
+        ("model", "product"),
+        ("classifier_verdicts", "compared", "disagreements",
+         "classifier_refusal_detector_not", "detector_refusal_classifier_not"),
+        f"""SELECT toDate(event_time) AS day, model, product,
+       countIf(classifier_is_refusal IS NOT NULL) AS classifier_verdicts,
+       countIf(classifier_is_refusal IS NOT NULL AND detected_is_refusal IS NOT NULL)
+           AS compared,
+       countIf(refusal_disagreement != 'none') AS disagreements,
+       countIf(refusal_disagreement = 'classifier_refusal_detector_not')
+           AS classifier_refusal_detector_not,
+       countIf(refusal_disagreement = 'detector_refusal_classifier_not')
+           AS detector_refusal_classifier_not
+FROM {_EVENTS}
+GROUP BY day, model, product""",
+    ),
+}  # fmt: skip
 
 
 def dirty_params(days: Sequence[date]) -> dict[str, Any]:

@@ -1,9 +1,11 @@
 """Window aggregates for the drift detectors, read from the ``drift_assessments`` view.
 
 ``window_counts`` returns the audit counts per (window start, finest scope) from ClickHouse;
-``evidence_query`` renders the SQL an alert quotes so anyone can reproduce its counts. Both
-use the parameterized view of migrations 0008-0009 (window assignment with the grace period for
-late events), so detectors and analysts count the same rows.
+``evidence_query`` renders the SQL an alert quotes so anyone can reproduce its counts. The
+evidence uses the parameterized views of migrations 0008-0009/0013 (window assignment with the
+grace period for late events); ``window_counts`` reads the same rows of the windows asked for
+from a bounded part of the store (``warehouse.drift_windows``, issue 27), so detectors and
+analysts count the same rows.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from datetime import UTC, datetime
 
 from processors.drift_detection import WindowCounts
 from schemas.alerts import ALL, Scope
+from warehouse import drift_windows
 from warehouse.client import Client
 
 __all__ = ["evidence_query", "view_call", "window_counts"]
@@ -61,13 +64,12 @@ def window_counts(
                arraySort(groupArrayIf({_EXAMPLES})(log_id, is_estimated_false_positive)) AS fp_ex,
                arraySort(groupArrayIf({_EXAMPLES})(log_id, requires_human_review)) AS review_ex,
                arraySort(groupArrayIf({_EXAMPLES})(log_id, policy_gap)) AS gap_ex
-        FROM {view_call(database, window_seconds, grace_seconds)}
-        WHERE window_start >= {{start:DateTime64(3, 'UTC')}}
-          AND window_start < {{end:DateTime64(3, 'UTC')}}
+        FROM {drift_windows.rows_sql(window_seconds, grace_seconds)}
         GROUP BY window_start, policy_bundle, model, product, category
         ORDER BY window_start, policy_bundle, model, product, category
     """
-    result = client.query(sql, parameters={"start": start, "end": end})
+    bound = drift_windows.params(database, window_seconds, start, end)
+    result = client.query(sql, parameters=bound, settings=drift_windows.READ_SETTINGS)
     out: dict[datetime, dict[Scope, WindowCounts]] = defaultdict(dict)
     for row in result.result_rows:
         ws, bundle, model, product, category, n, fp, review, gap, late = row[:10]
@@ -94,13 +96,11 @@ def window_counts(
         SELECT window_start, policy_bundle, model, product,
                count() AS reviewed, countIf(disagreed) AS disagreements,
                arraySort(groupArrayIf({_EXAMPLES})(log_id, disagreed)) AS disagree_ex
-        FROM {view_call(database, window_seconds, grace_seconds, "drift_reviews")}
-        WHERE window_start >= {{start:DateTime64(3, 'UTC')}}
-          AND window_start < {{end:DateTime64(3, 'UTC')}}
+        FROM {drift_windows.reviews_sql(window_seconds, grace_seconds)}
         GROUP BY window_start, policy_bundle, model, product
     """
     for ws, bundle, model, product, reviewed, disagreements, disagree_ex in client.query(
-        reviews, parameters={"start": start, "end": end}
+        reviews, parameters=bound, settings=drift_windows.READ_SETTINGS
     ).result_rows:
         ws = ws.replace(tzinfo=UTC) if ws.tzinfo is None else ws.astimezone(UTC)
         scope = Scope(policy_bundle=bundle, model=model, product=product)

@@ -236,17 +236,14 @@ ORDER BY day
             "stored before it existed were not), and the disagreements by direction, with "
             "the disagreement rate of the compared events and its Wilson 95% interval.",
             sql=f"""
-SELECT toDate(event_time) AS day, model,
-       countIf(classifier_is_refusal IS NOT NULL) AS classifier_verdicts,
-       countIf(classifier_is_refusal IS NOT NULL AND detected_is_refusal IS NOT NULL)
-           AS compared,
-       countIf(refusal_disagreement != 'none') AS disagreements,
-       countIf(refusal_disagreement = 'classifier_refusal_detector_not')
-           AS classifier_refusal_detector_not,
-       countIf(refusal_disagreement = 'detector_refusal_classifier_not')
-           AS detector_refusal_classifier_not
-FROM {{db:Identifier}}.refusal_events FINAL
-WHERE {DAY_MODEL_PRODUCT}
+SELECT day, model,
+       sum(classifier_verdicts) AS classifier_verdicts,
+       sum(compared) AS compared,
+       sum(disagreements) AS disagreements,
+       sum(classifier_refusal_detector_not) AS classifier_refusal_detector_not,
+       sum(detector_refusal_classifier_not) AS detector_refusal_classifier_not
+FROM {marker("disagreements")}
+WHERE {MODEL_PRODUCT_ONLY}
 GROUP BY day, model
 HAVING classifier_verdicts > 0
 ORDER BY day, model
