@@ -317,7 +317,9 @@ SELECT engine, engine_model, batches, events, prompt_tokens, cached_tokens, comp
 FROM (
     SELECT engine, engine_model,
            count() AS batches,
-           sum(length(log_ids)) AS events,
+           -- the array's sizes subcolumn: length(log_ids) read every id under FINAL (100 M
+           -- rows: 4.1 s against 0.11, benchmarks/trend_queries.py)
+           sum(log_ids.size0) AS events,
            sum(prompt_tokens) AS prompt_tokens,
            sum(cached_tokens) AS cached_tokens,
            sum(completion_tokens) AS completion_tokens,
