@@ -1,0 +1,116 @@
+"""The policy-gap reads as they were before migration 0027 (trendC): ``policy_gap_dated``
+dating every sighting by a join with all of ``refusal_events FINAL``, ``policy_gap_summary``
+over it, and the report's and the dashboard's "has a current assessment" over all of
+``current_assessments``. ``tests/test_gap_lookups.py`` compares the rewritten reads with
+these. Tables are unqualified (``{db}.`` = the client's database) for the panels; the
+report's form names ``{db:Identifier}``."""
+
+from __future__ import annotations
+
+from processors.gap_text import describe_gap_sql
+from refusal_audit.dashboards.sql import scope, var_filter
+from warehouse.named import DAY_MODEL_PRODUCT
+
+DATED = """(
+SELECT s.policy_bundle AS policy_bundle,
+       s.gap_id AS gap_id,
+       s.log_id AS log_id,
+       s.batch_id AS batch_id,
+       s.description AS description,
+       s.gap_description AS gap_description,
+       s.seen_at AS seen_at,
+       if(e.event_log_id = '', s.seen_at, e.event_time) AS event_time
+FROM {db}policy_gap_sightings AS s FINAL
+LEFT JOIN (
+    SELECT log_id AS event_log_id, event_time FROM {db}refusal_events FINAL
+) AS e ON s.log_id = e.event_log_id
+)"""
+
+SUMMARY = f"""(
+SELECT policy_bundle,
+       gap_id,
+       argMax(member, (member_log_ids, -toUnixTimestamp64Milli(member_first))) AS description,
+       min(member_first) AS first_seen,
+       max(member_last) AS last_seen,
+       length(arrayDistinct(flatten(groupArray(member_ids)))) AS log_ids,
+       length(arrayDistinct(flatten(groupArray(member_batches)))) AS batches,
+       arraySlice(arrayDistinct(arrayMap(x -> x.2, arraySort(flatten(groupArray(member_seen))))),
+                  1, 20) AS example_log_ids
+FROM (
+    SELECT policy_bundle, gap_id, description AS member,
+           uniqExact(log_id) AS member_log_ids,
+           min(event_time) AS member_first,
+           max(event_time) AS member_last,
+           groupUniqArray(log_id) AS member_ids,
+           groupUniqArray(batch_id) AS member_batches,
+           groupArray((event_time, log_id)) AS member_seen
+    FROM {DATED}
+    GROUP BY policy_bundle, gap_id, description
+)
+GROUP BY policy_bundle, gap_id
+)"""
+
+
+def _panel(sql: str) -> str:
+    return sql.replace("{db}", "")
+
+
+def _report(sql: str) -> str:
+    return sql.replace("{db}", "{db:Identifier}.")
+
+
+_SIGHTINGS = f"""FROM {_panel(DATED)}
+WHERE {var_filter("policy_bundle", "bundle")}
+  AND log_id IN (
+    SELECT log_id FROM current_assessments
+    WHERE {scope(bundle="")}
+  )"""
+
+PANELS = {
+    "New gaps": f"""
+SELECT count() AS new_gaps
+FROM (
+  SELECT policy_bundle, gap_id, min(event_time) AS first_seen
+  {_SIGHTINGS}
+  GROUP BY policy_bundle, gap_id
+)
+WHERE $__timeFilter(first_seen)
+""",
+    "Gap sightings": f"""
+SELECT $__timeInterval(event_time) AS time, count() AS sightings, uniqExact(gap_id) AS gaps
+{_SIGHTINGS}
+  AND $__timeFilter(event_time)
+GROUP BY time
+ORDER BY time
+""",
+    "Open gaps with example log ids": f"""
+SELECT policy_bundle, description, first_seen, last_seen, log_ids, batches,
+       arrayStringConcat(example_log_ids, ', ') AS example_log_ids
+FROM {_panel(SUMMARY)}
+WHERE {var_filter("policy_bundle", "bundle")}
+  AND $__timeFilter(last_seen)
+ORDER BY log_ids DESC, last_seen DESC, policy_bundle, gap_id
+LIMIT 100
+""",
+}
+
+TOP_GAP_FLAGS = f"""
+SELECT policy_bundle, gap_id,
+       {describe_gap_sql("any(named.description)")} AS description,
+       uniqExact(log_id) AS refusals,
+       uniqExact(batch_id) AS batches,
+       arraySlice(arraySort(groupUniqArray(log_id)), 1, 5) AS example_log_ids,
+       any(named.first_seen) AS first_event,
+       toDate(first_event) >= {{since:Date}} AS new_in_period
+FROM {_report(DATED)} AS dated
+INNER JOIN (
+    SELECT policy_bundle, gap_id, description, first_seen
+    FROM {_report(SUMMARY)}
+) AS named USING (policy_bundle, gap_id)
+WHERE log_id IN (
+    SELECT log_id FROM {{db:Identifier}}.current_assessments WHERE {DAY_MODEL_PRODUCT}
+)
+GROUP BY policy_bundle, gap_id
+ORDER BY refusals DESC, description, policy_bundle, gap_id
+LIMIT {{limit:UInt32}}
+"""
