@@ -175,8 +175,8 @@ def test_the_gap_reads_equal_their_former_sql_in_every_state(
 
 
 def test_the_gap_views_look_up_the_sightings_log_ids(store: tuple[Client, str]) -> None:
-    """The rewritten reads do not read every stored event: with the sightings' log ids
-    only, ClickHouse reads a few granules of ``refusal_events`` (primary-key lookups)."""
+    """The rewritten views filter on the sightings' log ids by primary key and PREWHERE (so
+    FINAL merges only their versions, not every granule the key analysis keeps)."""
     client, db = store
     total = client.query(f"SELECT count() FROM `{db}`.refusal_events").result_rows[0][0]
     for view in ("policy_gap_dated", "policy_gap_current"):
@@ -185,4 +185,10 @@ def test_the_gap_views_look_up_the_sightings_log_ids(store: tuple[Client, str]) 
             .result_rows
         )  # fmt: skip
         assert "PrimaryKey" in plan and "log_id" in plan, (view, plan)
+        body = client.query(
+            "SELECT create_table_query FROM system.tables WHERE database = {db:String} "
+            "AND name = {view:String}",
+            parameters={"db": db, "view": view},
+        ).result_rows[0][0]
+        assert "PREWHERE log_id IN" in body, view  # filtered before FINAL merges versions
     assert total > 0

@@ -5,9 +5,12 @@
 -- the report's and the dashboard's "has a current assessment of the selected models and
 -- products" read all of current_assessments. Both now look up the sightings' own log ids
 -- through the tables' primary keys (refusal_events ORDER BY log_id, assessments ORDER BY
--- (policy_bundle, log_id)): a filter on a sort-key column keeps or drops whole keys, so FINAL
--- returns exactly the rows it returned before for those log ids, and the join / IN only ever
--- asked for those. Views only: nothing is stored, so it is instant and re-runnable on a
+-- (policy_bundle, log_id)) and a PREWHERE on log_id, which ClickHouse applies *before* FINAL
+-- merges the versions: it depends on a sort-key column only, so it keeps or drops every
+-- version of a key together, and FINAL returns exactly the rows it returned before for those
+-- log ids (the join / IN only ever asked for those). As a WHERE, the filter ran after FINAL
+-- had merged every granule the key analysis kept (about all of them: 1,029 sightings hit
+-- 1,387 of 1,390 granules at 10 M rows): 2.0 s instead of 0.3 s at 10 M. Views only: nothing is stored, so it is instant and re-runnable on a
 -- populated warehouse, and the writers' inserts do not change.
 
 -- As 0019's view, with the event side restricted to the sightings' log ids (primary-key
@@ -25,7 +28,7 @@ SELECT s.policy_bundle AS policy_bundle,
 FROM {db}.policy_gap_sightings AS s FINAL
 LEFT JOIN (
     SELECT log_id AS event_log_id, event_time FROM {db}.refusal_events FINAL
-    WHERE log_id IN (SELECT log_id FROM {db}.policy_gap_sightings)
+    PREWHERE log_id IN (SELECT log_id FROM {db}.policy_gap_sightings)
 ) AS e ON s.log_id = e.event_log_id
 SETTINGS use_index_for_in_with_subqueries = 1;
 
@@ -35,9 +38,10 @@ SETTINGS use_index_for_in_with_subqueries = 1;
 CREATE OR REPLACE VIEW {db}.policy_gap_current AS
 SELECT *
 FROM {db}.assessments FINAL
-WHERE log_id IN (SELECT log_id FROM {db}.policy_gap_sightings)
-  AND (log_id, policy_bundle) IN (
+PREWHERE log_id IN (SELECT log_id FROM {db}.policy_gap_sightings)
+WHERE (log_id, policy_bundle) IN (
     SELECT log_id, policy_bundle FROM {db}.refusal_events FINAL
-    WHERE is_refusal AND log_id IN (SELECT log_id FROM {db}.policy_gap_sightings)
+    PREWHERE log_id IN (SELECT log_id FROM {db}.policy_gap_sightings)
+    WHERE is_refusal
 )
 SETTINGS use_index_for_in_with_subqueries = 1, do_not_merge_across_partitions_select_final = 1;
