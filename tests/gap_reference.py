@@ -1,6 +1,6 @@
-"""The policy-gap reads as they were before migration 0027 (trendC): ``policy_gap_dated``
-dating every sighting by a join with all of ``refusal_events FINAL``, ``policy_gap_summary``
-over it, and the report's and the dashboard's "has a current assessment" over all of
+"""The policy-gap reads as they were before migration 0027 (trendC; the views taken from
+0019's text): ``policy_gap_dated`` dating every sighting by a join with all of
+``refusal_events FINAL``, ``policy_gap_summary`` over it, and the report's and the dashboard's "has a current assessment" over all of
 ``current_assessments``. ``tests/test_gap_lookups.py`` compares the rewritten reads with
 these. Tables are unqualified (``{db}.`` = the client's database) for the panels; the
 report's form names ``{db:Identifier}``."""
@@ -9,46 +9,30 @@ from __future__ import annotations
 
 from processors.gap_text import describe_gap_sql
 from refusal_audit.dashboards.sql import scope, var_filter
+from warehouse.client import split_sql
+from warehouse.migrate import load_migrations
 from warehouse.named import DAY_MODEL_PRODUCT
 
-DATED = """(
-SELECT s.policy_bundle AS policy_bundle,
-       s.gap_id AS gap_id,
-       s.log_id AS log_id,
-       s.batch_id AS batch_id,
-       s.description AS description,
-       s.gap_description AS gap_description,
-       s.seen_at AS seen_at,
-       if(e.event_log_id = '', s.seen_at, e.event_time) AS event_time
-FROM {db}policy_gap_sightings AS s FINAL
-LEFT JOIN (
-    SELECT log_id AS event_log_id, event_time FROM {db}refusal_events FINAL
-) AS e ON s.log_id = e.event_log_id
-)"""
 
-SUMMARY = f"""(
-SELECT policy_bundle,
-       gap_id,
-       argMax(member, (member_log_ids, -toUnixTimestamp64Milli(member_first))) AS description,
-       min(member_first) AS first_seen,
-       max(member_last) AS last_seen,
-       length(arrayDistinct(flatten(groupArray(member_ids)))) AS log_ids,
-       length(arrayDistinct(flatten(groupArray(member_batches)))) AS batches,
-       arraySlice(arrayDistinct(arrayMap(x -> x.2, arraySort(flatten(groupArray(member_seen))))),
-                  1, 20) AS example_log_ids
-FROM (
-    SELECT policy_bundle, gap_id, description AS member,
-           uniqExact(log_id) AS member_log_ids,
-           min(event_time) AS member_first,
-           max(event_time) AS member_last,
-           groupUniqArray(log_id) AS member_ids,
-           groupUniqArray(batch_id) AS member_batches,
-           groupArray((event_time, log_id)) AS member_seen
-    FROM {DATED}
-    GROUP BY policy_bundle, gap_id, description
+def _view_body(migration: str, view: str) -> str:
+    """The SELECT of ``{db}.view`` as migration ``migration`` created it, ``{db}.`` kept as
+    the ``{db}`` placeholder (``_panel``/``_report`` fill it)."""
+    (found,) = [m for m in load_migrations() if m.id == migration]
+    (statement,) = [t for t in split_sql(found.sql) if f"{{db}}.{view} AS" in t.text]
+    return statement.text.split(f"{{db}}.{view} AS", 1)[1].replace("{db}.", "{db}")
+
+
+DATED = f"({_view_body('0019_policy_gap_dates', 'policy_gap_dated')})"
+"""0019's ``policy_gap_dated``: every sighting joined with all of ``refusal_events FINAL``."""
+
+SUMMARY = (
+    "("
+    + _view_body("0019_policy_gap_dates", "policy_gap_summary").replace(
+        "{db}policy_gap_dated", DATED
+    )
+    + ")"
 )
-GROUP BY policy_bundle, gap_id
-)"""
+"""0019's ``policy_gap_summary`` over ``DATED``."""
 
 
 def _panel(sql: str) -> str:
