@@ -1,9 +1,10 @@
 """The policy-gap reads as they were before migration 0027 (trendC; the views taken from
 0019's text): ``policy_gap_dated`` dating every sighting by a join with all of
 ``refusal_events FINAL``, ``policy_gap_summary`` over it, and the report's and the
-dashboard's "has a current assessment" over all of ``current_assessments``. ``tests/test_gap_lookups.py`` compares the rewritten reads with
-these. Tables are unqualified (``{db}.`` = the client's database) for the panels; the
-report's form names ``{db:Identifier}``."""
+dashboard's "has a current assessment" over all of ``current_assessments``.
+``tests/test_gap_lookups.py`` compares the rewritten reads with these. Tables are
+unqualified (``{db}.`` = the client's database) for the panels; the report's form names
+``{db:Identifier}``."""
 
 from __future__ import annotations
 
