@@ -320,12 +320,16 @@ def _daily_pairs(client: Client, db: str) -> list[tuple[str, Callable[[], Any], 
                   partial(rq.period_counts, client, db, f)))  # fmt: skip
     pairs.append(("report: audit_configurations", old(_REFERENCE.CONFIGURATIONS, f.params(db)),
                   partial(rq.audit_configurations, client, db, f)))  # fmt: skip
+    gaps: Any = importlib.import_module("gap_reference")  # tests/gap_reference.py (0027)
+    pairs.append(("report: top_gap_flags", old(gaps.TOP_GAP_FLAGS, f.params(db) | {"limit": 10}),
+                  partial(rq.top_gap_flags, client, db, f)))  # fmt: skip
     return pairs + _grafana_pairs(client)
 
 
 def _grafana_pairs(client: Client) -> list[tuple[str, Callable[[], Any], Callable[[], Any]]]:
     """(name, former SQL, SQL now) of the audit dashboard's targets migration 0025 moved onto
-    the daily aggregates (``tests/grafana_reference.py``), expanded for the default range cut
+    the daily aggregates (``tests/grafana_reference.py``) and the policy-gap panels 0027
+    bounded (``tests/gap_reference.py``), expanded for the default range cut
     to whole UTC days (00:00:00 to 23:59:59), "All" everywhere, a one-day interval."""
     reference: Any = importlib.import_module("grafana_reference")
     board = build_dashboards()["refusal-audit.json"]
@@ -340,7 +344,8 @@ def _grafana_pairs(client: Client) -> list[tuple[str, Callable[[], Any], Callabl
 
     now_sql = {p["title"]: p["targets"][0]["rawSql"] for p in board["panels"] if "targets" in p}
     now_sql |= {f"variable {v['name']}": v["query"]["rawSql"] for v in board["templating"]["list"]}
-    former = reference.PANELS | {f"variable {n}": sql for n, sql in reference.VARIABLES.items()}
+    former = reference.PANELS | importlib.import_module("gap_reference").PANELS
+    former |= {f"variable {n}": sql for n, sql in reference.VARIABLES.items()}
     return [(f"grafana: {name}", run(sql), run(now_sql[name])) for name, sql in former.items()]
 
 

@@ -77,6 +77,7 @@ USER_TABLES = frozenset(
         "drift_reviews",
         "event_arrivals",
         "event_arrivals_mv",
+        "policy_gap_current",
         "policy_gap_dated",
         "policy_gap_sightings",
         "policy_gap_summary",

@@ -138,7 +138,9 @@ def test_a_store_migrated_from_0023_reads_the_same_before_any_refresh(chdb_dsn: 
     try:
         migrate(client, db, migrations=[m for m in load_migrations() if m.version <= "0023"])
         generate(client, db, ROWS // 3, redelivered=0.05)
-        assert migrate(client, db)[0] == "0024_daily_aggregates"  # and the later ones
+        applied = [m for m in migrate(client, db) if m[:4] <= "0026"]  # later ones: views
+        assert applied == ["0024_daily_aggregates", "0025_daily_configurations",
+                           "0026_daily_disagreements"]  # fmt: skip
         days = client.query(
             f"SELECT uniqExact(toDate(event_time)) FROM `{db}`.refusal_events"
         ).result_rows[0][0]
@@ -170,7 +172,8 @@ def test_a_refreshed_store_migrated_from_0024_reads_the_same_before_any_refresh(
         daily.refresh_all(client, db)
         monkeypatch.undo()
         assert _dirty(client, db) == []
-        assert migrate(client, db) == ["0025_daily_configurations", "0026_daily_disagreements"]
+        applied = [m for m in migrate(client, db) if m[:4] <= "0026"]  # later ones: views
+        assert applied == ["0025_daily_configurations", "0026_daily_disagreements"]
         days = client.query(
             f"SELECT uniqExact(toDate(event_time)) FROM `{db}`.refusal_events"
         ).result_rows[0][0]

@@ -85,4 +85,13 @@ MODEL_PRODUCT_ONLY = """
 """The model/product filter alone: for the daily aggregates (``warehouse.daily``), whose
 sources already hold the days ``since`` to ``until`` only."""
 
+SCOPES_MATCH = """(
+    {model:String} = '' AND {product:String} = ''
+    OR arrayExists(s -> ({model:String} = '' OR s.1 = {model:String})
+                        AND ({product:String} = '' OR s.2 = {product:String}), scopes)
+)"""
+"""The model/product filter on a ``batch_scopes`` row (``warehouse.daily``, migration 0025):
+the batch holds a current assessment of that model and product on that day (one pair of
+``scopes`` matches both). Without a filter the array is not evaluated."""
+
 MODEL_PRODUCT = frozenset({"model", "product"})

@@ -27,6 +27,7 @@ from warehouse.named import (
     DAY_MODEL_PRODUCT,
     MODEL_PRODUCT,
     MODEL_PRODUCT_ONLY,
+    SCOPES_MATCH,
     NamedQuery,
     QueryResult,
     with_proportions,
@@ -142,9 +143,7 @@ FROM {{db:Identifier}}.audit_batches FINAL
 WHERE toDate(audited_at) BETWEEN {{since:Date}} AND {{until:Date}}
   AND batch_id IN (
       SELECT batch_id FROM {marker("batch_scopes", every_day=True)}
-      WHERE {{model:String}} = '' AND {{product:String}} = ''
-         OR arrayExists(s -> ({{model:String}} = '' OR s.1 = {{model:String}})
-                             AND ({{product:String}} = '' OR s.2 = {{product:String}}), scopes)
+      WHERE {SCOPES_MATCH}
   )
 GROUP BY day
 ORDER BY day

@@ -20,7 +20,13 @@ from schemas.alerts import ALL, Alert
 from warehouse import daily
 from warehouse.client import Client, WarehouseError, validate_identifier
 from warehouse.daily import marker
-from warehouse.named import DAY_MODEL_PRODUCT, MODEL_PRODUCT_ONLY, QueryResult, with_proportions
+from warehouse.named import (
+    DAY_MODEL_PRODUCT,
+    MODEL_PRODUCT_ONLY,
+    SCOPES_MATCH,
+    QueryResult,
+    with_proportions,
+)
 from warehouse.partition_keys import LOCAL_FINAL
 
 
@@ -100,7 +106,7 @@ SELECT sum(assessments) AS audited,
        sum(estimated_false_positives) AS estimated_false_positives,
        sum(flagged) AS flagged,
        sum(sampled) AS sampled,
-       (SELECT uniqExact(batch_id) FROM {marker("batches")} WHERE {MODEL_PRODUCT_ONLY})
+       (SELECT uniqExact(batch_id) FROM {marker("batch_scopes")} WHERE {SCOPES_MATCH})
            AS batches,
        uniqExact(model) AS models,
        uniqExact(product) AS products
@@ -170,8 +176,9 @@ def top_gap_flags(
     (``policy_gap_summary``: the same grouping, name and dates), counted over this period.
 
     Reads the tracked sightings (run ``refusal_audit.alerts.gaps.track_gaps`` first). A flagged log
-    id
-    counts when it has a current assessment of the period (matching model/product).
+    id counts when it has a current assessment of the period (matching model/product):
+    ``policy_gap_current`` (migration 0027), ``current_assessments`` of the sightings' log
+    ids, looked up by primary key, so the query grows with the sightings, not the store.
     Columns: ``policy_bundle``, ``gap_id``, ``description`` (the gap's most common member
     description, as ``describe_gap`` shows it), ``refusals`` (distinct flagged log ids of
     the period), ``batches``, ``example_log_ids`` (up to 5, sorted), ``first_event`` (the
@@ -196,7 +203,7 @@ INNER JOIN (
     FROM {{db:Identifier}}.policy_gap_summary
 ) AS named USING (policy_bundle, gap_id)
 WHERE log_id IN (
-    SELECT log_id FROM {{db:Identifier}}.current_assessments WHERE {DAY_MODEL_PRODUCT}
+    SELECT log_id FROM {{db:Identifier}}.policy_gap_current WHERE {DAY_MODEL_PRODUCT}
 )
 GROUP BY policy_bundle, gap_id
 ORDER BY refusals DESC, description, policy_bundle, gap_id

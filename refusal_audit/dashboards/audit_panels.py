@@ -94,12 +94,15 @@ ORDER BY time, category
 _SIGHTINGS = f"""FROM policy_gap_dated
 WHERE {var_filter("policy_bundle", "bundle")}
   AND log_id IN (
-    SELECT log_id FROM current_assessments
+    SELECT log_id FROM policy_gap_current
     WHERE {scope(bundle="")}
   )"""
 """Gap sightings of the selected bundles whose event has a current assessment of the
 selected models and products, dated by event time (``policy_gap_dated``, as
-``refusal-audit gaps``, the report and the gap alerts date them)."""
+``refusal-audit gaps``, the report and the gap alerts date them). ``policy_gap_current``
+(migration 0027) is ``current_assessments`` of the sightings' log ids, and
+``policy_gap_dated`` reads only their events: primary-key lookups, so these panels grow with
+the sightings, not the store."""
 
 NEW_GAPS_SQL = f"""
 SELECT count() AS new_gaps
