@@ -271,3 +271,43 @@ def test_the_writer_marks_days_and_refreshes(warehouse: Warehouse) -> None:
     warehouse.insert_assessments([item])  # re-processing marks the day again
     assert warehouse.refresh_daily(every_s=3600) == []  # throttled
     assert _dirty(warehouse.client, warehouse.database) == [day]
+
+
+def test_the_writer_spends_at_most_its_share_recomputing(
+    warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recompute that took ``d`` seconds holds the next one back for ``d / share`` (not
+    just ``every_s``), so a day that grows cannot make the writer recompute all the time."""
+    import warehouse.store as store_module
+
+    clock = [1000.0]
+    monkeypatch.setattr(store_module.time, "monotonic", lambda: clock[0])
+    real = daily.refresh
+
+    def slow_refresh(*args: Any, **kwargs: Any) -> list[date]:
+        clock[0] += 5.0  # this recompute "takes" 5 s
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store_module.daily, "refresh", slow_refresh)
+    from test_warehouse import SPECS, make_assessment
+
+    item = make_assessment(SPECS[0])
+    day = item.event_time.astimezone(UTC).date()
+    with pytest.raises(ValueError, match="share"):
+        warehouse.refresh_daily(every_s=10, share=0)
+    warehouse.insert_assessments([item])
+    assert warehouse.refresh_daily(every_s=10, share=0.1) == [day]  # started at 1000, took 5
+    warehouse.insert_assessments([item])
+    clock[0] = 1000.0 + 49.0  # past every_s, before 5 / 0.1 = 50 s
+    assert warehouse.refresh_daily(every_s=10, share=0.1) == []
+    clock[0] = 1000.0 + 50.0
+    assert warehouse.refresh_daily(every_s=10, share=0.1) == [day]
+    assert _dirty(warehouse.client, warehouse.database) == []
+    clock[0] = 1050.0 + 50.0  # that one started at 1050 and took 5 s: held back 50 s
+    warehouse.insert_assessments([item])
+    assert warehouse.refresh_daily(every_s=10, share=1.0) == [day]  # took 5: max(10, 5)
+    warehouse.insert_assessments([item])
+    clock[0] = 1100.0 + 9.0
+    assert warehouse.refresh_daily(every_s=10, share=1.0) == []
+    clock[0] = 1100.0 + 10.0
+    assert warehouse.refresh_daily(every_s=10, share=1.0) == [day]

@@ -78,14 +78,23 @@ class LocatingSink(Protocol):
 #: not the queries' correctness.
 REFRESH_EVERY_S = 10.0
 
+#: The largest share of a writer's wall time spent recomputing dirty days
+#: (``warehouse.Warehouse.refresh_daily``): a day being written grows, and so does its
+#: recompute; after one that took ``d`` seconds the next waits at least ``d / share``.
+#: 0.1 is our choice (a writer keeps >= 90% of its rate whatever the day's size), measured by
+#: ``benchmarks/sink_growth.py`` (docs/streaming.md).
+REFRESH_SHARE = 0.1
+
 
 @runtime_checkable
 class RefreshingSink(Protocol):
     """A sink that keeps daily aggregates (``warehouse.Warehouse``): after each flush the
-    pipeline calls ``refresh_daily`` (bounded per call, at most every ``every_s`` seconds;
-    ``warehouse.daily``)."""
+    pipeline calls ``refresh_daily`` (bounded per call, at most every ``every_s`` seconds
+    and at most ``share`` of the writer's time; ``warehouse.daily``)."""
 
-    def refresh_daily(self, max_days: int = ..., every_s: float = ...) -> list[date]: ...
+    def refresh_daily(
+        self, max_days: int = ..., every_s: float = ..., share: float = ...
+    ) -> list[date]: ...
 
 
 @dataclass(frozen=True)
@@ -481,7 +490,9 @@ class AuditPipeline:
         if assessments:
             await asyncio.to_thread(sink.insert_assessments, assessments)
         if (events or assessments) and isinstance(sink, RefreshingSink):
-            await asyncio.to_thread(sink.refresh_daily, every_s=REFRESH_EVERY_S)
+            await asyncio.to_thread(
+                sink.refresh_daily, every_s=REFRESH_EVERY_S, share=REFRESH_SHARE
+            )
 
     async def _start_audit(self, batch: AuditBatch, run: _Run) -> None:
         """Start auditing ``batch`` once one of the ``max_in_flight`` slots is free (waiting
