@@ -311,3 +311,27 @@ def test_the_writer_spends_at_most_its_share_recomputing(
     assert warehouse.refresh_daily(every_s=10, share=1.0) == []
     clock[0] = 1100.0 + 10.0
     assert warehouse.refresh_daily(every_s=10, share=1.0) == [day]
+
+
+def test_a_day_still_being_written_is_left_to_the_readers(warehouse: Warehouse) -> None:
+    """With a settle time the writer's recompute skips a day marked within it (the readers
+    compute it live) and takes it once its newest mark is older."""
+    from test_warehouse import SPECS, make_assessment
+
+    item = make_assessment(SPECS[0])
+    day = item.event_time.astimezone(UTC).date()
+    warehouse.insert_assessments([item])
+    assert warehouse.refresh_daily(settle_s=300) == []
+    assert _dirty(warehouse.client, warehouse.database) == [day]
+    old = time.time_ns() - 301 * 10**9  # the same day's mark, written 301 s ago
+    warehouse.client.command(
+        f"INSERT INTO `{warehouse.database}`.dirty_days (day, version, dirty) "
+        f"VALUES ('{day.isoformat()}', {old}, true)"
+    )
+    assert warehouse.refresh_daily(settle_s=300) == []  # the newer mark still holds it back
+    warehouse.client.command(
+        f"DELETE FROM `{warehouse.database}`.dirty_days WHERE version > {old}",
+        settings={"lightweight_deletes_sync": 2},
+    )
+    assert warehouse.refresh_daily(settle_s=300) == [day]
+    assert _dirty(warehouse.client, warehouse.database) == []

@@ -281,17 +281,23 @@ def mark_days(client: Client, database: str, days: Sequence[date]) -> None:
     )
 
 
-def refresh(client: Client, database: str, max_days: int = MAX_DAYS) -> list[date]:
+def refresh(
+    client: Client, database: str, max_days: int = MAX_DAYS, settle_s: float = 0.0
+) -> list[date]:
     """Recompute up to ``max_days`` dirty days, all of the month of the earliest dirty day,
-    as the module docstring describes; return them (``[]``: nothing was dirty). Safe to run
+    as the module docstring describes; return them (``[]``: nothing was dirty). With
+    ``settle_s`` > 0 only days whose newest mark is at least that many seconds old (server
+    clock) are taken: a day still being written is left to the readers, who compute it
+    live, instead of being recomputed whole again and again as it grows. Safe to run
     beside writers and other refreshes: a day stays dirty until a recompute that started
     after its last write has recorded its version. Raises ``WarehouseError``."""
     db = quote_identifier(database)
+    settled = " AND version <= toUnixTimestamp64Nano(now64(9)) - {settle:UInt64}"
     marks = _query(
         client,
-        "SELECT day, version FROM {db:Identifier}.dirty_days FINAL WHERE dirty "
-        "ORDER BY day LIMIT {limit:UInt32}",
-        {"db": database, "limit": 1000},
+        "SELECT day, version FROM {db:Identifier}.dirty_days FINAL WHERE dirty"
+        f"{settled if settle_s > 0 else ''} ORDER BY day LIMIT {{limit:UInt32}}",
+        {"db": database, "limit": 1000, "settle": int(settle_s * 1e9)},
     )
     if not marks:
         return []

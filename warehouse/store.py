@@ -455,27 +455,33 @@ class Warehouse(StoredReads):
             self._with_retries("dirty_days", "marking of days in", mark)
 
     def refresh_daily(
-        self, max_days: int = daily.MAX_DAYS, every_s: float = 0.0, share: float = 1.0
+        self,
+        max_days: int = daily.MAX_DAYS,
+        every_s: float = 0.0,
+        share: float = 1.0,
+        settle_s: float = 0.0,
     ) -> list[date]:
-        """Recompute up to ``max_days`` dirty days (``warehouse.daily.refresh``); the writers
-        call it after each stored block. Returns the days recomputed, ``[]`` when throttled.
+        """Recompute up to ``max_days`` dirty days (``warehouse.daily.refresh``; with
+        ``settle_s``, only days not written for that long); the writers call it after each
+        stored block. Returns the days recomputed, ``[]`` when throttled.
 
         Throttled by this object's own clock: after a recompute that started at ``t`` and
-        took ``d`` seconds, calls before ``max(t + every_s, t + d / share)`` do nothing, so
-        a writer spends at most ``share`` (0 < share <= 1) of its wall time recomputing.
-        A day still being written costs a recompute that grows with its rows (the whole day
-        is recomputed); the share keeps that cost from growing into the writer's rate
-        (issue 27: 10 s of recompute per 1 s block at 8 M rows in one day, with a plain
-        10 s interval). Dirty days are computed live by the readers meanwhile, so this
-        bounds the writer's work, never a query's correctness. Raises ``ValueError`` for a
-        share outside (0, 1], ``WarehouseError`` when the recompute fails."""
+        took ``d`` seconds, calls before ``t + max(every_s, d / share)`` do nothing, so a
+        writer spends at most ``share`` (0 < share <= 1) of its wall time recomputing.
+        A day is recomputed whole, so a day still being written costs more at every call;
+        the settle time leaves it to the readers until it is quiet, and the share bounds
+        what a late event on a large past day costs (issue 27: with a plain 10 s interval,
+        10-16 s of recompute per 1 s block once 8 M rows were in one day). Dirty days are
+        computed live by the readers meanwhile, so this bounds the writer's work, never a
+        query's correctness. Raises ``ValueError`` for a share outside (0, 1],
+        ``WarehouseError`` when the recompute fails."""
         if not 0.0 < share <= 1.0:
             raise ValueError(f"share must be in (0, 1], got {share}")
         started = time.monotonic()
         if self._daily_next is not None and started < self._daily_next:
             return []
         try:
-            return daily.refresh(self.client, self.database, max_days)
+            return daily.refresh(self.client, self.database, max_days, settle_s=settle_s)
         finally:
             took = time.monotonic() - started
             self._daily_next = started + max(every_s, took / share)

@@ -85,15 +85,22 @@ REFRESH_EVERY_S = 10.0
 #: ``benchmarks/sink_growth.py`` (docs/streaming.md).
 REFRESH_SHARE = 0.1
 
+#: Seconds a day must go unwritten before a writer recomputes it: a day being written is
+#: computed live by the readers (as it is between two recomputes anyway) instead of being
+#: recomputed whole at every call while it grows. ``refusal-audit refresh-daily`` does not
+#: wait. Our choice: several blocks' time, well under a day.
+REFRESH_SETTLE_S = 300.0
+
 
 @runtime_checkable
 class RefreshingSink(Protocol):
     """A sink that keeps daily aggregates (``warehouse.Warehouse``): after each flush the
     pipeline calls ``refresh_daily`` (bounded per call, at most every ``every_s`` seconds
-    and at most ``share`` of the writer's time; ``warehouse.daily``)."""
+    and at most ``share`` of the writer's time, days unwritten for ``settle_s``;
+    ``warehouse.daily``)."""
 
     def refresh_daily(
-        self, max_days: int = ..., every_s: float = ..., share: float = ...
+        self, max_days: int = ..., every_s: float = ..., share: float = ..., settle_s: float = ...
     ) -> list[date]: ...
 
 
@@ -491,7 +498,8 @@ class AuditPipeline:
             await asyncio.to_thread(sink.insert_assessments, assessments)
         if (events or assessments) and isinstance(sink, RefreshingSink):
             await asyncio.to_thread(
-                sink.refresh_daily, every_s=REFRESH_EVERY_S, share=REFRESH_SHARE
+                sink.refresh_daily,
+                every_s=REFRESH_EVERY_S, share=REFRESH_SHARE, settle_s=REFRESH_SETTLE_S,
             )
 
     async def _start_audit(self, batch: AuditBatch, run: _Run) -> None:

@@ -59,7 +59,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
 
-from refusal_audit.audit.pipeline import REFRESH_EVERY_S, REFRESH_SHARE
+from refusal_audit.audit.pipeline import REFRESH_EVERY_S, REFRESH_SETTLE_S, REFRESH_SHARE
 from refusal_audit.config import Settings
 from refusal_audit.streaming.sink_rules import (
     EPOCH,
@@ -366,7 +366,9 @@ class WarehouseSink:
         letters = [*rows.letters, *judged.letters, *rows.undecodable]
         self.store.insert_dead_letters(letters, token=_block_token(block))
         if judged.events or judged.assessments:  # bounded; dirty days are read live meanwhile
-            self.store.refresh_daily(every_s=REFRESH_EVERY_S, share=REFRESH_SHARE)
+            self.store.refresh_daily(
+                every_s=REFRESH_EVERY_S, share=REFRESH_SHARE, settle_s=REFRESH_SETTLE_S
+            )
         for table, n in (("refusal_events", len(judged.events)),
                          ("assessments", len(judged.assessments)),
                          ("audit_batches", len(rows.batches)),
