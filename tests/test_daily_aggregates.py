@@ -278,17 +278,15 @@ def test_the_writer_spends_at_most_its_share_recomputing(
 ) -> None:
     """A recompute that took ``d`` seconds holds the next one back for ``d / share`` (not
     just ``every_s``), so a day that grows cannot make the writer recompute all the time."""
-    import warehouse.store as store_module
-
     clock = [1000.0]
-    monkeypatch.setattr(store_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr("warehouse.store.time.monotonic", lambda: clock[0])
     real = daily.refresh
 
     def slow_refresh(*args: Any, **kwargs: Any) -> list[date]:
         clock[0] += 5.0  # this recompute "takes" 5 s
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(store_module.daily, "refresh", slow_refresh)
+    monkeypatch.setattr(daily, "refresh", slow_refresh)
     from test_warehouse import SPECS, make_assessment
 
     item = make_assessment(SPECS[0])
