@@ -10,7 +10,9 @@ the newest log ids inside the bound, and the shown columns of those log ids. Pri
 median wall and CPU seconds (``time.process_time``: chDB runs in this process, so its
 threads count) per stage, and the rows each read.
 
-Run: ``python benchmarks/disagreement_listing.py --store /tmp/trend-10m [--runs 5]``.
+Run: ``python benchmarks/disagreement_listing.py --store /tmp/trend-10m [--runs 5]
+[--until 2026-11-30]`` (``--until``: the last day read, e.g. a month's last, so that the
+newest partition read is a whole month, as late in a month).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from datetime import time as midnight
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from warehouse.connect import connect
 from warehouse.queries import listing_params, run_named
 
 DATABASE = "trend"
+_NAME = "refusal_disagreement_events"
 
 
 def _timed(call: Callable[[], Any]) -> tuple[float, float, Any]:
@@ -43,9 +46,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", type=Path, required=True, help="the chDB data directory")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--until", type=date.fromisoformat, default=None, help="last day (the newest month full)"
+    )
     args = parser.parse_args()
     client = connect(f"chdb://{args.store.resolve()}", DATABASE, via_owner=False)
-    params = listing_params(DATABASE) | {"direction": "", "limit": listing.LISTED}
+    params = listing_params(DATABASE, until=args.until) | {"direction": "", "limit": listing.LISTED}
     sql, sources = daily.with_source(
         client, DATABASE, listing._PER_DAY, params["since"], params["until"]
     )
@@ -62,10 +68,10 @@ def main() -> None:
     print(f"bound {bound} ({inside} rows counted from it on), {candidates} stored versions "
           "inside it", flush=True)  # fmt: skip
     stages: dict[str, Callable[[], Any]] = {
-        "former: full listing": lambda: run_named(client, DATABASE,
-                                                  "refusal_disagreement_events", full=True),
-        "now: newest 500 (all stages)": lambda: run_named(client, DATABASE,
-                                                          "refusal_disagreement_events"),
+        "former: full listing": lambda: run_named(client, DATABASE, _NAME, until=args.until,
+                                                  full=True),
+        "now: newest 500 (all stages)": lambda: run_named(client, DATABASE, _NAME,
+                                                          until=args.until),
         "stage 1: per-day counts": lambda: client.query(sql, parameters=params | sources,
                                                         settings=daily.READ_SETTINGS),
         "stage 3: newest log ids": lambda: listing._rows(client, listing._NEWEST_IDS, params),
