@@ -6,7 +6,8 @@ alternately, ``--runs`` times each after one warm-up: the full listing
 (``run_named(..., full=True)``: the former ``refusal_disagreement_events``, every row) and
 the newest ``LISTED`` (``warehouse.disagreement_listing.newest_disagreements``), then each
 stage of the latter on its own: the per-day counts (the ``disagreements`` daily aggregate),
-the newest log ids inside the bound, and the shown columns of those log ids. Prints the
+the newest stored versions inside the bound (no FINAL), and the rows of their log ids
+(FINAL, first pass only). Prints the
 median wall and CPU seconds (``time.process_time``: chDB runs in this process, so its
 threads count) per stage, and the rows each read.
 
@@ -59,7 +60,8 @@ def main() -> None:
     per_day = [(r[0], int(r[1])) for r in raw.result_rows]
     bound, inside = listing._bound(per_day, listing.LISTED)
     params["bound"] = datetime.combine(bound, midnight(), UTC)
-    ids = [r[0] for r in listing._rows(client, listing._NEWEST_IDS, params)]
+    found = listing._rows(client, listing._CANDIDATES, params | {"k": listing.LISTED})
+    newest = params | {"ids": sorted({r[0] for r in found}), "newest_from": found[-1][1]}
     candidates = client.query(
         f"SELECT count() FROM {DATABASE}.refusal_events WHERE event_time >= "
         "{bound:DateTime64(3, 'UTC')} AND refusal_disagreement != 'none'",
@@ -74,9 +76,9 @@ def main() -> None:
                                                           until=args.until),
         "stage 1: per-day counts": lambda: client.query(sql, parameters=params | sources,
                                                         settings=daily.READ_SETTINGS),
-        "stage 3: newest log ids": lambda: listing._rows(client, listing._NEWEST_IDS, params),
-        "stage 4: shown columns": lambda: listing._rows(client, listing._ROWS_OF,
-                                                        params | {"ids": ids}),
+        "stage 3: newest versions": lambda: listing._rows(client, listing._CANDIDATES,
+                                                          params | {"k": listing.LISTED}),
+        "stage 4: their rows (FINAL)": lambda: listing._rows(client, listing._NEWEST, newest),
     }  # fmt: skip
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in stages}
     for call in stages.values():

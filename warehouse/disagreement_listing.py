@@ -15,16 +15,21 @@ without that read:
    every row outside that bound is older than every row inside, so the newest ``limit`` rows
    inside are the newest ``limit`` rows of the full listing (ties of equal event time lie on
    the same side);
-3. the log ids of every stored version inside the bound that disagrees (no ``FINAL``: one
-   column scan of the newest partitions), then ``FINAL`` restricted to those log ids by a
-   ``PREWHERE`` on the sort key (applied before ``FINAL``, keeping or dropping every version
-   of a key together, as migration 0027), ordered, limited to ``limit`` log ids; a row of the
-   full listing inside the bound *is* a stored version that disagrees inside the bound, so
-   none is lost;
-4. the shown columns (request and response text) of those ``limit`` log ids only, by the
-   same lookup.
+3. the newest ``k`` stored versions inside the bound that disagree (no ``FINAL``: a scan of
+   the newest partitions' event times), ``k = limit`` at first: from the ``k``-th's event
+   time ``T`` (ties included) on, every row of the full listing *is* one of those versions
+   (its newest, which disagrees inside the bound), so
+4. ``FINAL`` restricted to their log ids by a ``PREWHERE`` on the sort key (applied before
+   ``FINAL``, keeping or dropping every version of a key together, as migration 0027),
+   rows from ``T`` on, ordered, limited to ``limit``: when ``limit`` rows survive, they are
+   the newest; otherwise ``k`` grows 4 x (all candidates read: ``T`` is the bound).
 
-When step 3 finds fewer rows than the aggregate counts inside the bound (an event time
+Steps 3 and 4 filter on ``event_time``, which ClickHouse also uses to skip whole parts
+before ``FINAL`` (the partition key's min/max): exact because every version of an event has
+the same event time (migration 0023's invariant, ``warehouse.partition_keys``), as the daily
+aggregates' live parts are.
+
+When step 4 finds fewer rows than the aggregate counts inside the bound (an event time
 outside ClickHouse's ``Date`` range, which ``toDate`` wraps onto another day), the read
 falls back to the whole filtered listing, limited: the result is never wrong, only slower.
 """
@@ -84,24 +89,21 @@ ORDER BY event_time DESC, log_id
 
 _BOUND = "event_time >= {bound:DateTime64(3, 'UTC')}"
 
-# step 3: the newest `limit` log ids inside the bound
-_NEWEST_IDS = f"""
-SELECT log_id FROM {{db:Identifier}}.refusal_events FINAL
-PREWHERE log_id IN (
-    SELECT log_id FROM {{db:Identifier}}.refusal_events
-    WHERE {_BOUND} AND {_WHERE}
-)
+# step 3: the newest `k` stored versions inside the bound that disagree (no FINAL)
+_CANDIDATES = f"""
+SELECT log_id, event_time FROM {{db:Identifier}}.refusal_events
 WHERE {_BOUND} AND {_WHERE}
-ORDER BY event_time DESC, log_id
-LIMIT {{limit:UInt32}}
+ORDER BY event_time DESC
+LIMIT {{k:UInt32}} WITH TIES
 """
 
-# step 4: the shown columns of those log ids
-_ROWS_OF = f"""
+# step 4: the newest `limit` rows of those log ids from `newest_from` on (FINAL)
+_NEWEST = f"""
 {_SELECT}
 PREWHERE log_id IN {{ids:Array(String)}}
-WHERE {_BOUND} AND {_WHERE}
+WHERE event_time >= {{newest_from:DateTime64(3, 'UTC')}} AND {_BOUND} AND {_WHERE}
 ORDER BY event_time DESC, log_id
+LIMIT {{limit:UInt32}}
 """
 
 _FALLBACK = f"""
@@ -163,12 +165,29 @@ def newest_disagreements(
             return Listing(QueryResult(list(COLUMNS), []), total)
         bound, inside = _bound(counts, limit)
         params["bound"] = datetime.combine(bound, time(), UTC)
-        ids = [r[0] for r in _rows(client, _NEWEST_IDS, params)]
-        if len(ids) < min(limit, inside):  # an event time toDate wraps: read it whole
+        rows = _newest(client, params, limit)
+        if len(rows) < min(limit, inside):  # an event time toDate wraps: read it whole
             return Listing(_result(client, _FALLBACK, params), total)
-        return Listing(_result(client, _ROWS_OF, params | {"ids": ids}), total)
+        return Listing(QueryResult(list(COLUMNS), rows), total)
     except ClickHouseError as exc:
         raise WarehouseError(f"the disagreement listing failed: {exc}") from exc
+
+
+def _newest(client: Client, params: dict[str, Any], limit: int) -> list[tuple[Any, ...]]:
+    """Steps 3 and 4: the newest ``k`` candidate versions (``k`` = ``limit``, then 4 x as long
+    as needed) from time ``T`` (the ``k``-th's, ties included) on; every row of the listing
+    from ``T`` on is one of them, so once ``limit`` rows from ``T`` on survive FINAL they are
+    the newest. All candidates read (fewer than ``k``): ``T`` is the bound."""
+    k = max(limit, 1)
+    while True:
+        found = _rows(client, _CANDIDATES, params | {"k": k})
+        every = len(found) < k
+        newest_from = params["bound"] if every or not found else found[-1][1]
+        ids = sorted({r[0] for r in found})
+        rows = _rows(client, _NEWEST, params | {"ids": ids, "newest_from": newest_from})
+        if len(rows) >= limit or every:
+            return rows
+        k *= 4
 
 
 def _bound(counts: list[tuple[date, int]], limit: int) -> tuple[date, int]:
