@@ -30,7 +30,10 @@ class NamedQuery:
     ``sql`` binds ``{db:Identifier}``, ``{since:Date}``, ``{until:Date}`` and, for each name in
     ``filters``, ``{model:String}`` / ``{product:String}`` (``''`` meaning "all").
     ``postprocess`` (optional) turns the SQL result into the final one. ``columns`` are the
-    final result's column names (also returned for an empty result).
+    final result's column names (also returned for an empty result). ``newest`` (optional,
+    a listing): ``newest(client, database, params)`` returns the first rows of ``sql``'s
+    result, read without reading all of it (``params``: the binds above); ``run_named``
+    runs it unless asked for the full listing.
     """
 
     name: str
@@ -39,6 +42,7 @@ class NamedQuery:
     columns: tuple[str, ...]
     filters: frozenset[str] = field(default_factory=frozenset)
     postprocess: Callable[[QueryResult], QueryResult] | None = None
+    newest: Callable[[Any, str, dict[str, Any]], QueryResult] | None = None
 
 
 def with_proportions(

@@ -23,8 +23,8 @@ from schemas.events import DISAGREEMENT_DIRECTIONS
 from warehouse import daily
 from warehouse.client import Client, WarehouseError, validate_identifier
 from warehouse.daily import marker
+from warehouse.disagreement_listing import COLUMNS, LISTED, LISTING_SQL, newest_disagreements
 from warehouse.named import (
-    DAY_MODEL_PRODUCT,
     MODEL_PRODUCT,
     MODEL_PRODUCT_ONLY,
     SCOPES_MATCH,
@@ -44,6 +44,7 @@ __all__ = [
     "UnknownQueryError",
     "UnsupportedFilterError",
     "check_readonly",
+    "listing_params",
     "run_named",
     "run_readonly",
 ]
@@ -261,34 +262,16 @@ ORDER BY day, model
         ),
         NamedQuery(
             name="refusal_disagreement_events",
-            description="Every stored event whose platform classifier verdict and our own "
-            "refusal detection differ (newest event first): direction, both verdicts, our "
-            "detection's score and cues, the policy bundle, and the redacted request and "
-            "response (first 300 characters each) to review.",
-            sql=f"""
-SELECT log_id, event_time, model, product, policy_bundle,
-       refusal_disagreement AS direction,
-       classifier_is_refusal, detected_is_refusal, detected_refusal_score, refusal_cues,
-       substringUTF8(request, 1, 300) AS request, substringUTF8(response, 1, 300) AS response
-FROM {{db:Identifier}}.refusal_events FINAL
-WHERE refusal_disagreement != 'none' AND {DAY_MODEL_PRODUCT}
-ORDER BY event_time DESC, log_id
-""",
-            columns=(
-                "log_id",
-                "event_time",
-                "model",
-                "product",
-                "policy_bundle",
-                "direction",
-                "classifier_is_refusal",
-                "detected_is_refusal",
-                "detected_refusal_score",
-                "refusal_cues",
-                "request",
-                "response",
-            ),
+            description=f"The newest {LISTED} stored events whose platform classifier verdict "
+            "and our own refusal detection differ (newest event first; --all: every one): "
+            "direction, both verdicts, our detection's score and cues, the policy bundle, and "
+            "the redacted request and response (first 300 characters each) to review.",
+            sql=LISTING_SQL,
+            columns=COLUMNS,
             filters=MODEL_PRODUCT,
+            newest=lambda client, database, params: (
+                newest_disagreements(client, database, params).rows
+            ),
         ),
         NamedQuery(
             name="dead_letters",
@@ -373,6 +356,23 @@ def with_costs(result: QueryResult, prices: Mapping[str, Any]) -> QueryResult:
     return QueryResult([*cols, "estimated_cost_usd", "cost_per_1k_events_usd"], rows)
 
 
+def listing_params(
+    database: str,
+    *,
+    since: date | None = None,
+    until: date | None = None,
+    model: str | None = None,
+    product: str | None = None,
+) -> dict[str, Any]:
+    """The binds ``db``, ``since``, ``until``, ``model`` and ``product`` of a named query with
+    the day/model/product filter, as :func:`run_named` binds them (None: unbounded / all), for
+    ``warehouse.disagreement_listing.newest_disagreements``. Raises ``WarehouseError`` for an
+    invalid database name."""
+    validate_identifier(database)
+    return {"db": database, "since": _clamp(since, _MIN_DATE), "until": _clamp(until, _MAX_DATE),
+            "model": model or "", "product": product or ""}  # fmt: skip
+
+
 def _clamp(day: date | None, default: date) -> date:
     if day is None:
         return default
@@ -388,11 +388,14 @@ def run_named(
     until: date | None = None,
     model: str | None = None,
     product: str | None = None,
+    full: bool = False,
 ) -> QueryResult:
     """Run the named query ``name`` against ``database`` and return its result.
 
     ``since``/``until`` are inclusive days (None: unbounded); ``model``/``product`` restrict to
-    one model / product (None: all). Shapes of each query: see ``NAMED_QUERIES[name]``.
+    one model / product (None: all). Shapes of each query: see ``NAMED_QUERIES[name]``. A
+    listing with a ``newest`` reader returns its newest rows only unless ``full``
+    (``refusal_disagreement_events``: the newest ``disagreement_listing.LISTED``).
 
     Raises ``UnknownQueryError`` (a ``KeyError``) listing the valid names,
     ``UnsupportedFilterError`` (a ``ValueError``) for a filter the query cannot apply, and
@@ -417,6 +420,8 @@ def run_named(
         params["model"] = model or ""
     if "product" in query.filters:
         params["product"] = product or ""
+    if query.newest is not None and not full:
+        return query.newest(client, database, params)
     try:
         sql, sources = daily.with_source(client, database, query.sql, params["since"],
                                          params["until"])  # fmt: skip

@@ -166,6 +166,9 @@ def query(
     model: str | None = typer.Option(None, help="Only this model."),
     product: str | None = typer.Option(None, help="Only this product."),
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o"),
+    full: bool = typer.Option(
+        False, "--all", help="Every row of a listing that shows its newest rows only."
+    ),
 ) -> None:
     """Run a named trend query over the warehouse (current assessments only)."""
     from warehouse.queries import NAMED_QUERIES, UnsupportedFilterError, run_named, with_costs
@@ -189,6 +192,7 @@ def query(
             until=_day(until),
             model=model,
             product=product,
+            full=full,
         )
     except (KeyError, UnsupportedFilterError, WarehouseError) as exc:
         raise fail_usage(str(exc)) from exc

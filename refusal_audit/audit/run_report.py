@@ -108,7 +108,7 @@ def disagreement_line(report: RunReport) -> str:
         f"({d['classifier_refusal_detector_not']} classifier refusal, detector not; "
         f"{d['detector_refusal_classifier_not']} detector refusal, classifier not); the "
         "classifier's verdict decided; both are stored: `refusal-audit query "
-        "refusal_disagreement_events` lists them[/yellow]"
+        "refusal_disagreement_events --all` lists them[/yellow]"
     )
 
 

@@ -74,8 +74,8 @@ def _input_panels() -> list[Json]:
             stacked=True,
             width=24,
             description="Events whose classifier.is_refusal verdict and our detection differ "
-            "(the verdict decided; `refusal-audit query refusal_disagreement_events` lists "
-            "them).",
+            "(the verdict decided; `refusal-audit query refusal_disagreement_events --all` "
+            "lists them).",
         ),
     ]
 

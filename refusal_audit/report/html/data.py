@@ -23,7 +23,8 @@ from refusal_audit.report.html.buckets import (
 )
 from schemas.alerts import Alert
 from warehouse.client import Client
-from warehouse.queries import run_named
+from warehouse.disagreement_listing import newest_disagreements
+from warehouse.queries import listing_params, run_named
 from warehouse.report_queries import (
     ReportFilter,
     audit_configurations,
@@ -52,7 +53,8 @@ class PeriodData:
     notes on rates whose interval is wider than ``max_width``. ``disagreements`` sums the
     ``refusal_disagreements`` named query over the period (``classifier_verdicts``,
     ``compared``, ``disagreements`` and one count per direction) and
-    ``disagreement_events`` holds the ``refusal_disagreement_events`` rows, newest first.
+    ``disagreement_events`` holds the newest ``MAX_LISTED`` ``refusal_disagreement_events``
+    rows, newest first, of the ``disagreement_total`` the period holds.
     """
 
     slice: ReportFilter
@@ -74,6 +76,7 @@ class PeriodData:
     thin_series: list[ThinRate] = field(default_factory=list)
     disagreements: dict[str, int] = field(default_factory=dict)
     disagreement_events: list[dict[str, Any]] = field(default_factory=list)
+    disagreement_total: int = 0
 
     @property
     def empty(self) -> bool:
@@ -82,8 +85,10 @@ class PeriodData:
 
 
 def _named(client: Client, database: str, name: str, s: ReportFilter) -> list[dict[str, Any]]:
-    filters = {} if name == "dead_letters" else {"model": s.model, "product": s.product}
-    return run_named(client, database, name, since=s.since, until=s.until, **filters).as_dicts()
+    if name == "dead_letters":
+        return run_named(client, database, name, since=s.since, until=s.until).as_dicts()
+    return run_named(client, database, name, since=s.since, until=s.until, model=s.model,
+                     product=s.product).as_dicts()  # fmt: skip
 
 
 def _thin(
@@ -98,6 +103,9 @@ def _thin(
     )
     return [note for note in notes if note is not None]
 
+
+#: Rows of a listing the report shows (thin-rate notes, disagreements); it counts the rest.
+MAX_LISTED = 100
 
 DISAGREEMENT_COUNTS = (
     "classifier_verdicts",
@@ -135,6 +143,9 @@ def collect(
         series, lambda r: f"{r['model']}, {bucket_label(r['start'], size)}", max_width
     )
     thin_series.sort(key=lambda n: (-n.width, n.label))
+    listed = newest_disagreements(client, database, listing_params(
+        database, since=slice_.since, until=slice_.until, model=slice_.model,
+        product=slice_.product), MAX_LISTED)  # fmt: skip
     return PeriodData(
         slice=slice_,
         generated_at=now or datetime.now(UTC),
@@ -156,5 +167,6 @@ def collect(
         disagreements=_disagreement_totals(
             _named(client, database, "refusal_disagreements", slice_)
         ),
-        disagreement_events=_named(client, database, "refusal_disagreement_events", slice_),
+        disagreement_events=listed.rows.as_dicts(),
+        disagreement_total=listed.total,
     )

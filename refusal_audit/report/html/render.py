@@ -18,9 +18,9 @@ from processors.agreement import grouping_rule
 from processors.stats import wilson_interval
 from refusal_audit.report.html.chart_base import Chart, clean_text
 from refusal_audit.report.html.charts import draw
-from refusal_audit.report.html.data import PeriodData
+from refusal_audit.report.html.data import MAX_LISTED, PeriodData
 
-MAX_THIN_LISTED = 100
+MAX_THIN_LISTED = MAX_LISTED
 _TEMPLATES = Path(str(files("refusal_audit.report.html") / "templates"))
 
 

@@ -2,9 +2,10 @@
 and our own refusal detection disagree (issue 25): ``/disagreements``, read-only.
 
 The rows are the ``refusal_disagreement_events`` named query's (``warehouse.queries``, the
-same as ``refusal-audit query refusal_disagreement_events``), newest event first; the
+same as ``refusal-audit query refusal_disagreement_events --all``), newest event first; the
 ``direction`` query parameter keeps one direction. The page shows the newest
-``MAX_LISTED`` and says how many more there are, never fewer silently.
+``MAX_LISTED`` and says how many more there are, never fewer silently: both read by
+``warehouse.disagreement_listing`` from the newest days that hold them.
 """
 
 from __future__ import annotations
@@ -19,20 +20,21 @@ from starlette.routing import Route
 from refusal_audit.review.web.context import WebContext
 from schemas.events import DISAGREEMENT_DIRECTIONS
 from schemas.review import ReviewerAccount
-from warehouse.queries import run_named
+from warehouse.disagreement_listing import LISTED, newest_disagreements
+from warehouse.queries import listing_params
 from warehouse.store import Warehouse
 
 #: Rows shown on one page; the rest are counted and named by the command that lists them.
-MAX_LISTED = 500
+MAX_LISTED = LISTED
 
 
-def disagreement_rows(store: Warehouse, direction: str = "") -> list[dict[str, Any]]:
-    """The stored disagreements, newest first, of one ``direction`` ("" for both). Raises
-    ``ValueError`` for an unknown direction, ``WarehouseError`` when the query fails."""
-    if direction and direction not in DISAGREEMENT_DIRECTIONS:
-        raise ValueError(f"unknown direction {direction!r}")
-    rows = run_named(store.client, store.database, "refusal_disagreement_events").as_dicts()
-    return [r for r in rows if not direction or r["direction"] == direction]
+def disagreement_rows(store: Warehouse, direction: str = "") -> tuple[list[dict[str, Any]], int]:
+    """The newest ``MAX_LISTED`` stored disagreements, newest first, of one ``direction`` ("" for
+    both), and how many are stored. Raises ``ValueError`` for an unknown direction,
+    ``WarehouseError`` when the query fails."""
+    params = listing_params(store.database)
+    listing = newest_disagreements(store.client, store.database, params, MAX_LISTED, direction)
+    return listing.rows.as_dicts(), listing.total
 
 
 async def listing(web: WebContext, request: Request, user: ReviewerAccount) -> Response:
@@ -40,11 +42,11 @@ async def listing(web: WebContext, request: Request, user: ReviewerAccount) -> R
     more there are; 400 for an unknown direction."""
     direction = request.query_params.get("direction", "")
     try:
-        rows = await run_in_threadpool(disagreement_rows, web.service.store, direction)
+        rows, total = await run_in_threadpool(disagreement_rows, web.service.store, direction)
     except ValueError as exc:
         return web.render(request, "error.html", 400, user=user, message=str(exc))
-    return web.render(request, "disagreements.html", user=user, rows=rows[:MAX_LISTED],
-                      more=max(0, len(rows) - MAX_LISTED), direction=direction,
+    return web.render(request, "disagreements.html", user=user, rows=rows,
+                      more=max(0, total - len(rows)), direction=direction,
                       directions=DISAGREEMENT_DIRECTIONS)  # fmt: skip
 
 
