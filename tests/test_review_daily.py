@@ -27,7 +27,6 @@ from warehouse.migrate import load_migrations, migrate
 from warehouse.review import current_verdicts, insert_verdicts
 from warehouse.store import Warehouse
 
-
 NEW = ("agreements", "reviews")  # migration 0028's aggregates
 
 
