@@ -249,7 +249,8 @@ AGGREGATES |= {
         "daily_review_agreements",
         AGREEMENT_KEYS,
         ("compared", "fp_yes_yes", "fp_yes_no", "fp_no_yes", "fp_no_no", "category_agreed"),
-        f"""SELECT toDate(event_time) AS day, {", ".join(AGREEMENT_KEYS)},
+        f"""SELECT toDate(event_time) AS day, toMonday(event_time) AS week,
+       {", ".join(AGREEMENT_KEYS[1:])},
        {AGREEMENT_COUNTS}
 FROM {judged_verdicts(_VERDICTS)} AS v
 INNER JOIN (SELECT log_id, event_time FROM {_EVENTS}) AS e USING (log_id)
@@ -257,13 +258,13 @@ GROUP BY day, {", ".join(AGREEMENT_KEYS)}""",
     ),
     "reviews": Aggregate(
         "daily_review_counts",
-        ("policy_bundle", "model", "product"),
-        ("queued", "queued_reviewed", "flagged_reviewed", "flagged_human_fp",
-         "sample_reviewed", "sample_human_fp"),
-        f"""SELECT toDate(event_time) AS day, policy_bundle, model, product,
-       {REVIEW_COUNTS}
+        ("week", "policy_bundle", "model", "product"),
+        ("assessments", "estimated_false_positives", "flagged", "queued", "queued_reviewed",
+         "flagged_reviewed", "flagged_human_fp", "sample_reviewed", "sample_human_fp"),
+        f"""SELECT toDate(event_time) AS day, toMonday(event_time) AS week, policy_bundle, model,
+       product, {REVIEW_COUNTS}
 FROM {voted_assessments(_CURRENT, _VERDICTS)}
-GROUP BY day, policy_bundle, model, product""",
+GROUP BY day, week, policy_bundle, model, product""",
     ),
 }  # fmt: skip
 

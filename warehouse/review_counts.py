@@ -78,11 +78,15 @@ def voted_assessments(assessments: str, verdicts: str) -> str:
 )"""
 
 
-AGREEMENT_KEYS = ("policy_bundle", "model", "product", "engine", "prompt_version")
-"""The keys of the daily ``agreements`` aggregate after ``day`` (the verdict's own columns;
-the day is its event's): a ``review_agreement`` group is a week of them."""
+AGREEMENT_KEYS = ("week", "policy_bundle", "model", "product", "engine", "prompt_version")
+"""The keys of the daily ``agreements`` aggregate after ``day``: ``week`` (``toMonday`` of the
+event time, as the former query grouped: it differs from the day's Monday for an event time
+outside the Date range, which ``toDate`` wraps) and the verdict's own columns."""
 
-REVIEW_COUNTS = """countIf(requires_human_review OR sampled_for_review) AS queued,
+REVIEW_COUNTS = """count() AS assessments,
+       countIf(is_estimated_false_positive) AS estimated_false_positives,
+       countIf(requires_human_review) AS flagged,
+       countIf(requires_human_review OR sampled_for_review) AS queued,
        countIf((requires_human_review OR sampled_for_review) AND votes > 0) AS queued_reviewed,
        countIf(requires_human_review AND votes > 0) AS flagged_reviewed,
        countIf(requires_human_review AND votes > 0 AND human_fp) AS flagged_human_fp,
@@ -91,7 +95,8 @@ REVIEW_COUNTS = """countIf(requires_human_review OR sampled_for_review) AS queue
        countIf(NOT requires_human_review AND review_reason = 'random_sample' AND votes > 0
                AND human_fp) AS sample_human_fp"""
 """The SELECT columns of the daily ``reviews`` aggregate over ``voted_assessments`` rows: the
-review queue (flagged or sampled assessments, ``queued``, and those with a verdict on them,
-``queued_reviewed``: the "Review queue progress" panel) and ``VERIFIED_COUNTS``' reviewed
-counts per stratum. Its other counts (assessed, the model's false positives, flagged and
-unflagged) are the ``counts`` aggregate's."""
+assessments, the model's false positives and the flagged ones (as ``VERIFIED_COUNTS``; kept
+here beside a ``week`` key, so an event time outside ClickHouse's Date range keeps its former
+week), the review queue (flagged or sampled assessments, ``queued``, and those with a verdict
+on them, ``queued_reviewed``: the "Review queue progress" panel) and ``VERIFIED_COUNTS``' reviewed
+counts per stratum (unflagged = assessments - flagged)."""

@@ -16,8 +16,8 @@ enter the estimate: they still count in the unflagged stratum's size (its weight
 its reviewed sample. ``review_agreement`` has no strata: it compares every current verdict,
 uncertainty-sampled items included, with the assessment it judged.
 
-Both read daily aggregates (migration 0028, ``warehouse.daily``: ``agreements``; ``counts``
-beside ``reviews``), summed per week: a verdict's week is its event's (the former SQL, kept in
+Both read daily aggregates (migration 0028, ``warehouse.daily``: ``agreements``,
+``reviews``), summed per week: a verdict's week is its event's (the former SQL, kept in
 ``tests/daily_reference.py``, joined every stored event for it), an assessment's its own.
 """
 
@@ -111,21 +111,12 @@ def _rate_rows(result: QueryResult) -> QueryResult:
 
 # The per-day sources of both queries (migration 0028, docs/warehouse.md): the agreement
 # counts per verdict group and event day, and per assessment group and event day the
-# current assessments' counts (0024's ``counts``) beside their reviewed counts (``reviews``).
+# current assessments' counts beside their reviewed counts (``reviews``).
 _AGREEMENT_SUMS = ", ".join(
     f"sum({c}) AS {c}"
     for c in ("compared", "fp_yes_yes", "fp_yes_no", "fp_no_yes", "fp_no_no", "category_agreed")
 )
 _REVIEWED = ("flagged_reviewed", "flagged_human_fp", "sample_reviewed", "sample_human_fp")
-_VOTED_DAYS = f"""(
-    SELECT day, policy_bundle, model, product, assessments, estimated_false_positives, flagged,
-           {", ".join(f"toUInt64(0) AS {c}" for c in _REVIEWED)}
-    FROM {marker("counts")}
-    UNION ALL
-    SELECT day, policy_bundle, model, product, toUInt64(0), toUInt64(0), toUInt64(0),
-           {", ".join(_REVIEWED)}
-    FROM {marker("reviews")}
-)"""
 
 REVIEW_QUERIES = (
     NamedQuery(
@@ -135,7 +126,7 @@ REVIEW_QUERIES = (
         "kappa (95%), and on the exact category code (Wilson 95%); one row per verdict "
         "(every verdict, whatever the review reason: no random stratum here).",
         sql=f"""
-SELECT toMonday(day) AS week, model, policy_bundle, engine, prompt_version, {_AGREEMENT_SUMS}
+SELECT week, model, policy_bundle, engine, prompt_version, {_AGREEMENT_SUMS}
 FROM {marker("agreements")}
 WHERE {MODEL_PRODUCT_ONLY}
 GROUP BY week, model, policy_bundle, engine, prompt_version
@@ -152,12 +143,12 @@ ORDER BY week, model, policy_bundle, engine, prompt_version
         "reviewed random sample of the unflagged, each weighted by its share), 95% intervals. "
         "Uncertainty-sampled items count in the unflagged share, never in the random sample.",
         sql=f"""
-SELECT toMonday(day) AS week, model, policy_bundle,
+SELECT week, model, policy_bundle,
        sum(assessments) AS assessed, sum(estimated_false_positives) AS model_fp,
        sum(flagged) AS flagged, {", ".join(f"sum({c}) AS {c}" for c in _REVIEWED[:2])},
        assessed - flagged AS unflagged,
        {", ".join(f"sum({c}) AS {c}" for c in _REVIEWED[2:])}
-FROM {_VOTED_DAYS}
+FROM {marker("reviews")}
 WHERE {MODEL_PRODUCT_ONLY}
 GROUP BY week, model, policy_bundle
 ORDER BY week, model, policy_bundle

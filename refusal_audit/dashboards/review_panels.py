@@ -8,7 +8,7 @@ The review panels are the named queries ``review_agreement`` and
 Wilson (1927) interval, Cohen's (1960) kappa, and the stratified verified rate with its
 normal interval (Cochran 1977 §5.3, Agresti-Coull adjusted proportions, as in
 ``processors.stats.stratified_proportion``). Since migration 0028 (trendD) they read the
-daily aggregates ``agreements``, ``reviews`` and ``counts`` (``warehouse.daily``) like the
+daily aggregates ``agreements`` and ``reviews`` (``warehouse.daily``) like the
 named queries: whole UTC days of the time range (their former SQL:
 ``tests/review_reference.py``)."""
 
@@ -58,7 +58,7 @@ SELECT time, compared,
        {kappa_2x2("fp_yes_yes", "fp_yes_no", "fp_no_yes", "fp_no_no")} AS fp_kappa,
        if(compared < {MIN_COMPARED}, NULL, category_agreed / compared) AS category_agreement
 FROM (
-  SELECT toDateTime(toMonday(day), 'UTC') AS time,
+  SELECT toDateTime(week, 'UTC') AS time,
          {_sums(AGREEMENTS)}
   FROM {daily_source("agreements")}
   WHERE {scope()}
@@ -100,19 +100,11 @@ SELECT time,
 FROM (
   SELECT *, {_F_EST} + {_U_EST} AS verified, {_F_VAR} + {_U_VAR} AS variance
   FROM (
-    SELECT toDateTime(toMonday(day), 'UTC') AS time,
+    SELECT toDateTime(week, 'UTC') AS time,
            sum(assessments) AS assessed, sum(estimated_false_positives) AS model_fp,
            sum(flagged) AS flagged, assessed - flagged AS unflagged,
            {_sums(REVIEWED)}
-    FROM (
-      SELECT day, policy_bundle, model, product, assessments, estimated_false_positives,
-             flagged, {", ".join(f"toUInt64(0) AS {c}" for c in REVIEWED)}
-      FROM {daily_source("counts")}
-      UNION ALL
-      SELECT day, policy_bundle, model, product, toUInt64(0), toUInt64(0), toUInt64(0),
-             {", ".join(REVIEWED)}
-      FROM {daily_source("reviews")}
-    )
+    FROM {daily_source("reviews")}
     WHERE {scope()}
     GROUP BY time
   )

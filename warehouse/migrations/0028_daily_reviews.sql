@@ -4,13 +4,14 @@
 -- (refusal_events FINAL, whole) for each verdict's event week, and
 -- verified_false_positive_rate and the review panels LEFT JOINed every current assessment
 -- with the verdicts: 20-178 s at 100 M stored events. Two more daily aggregates under 0024's
--- dirty-day scheme (warehouse.daily's "agreements" and "reviews"; the assessed / estimated
--- false-positive / flagged counts come from 0024's daily_assessment_counts):
+-- dirty-day scheme (warehouse.daily's "agreements" and "reviews"), both with the week
+-- (toMonday(event_time), as the former queries grouped; it is not the day's Monday for an
+-- event time outside the Date range, which toDate wraps):
 -- - daily_review_agreements: per event day of the judged event and the verdict's bundle,
 --   model, product, engine, prompt version: the agreement counts of the current verdicts
 --   (warehouse.review_counts.AGREEMENT_COUNTS);
 -- - daily_review_counts: per event day, bundle, model, product of the current assessments:
---   the review queue (flagged or sampled, and those with a verdict) and the reviewed counts
+--   assessments, estimated false positives, flagged, the review queue (flagged or sampled, and those with a verdict) and the reviewed counts
 --   of both strata (warehouse.review_counts.REVIEW_COUNTS).
 -- A verdict insert marks its event's day dirty (warehouse.review.insert_verdicts ->
 -- warehouse.daily.mark_verdict_days; a manual INSERT INTO review_verdicts must call it: no
@@ -27,6 +28,7 @@ CREATE TABLE IF NOT EXISTS {db}.daily_review_agreements
 (
     day             Date,
     version         UInt64,
+    week            Date,
     policy_bundle   LowCardinality(String),
     model           LowCardinality(String),
     product         LowCardinality(String),
@@ -41,15 +43,19 @@ CREATE TABLE IF NOT EXISTS {db}.daily_review_agreements
 )
 ENGINE = MergeTree
 PARTITION BY toYYYYMM(day)
-ORDER BY (day, version, policy_bundle, model, product, engine, prompt_version);
+ORDER BY (day, version, week, policy_bundle, model, product, engine, prompt_version);
 
 CREATE TABLE IF NOT EXISTS {db}.daily_review_counts
 (
-    day              Date,
-    version          UInt64,
-    policy_bundle    LowCardinality(String),
-    model            LowCardinality(String),
-    product          LowCardinality(String),
+    day                       Date,
+    version                   UInt64,
+    week                      Date,
+    policy_bundle             LowCardinality(String),
+    model                     LowCardinality(String),
+    product                   LowCardinality(String),
+    assessments               UInt64,
+    estimated_false_positives UInt64,
+    flagged                   UInt64,
     queued           UInt64,
     queued_reviewed  UInt64,
     flagged_reviewed UInt64,
@@ -59,16 +65,17 @@ CREATE TABLE IF NOT EXISTS {db}.daily_review_counts
 )
 ENGINE = MergeTree
 PARTITION BY toYYYYMM(day)
-ORDER BY (day, version, policy_bundle, model, product);
+ORDER BY (day, version, week, policy_bundle, model, product);
 
 -- The agreements of the recomputed days: the verdicts' events only (primary-key lookups).
 INSERT INTO {db}.daily_review_agreements
-    (version, day, policy_bundle, model, product, engine, prompt_version, compared,
+    (version, day, week, policy_bundle, model, product, engine, prompt_version, compared,
      fp_yes_yes, fp_yes_no, fp_no_yes, fp_no_no, category_agreed)
-SELECT r.version, a.day, a.policy_bundle, a.model, a.product, a.engine, a.prompt_version,
+SELECT r.version, a.day, a.week, a.policy_bundle, a.model, a.product, a.engine, a.prompt_version,
        a.compared, a.fp_yes_yes, a.fp_yes_no, a.fp_no_yes, a.fp_no_no, a.category_agreed
 FROM (
-    SELECT toDate(event_time) AS day, policy_bundle, model, product, engine, prompt_version,
+    SELECT toDate(event_time) AS day, toMonday(event_time) AS week, policy_bundle, model,
+           product, engine, prompt_version,
            count() AS compared,
            countIf(model_false_positive AND human_fp) AS fp_yes_yes,
            countIf(model_false_positive AND NOT human_fp) AS fp_yes_no,
@@ -84,7 +91,7 @@ FROM (
         SELECT log_id, event_time FROM {db}.refusal_events FINAL
         PREWHERE log_id IN (SELECT log_id FROM {db}.review_verdicts)
     ) AS e USING (log_id)
-    GROUP BY day, policy_bundle, model, product, engine, prompt_version
+    GROUP BY day, week, policy_bundle, model, product, engine, prompt_version
 ) AS a
 INNER JOIN (SELECT day, max(version) AS version FROM {db}.daily_versions GROUP BY day) AS r
     ON r.day = a.day
@@ -93,12 +100,17 @@ SETTINGS do_not_merge_across_partitions_select_final = 1;
 
 -- The review counts of the recomputed days: every current assessment (the queue's size).
 INSERT INTO {db}.daily_review_counts
-    (version, day, policy_bundle, model, product, queued, queued_reviewed, flagged_reviewed,
+    (version, day, week, policy_bundle, model, product, assessments,
+     estimated_false_positives, flagged, queued, queued_reviewed, flagged_reviewed,
      flagged_human_fp, sample_reviewed, sample_human_fp)
-SELECT r.version, c.day, c.policy_bundle, c.model, c.product, c.queued, c.queued_reviewed,
+SELECT r.version, c.day, c.week, c.policy_bundle, c.model, c.product, c.assessments,
+       c.estimated_false_positives, c.flagged, c.queued, c.queued_reviewed,
        c.flagged_reviewed, c.flagged_human_fp, c.sample_reviewed, c.sample_human_fp
 FROM (
-    SELECT toDate(event_time) AS day, policy_bundle, model, product,
+    SELECT toDate(event_time) AS day, toMonday(event_time) AS week, policy_bundle, model,
+           product, count() AS assessments,
+           countIf(is_estimated_false_positive) AS estimated_false_positives,
+           countIf(requires_human_review) AS flagged,
            countIf(requires_human_review OR sampled_for_review) AS queued,
            countIf((requires_human_review OR sampled_for_review) AND votes > 0)
                AS queued_reviewed,
@@ -122,7 +134,7 @@ FROM (
         ON r.policy_bundle = a.policy_bundle AND r.log_id = a.log_id
            AND r.assessment_audited_at = a.audited_at
     )
-    GROUP BY day, policy_bundle, model, product
+    GROUP BY day, week, policy_bundle, model, product
 ) AS c
 INNER JOIN (SELECT day, max(version) AS version FROM {db}.daily_versions GROUP BY day) AS r
     ON r.day = c.day
