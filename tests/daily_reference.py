@@ -1,4 +1,4 @@
-"""The queries that migrations 0024's and 0025's daily aggregates replaced, as they read
+"""The queries that migrations 0024's, 0025's and 0028's daily aggregates replaced, as they read
 ``current_assessments`` before (``warehouse.queries`` and ``warehouse.report_queries`` up to
 issue 27 item 4): the reference ``tests/test_daily_aggregates.py`` compares the rewritten
 queries with, and ``benchmarks/trend_queries.py --ab-daily`` times them against."""
@@ -7,6 +7,12 @@ from __future__ import annotations
 
 from processors.gap_text import describe_gap_sql
 from warehouse.named import DAY_MODEL_PRODUCT
+from warehouse.review_counts import (
+    AGREEMENT_COUNTS,
+    VERIFIED_COUNTS,
+    judged_verdicts,
+    voted_assessments,
+)
 
 NAMED = {
     "false_positive_rate": f"""
@@ -145,4 +151,26 @@ FROM {{db:Identifier}}.current_assessments
 WHERE {DAY_MODEL_PRODUCT}
 GROUP BY policy_bundle, bundle_version, engine, engine_model, prompt_version
 ORDER BY assessments DESC, policy_bundle, engine
+"""
+
+# The human-review queries as they read current_verdicts, refusal_events and
+# current_assessments before migration 0028 (trendD; warehouse.review_queries).
+NAMED["review_agreement"] = f"""
+SELECT toMonday(event_time) AS week, model, policy_bundle, engine, prompt_version,
+       {AGREEMENT_COUNTS}
+FROM {judged_verdicts("{db:Identifier}.current_verdicts")} AS v
+INNER JOIN (SELECT log_id, event_time FROM {{db:Identifier}}.refusal_events FINAL) AS e
+    USING (log_id)
+WHERE {DAY_MODEL_PRODUCT}
+GROUP BY week, model, policy_bundle, engine, prompt_version
+ORDER BY week, model, policy_bundle, engine, prompt_version
+"""
+
+NAMED["verified_false_positive_rate"] = f"""
+SELECT toMonday(event_time) AS week, model, policy_bundle,
+       {VERIFIED_COUNTS}
+FROM {voted_assessments("{db:Identifier}.current_assessments", "{db:Identifier}.current_verdicts")}
+WHERE {DAY_MODEL_PRODUCT}
+GROUP BY week, model, policy_bundle
+ORDER BY week, model, policy_bundle
 """

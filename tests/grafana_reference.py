@@ -1,9 +1,12 @@
-"""The audit dashboard's panel and variable SQL that migration 0025's rewrite (trendA) moved
-onto the daily aggregates, as it read ``current_assessments`` before (sub-day time filter and
+"""The audit dashboard's panel and variable SQL that migration 0025's rewrite (trendA), and
+0028's (trendD: the review panels, ``tests/review_reference.py``), moved onto the daily
+aggregates, as it read ``current_assessments`` before (sub-day time filter and
 interval): the reference ``tests/test_grafana_daily.py`` compares the panels with, over
 day-aligned time ranges and a one-day interval."""
 
 from __future__ import annotations
+
+from review_reference import PANELS as REVIEW_PANELS
 
 from refusal_audit.dashboards.sql import scope, wilson
 
@@ -65,3 +68,6 @@ VARIABLES = {
     name: f"SELECT DISTINCT {column} FROM current_assessments ORDER BY {column}"
     for name, column in (("model", "model"), ("product", "product"), ("bundle", "policy_bundle"))
 }
+
+# The review panels moved onto the daily aggregates by migration 0028 (trendD).
+PANELS |= REVIEW_PANELS

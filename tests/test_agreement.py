@@ -8,7 +8,7 @@ import random
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
-from processors.agreement import agreement, confusion_matrix
+from processors.agreement import agreement, confusion_matrix, kappa_and_variance
 
 Z95 = 1.959963984540054
 
@@ -112,3 +112,15 @@ def test_the_kappa_interval_stays_within_minus_one_and_one() -> None:
     assert kappa - Z95 * se < -1.0  # the unclipped bound
     assert -1.0 <= result.kappa_low <= result.kappa <= result.kappa_high <= 1.0
     assert result.kappa_low == -1.0
+
+
+def test_kappa_and_variance_are_statsmodels_cohens_kappa_exactly() -> None:
+    from statsmodels.stats.inter_rater import cohens_kappa
+
+    rng = random.Random(7)
+    tables = [[[60, 10], [5, 25]], [[0, 3], [4, 0]], [[30, 0], [0, 30]], [[1, 2], [3, 4]]]
+    tables += [[[rng.randrange(0, 50) + 1 for _ in range(k)] for _ in range(k)]
+               for k in (2, 2, 2, 3, 4, 5) for _ in range(20)]  # fmt: skip
+    for table in tables:
+        expected = cohens_kappa(table)
+        assert kappa_and_variance(table) == (float(expected.kappa), float(expected.var_kappa))

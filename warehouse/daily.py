@@ -29,7 +29,17 @@ The aggregates (shapes: the migration):
 - ``disagreements`` (migration 0026): the same events per day, model, product: events
   with a platform classifier verdict (``classifier_verdicts``), those our detection also
   read (``compared``), ``disagreements`` and one count per direction
-  (``schemas.events.DISAGREEMENT_DIRECTIONS``).
+  (``schemas.events.DISAGREEMENT_DIRECTIONS``);
+- ``agreements`` (migration 0028): the current verdicts (``current_verdicts``) whose event is
+  stored, per their event's day and the verdict's bundle, model, product, engine and prompt
+  version: ``compared`` and the agreement counts (``warehouse.review_counts``);
+- ``reviews`` (migration 0028): the current assessments per bundle, day, model, product:
+  ``queued`` (flagged or sampled), ``queued_reviewed`` and per stratum the reviewed
+  assessments and the reviewers' false positives (``warehouse.review_counts``).
+
+Verdicts change the last two, and no view can see a verdict's event day: the verdict writer
+(``warehouse.review.insert_verdicts``) marks its events' days after its insert
+(:func:`mark_verdict_days`; call it after a manual ``INSERT INTO review_verdicts`` too).
 
 A day is the UTC day of ``event_time``. The live computation restricts both tables to the
 dirty days: every version of an event and its assessments carry the event's time
@@ -47,6 +57,13 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from warehouse.client import Client, WarehouseError, quote_identifier
 from warehouse.partition_keys import LOCAL_FINAL
+from warehouse.review_counts import (
+    AGREEMENT_COUNTS,
+    AGREEMENT_KEYS,
+    REVIEW_COUNTS,
+    judged_verdicts,
+    voted_assessments,
+)
 
 __all__ = [
     "AGGREGATES",
@@ -56,6 +73,7 @@ __all__ = [
     "dirty_params",
     "inline_sql",
     "mark_days",
+    "mark_verdict_days",
     "marker",
     "refresh",
     "refresh_all",
@@ -207,6 +225,67 @@ FROM {_EVENTS}
 GROUP BY day, model, product""",
     ),
 }  # fmt: skip
+
+# Migration 0028 (issue 27, item 4: the review queries and panels), in its own entries: the
+# events, assessments and verdicts of the dirty days only. A verdict's day is its event's
+# (the event's newest version, as review_agreement's join read it) for ``agreements``, and
+# its assessment's for
+# ``reviews`` (the same time: an assessment takes its event's). Verdict inserts mark their
+# events' days (warehouse.review.insert_verdicts; mark_verdict_days after a manual insert).
+# current_verdicts (migration 0012's view) restricted to the events of the dirty days:
+# filtering on log_id commutes with its FINAL (a verdict id is derived from the judged
+# assessment, so every version of a verdict names one log id) and with its LIMIT BY (whose
+# groups are within one log id). Without it every dirty day read every verdict (1 M rows at
+# 100 M assessments) on each read and recompute.
+_VERDICTS = """(
+    SELECT * FROM {db:Identifier}.review_verdicts FINAL
+    WHERE log_id IN (SELECT log_id FROM __EVENTS__)
+    ORDER BY submitted_at DESC, verdict_id DESC
+    LIMIT 1 BY policy_bundle, log_id, assessment_audited_at, reviewer
+)""".replace("__EVENTS__", _EVENTS)
+
+AGGREGATES |= {
+    "agreements": Aggregate(
+        "daily_review_agreements",
+        AGREEMENT_KEYS,
+        ("compared", "fp_yes_yes", "fp_yes_no", "fp_no_yes", "fp_no_no", "category_agreed"),
+        f"""SELECT toDate(event_time) AS day, toMonday(event_time) AS week,
+       {", ".join(AGREEMENT_KEYS[1:])},
+       {AGREEMENT_COUNTS}
+FROM {judged_verdicts(_VERDICTS)} AS v
+INNER JOIN (SELECT log_id, event_time FROM {_EVENTS}) AS e USING (log_id)
+GROUP BY day, {", ".join(AGREEMENT_KEYS)}""",
+    ),
+    "reviews": Aggregate(
+        "daily_review_counts",
+        ("week", "policy_bundle", "model", "product"),
+        ("assessments", "estimated_false_positives", "flagged", "queued", "queued_reviewed",
+         "flagged_reviewed", "flagged_human_fp", "sample_reviewed", "sample_human_fp"),
+        f"""SELECT toDate(event_time) AS day, toMonday(event_time) AS week, policy_bundle, model,
+       product, {REVIEW_COUNTS}
+FROM {voted_assessments(_CURRENT, _VERDICTS)}
+GROUP BY day, week, policy_bundle, model, product""",
+    ),
+}  # fmt: skip
+
+
+def mark_verdict_days(client: Client, database: str, log_ids: Sequence[str]) -> list[date]:
+    """Mark dirty the event days of the stored events of ``log_ids`` (the log ids of verdicts
+    just inserted: the ``agreements`` and ``reviews`` aggregates of those days change) and
+    return them; a log id without a stored event marks nothing (no aggregate counts its
+    verdicts until the event is stored, whose insert marks the day). The events are read by
+    primary key (``refusal_events ORDER BY log_id``). Raises ``WarehouseError``."""
+    if not log_ids:
+        return []
+    rows = _query(
+        client,
+        "SELECT DISTINCT toDate(event_time) FROM {db:Identifier}.refusal_events "
+        "PREWHERE log_id IN {ids:Array(String)}",
+        {"db": database, "ids": sorted(set(log_ids))},
+    )
+    days = sorted(r[0] for r in rows)
+    mark_days(client, database, days)
+    return days
 
 
 def dirty_params(days: Sequence[date]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from schemas.review import ReviewerAccount, ReviewQueue, Verdict
+from warehouse import daily
 from warehouse.store import Warehouse, to_utc
 
 VERDICT_COLUMNS = (
@@ -27,9 +28,13 @@ def _row(v: Verdict) -> list[Any]:
 
 
 def insert_verdicts(store: Warehouse, verdicts: Sequence[Verdict]) -> None:
-    """Store verdicts, all in one insert (none or all are written). Raises
-    ``WarehouseError``."""
+    """Store verdicts, all in one insert (none or all are written), then mark their events'
+    days dirty (``warehouse.daily.mark_verdict_days``: the daily review aggregates of
+    migration 0028 count them from the next recompute; readers compute those days live
+    until then). Raises ``WarehouseError`` (the verdicts may be stored and their days not
+    marked: storing them again marks them)."""
     store.insert_rows("review_verdicts", VERDICT_COLUMNS, [_row(v) for v in verdicts])
+    daily.mark_verdict_days(store.client, store.database, [v.log_id for v in verdicts])
 
 
 def existing_verdict_ids(store: Warehouse, ids: Sequence[str]) -> set[str]:

@@ -15,6 +15,10 @@ threshold: ``review_uncertainty_band``) are chosen by their score, so their verd
 enter the estimate: they still count in the unflagged stratum's size (its weight), never in
 its reviewed sample. ``review_agreement`` has no strata: it compares every current verdict,
 uncertainty-sampled items included, with the assessment it judged.
+
+Both read daily aggregates (migration 0028, ``warehouse.daily``: ``agreements``,
+``reviews``), summed per week: a verdict's week is its event's (the former SQL, kept in
+``tests/daily_reference.py``, joined every stored event for it), an assessment's its own.
 """
 
 from __future__ import annotations
@@ -23,7 +27,23 @@ from typing import Any
 
 from processors.agreement import DEFAULT_MIN_ITEMS, agreement, insufficient_note
 from processors.stats import stratified_proportion, wilson_interval
-from warehouse.named import DAY_MODEL_PRODUCT, MODEL_PRODUCT, NamedQuery, QueryResult
+from warehouse.daily import marker
+from warehouse.named import MODEL_PRODUCT, MODEL_PRODUCT_ONLY, NamedQuery, QueryResult
+from warehouse.review_counts import (
+    AGREEMENT_COUNTS,
+    VERIFIED_COUNTS,
+    judged_verdicts,
+    voted_assessments,
+)
+
+__all__ = [
+    "AGREEMENT_COUNTS",
+    "MIN_COMPARED",
+    "REVIEW_QUERIES",
+    "VERIFIED_COUNTS",
+    "judged_verdicts",
+    "voted_assessments",
+]
 
 MIN_COMPARED = DEFAULT_MIN_ITEMS
 _KEY = ("week", "model", "policy_bundle", "engine", "prompt_version")
@@ -89,65 +109,14 @@ def _rate_rows(result: QueryResult) -> QueryResult:
     return QueryResult(list(_RATE_COLUMNS), rows)
 
 
-AGREEMENT_COUNTS = """count() AS compared,
-       countIf(model_false_positive AND human_fp) AS fp_yes_yes,
-       countIf(model_false_positive AND NOT human_fp) AS fp_yes_no,
-       countIf(NOT model_false_positive AND human_fp) AS fp_no_yes,
-       countIf(NOT model_false_positive AND NOT human_fp) AS fp_no_no,
-       countIf(human_category = model_category) AS category_agreed"""
-"""The SELECT columns of a review-agreement group over ``judged_verdicts`` rows: items
-compared, the 2x2 table of the false-positive judgement (first: the model's, second: the
-reviewer's) and exact category agreements (also used by the Grafana review panel)."""
-
-
-def judged_verdicts(verdicts: str) -> str:
-    """A subquery of the verdicts table ``verdicts`` (an SQL table expression) with the
-    reviewer's judgement: ``human_fp`` and ``human_category`` are the correction where one
-    was given, else the model's own (an Agree verdict)."""
-    return f"""(
-    SELECT *, ifNull(corrected_false_positive, model_false_positive) AS human_fp,
-           ifNull(corrected_category, model_category) AS human_category
-    FROM {verdicts}
-)"""
-
-
-VERIFIED_COUNTS = """count() AS assessed,
-       countIf(is_estimated_false_positive) AS model_fp,
-       countIf(requires_human_review) AS flagged,
-       countIf(requires_human_review AND votes > 0) AS flagged_reviewed,
-       countIf(requires_human_review AND votes > 0 AND human_fp) AS flagged_human_fp,
-       countIf(NOT requires_human_review) AS unflagged,
-       countIf(NOT requires_human_review AND review_reason = 'random_sample' AND votes > 0)
-           AS sample_reviewed,
-       countIf(NOT requires_human_review AND review_reason = 'random_sample' AND votes > 0
-               AND human_fp) AS sample_human_fp"""
-"""The SELECT columns of a verified-false-positive group over ``voted_assessments`` rows:
-assessments, the model's false positives, and per stratum (flagged; unflagged and its
-reviewed random sample) its size, reviewed items and the reviewers' false positives. The
-random stratum is ``review_reason = 'random_sample'`` only, never ``'uncertainty'``. Also
-used by the Grafana review panel, whose SQL holds no ``--`` comment (the ClickHouse plugin
-strips comments before expanding its macros)."""
-
-
-def voted_assessments(assessments: str, verdicts: str) -> str:
-    """A subquery of the current assessments ``assessments`` (an SQL table expression) with
-    the reviewers' current verdicts ``verdicts`` on each: ``votes`` (0 without a verdict)
-    and ``human_fp``, the majority's false-positive judgement (a tie keeps the model's)."""
-    return f"""(
-    SELECT a.*, r.votes AS votes,
-           (2 * r.fp_votes > r.votes)
-           OR (2 * r.fp_votes = r.votes AND a.is_estimated_false_positive) AS human_fp
-    FROM {assessments} AS a
-    LEFT JOIN (
-        SELECT policy_bundle, log_id, assessment_audited_at, count() AS votes,
-               sum(ifNull(corrected_false_positive, model_false_positive)) AS fp_votes
-        FROM {verdicts}
-        GROUP BY policy_bundle, log_id, assessment_audited_at
-    ) AS r
-    ON r.policy_bundle = a.policy_bundle AND r.log_id = a.log_id
-       AND r.assessment_audited_at = a.audited_at
-)"""
-
+# The per-day sources of both queries (migration 0028, docs/warehouse.md): the agreement
+# counts per verdict group and event day, and per assessment group and event day the
+# current assessments' counts beside their reviewed counts (``reviews``).
+_AGREEMENT_SUMS = ", ".join(
+    f"sum({c}) AS {c}"
+    for c in ("compared", "fp_yes_yes", "fp_yes_no", "fp_no_yes", "fp_no_no", "category_agreed")
+)
+_REVIEWED = ("flagged_reviewed", "flagged_human_fp", "sample_reviewed", "sample_human_fp")
 
 REVIEW_QUERIES = (
     NamedQuery(
@@ -157,12 +126,9 @@ REVIEW_QUERIES = (
         "kappa (95%), and on the exact category code (Wilson 95%); one row per verdict "
         "(every verdict, whatever the review reason: no random stratum here).",
         sql=f"""
-SELECT toMonday(event_time) AS week, model, policy_bundle, engine, prompt_version,
-       {AGREEMENT_COUNTS}
-FROM {judged_verdicts("{db:Identifier}.current_verdicts")} AS v
-INNER JOIN (SELECT log_id, event_time FROM {{db:Identifier}}.refusal_events FINAL) AS e
-    USING (log_id)
-WHERE {DAY_MODEL_PRODUCT}
+SELECT week, model, policy_bundle, engine, prompt_version, {_AGREEMENT_SUMS}
+FROM {marker("agreements")}
+WHERE {MODEL_PRODUCT_ONLY}
 GROUP BY week, model, policy_bundle, engine, prompt_version
 ORDER BY week, model, policy_bundle, engine, prompt_version
 """,
@@ -177,10 +143,13 @@ ORDER BY week, model, policy_bundle, engine, prompt_version
         "reviewed random sample of the unflagged, each weighted by its share), 95% intervals. "
         "Uncertainty-sampled items count in the unflagged share, never in the random sample.",
         sql=f"""
-SELECT toMonday(event_time) AS week, model, policy_bundle,
-       {VERIFIED_COUNTS}
-FROM {voted_assessments("{db:Identifier}.current_assessments", "{db:Identifier}.current_verdicts")}
-WHERE {DAY_MODEL_PRODUCT}
+SELECT week, model, policy_bundle,
+       sum(assessments) AS assessed, sum(estimated_false_positives) AS model_fp,
+       sum(flagged) AS flagged, {", ".join(f"sum({c}) AS {c}" for c in _REVIEWED[:2])},
+       assessed - flagged AS unflagged,
+       {", ".join(f"sum({c}) AS {c}" for c in _REVIEWED[2:])}
+FROM {marker("reviews")}
+WHERE {MODEL_PRODUCT_ONLY}
 GROUP BY week, model, policy_bundle
 ORDER BY week, model, policy_bundle
 """,

@@ -2,54 +2,50 @@
 (ClickHouse SQL; current rows only: ``current_assessments``, ``current_verdicts`` and
 ``FINAL`` on every ReplacingMergeTree).
 
-The review queries are the named queries ``review_agreement`` and
-``verified_false_positive_rate`` (``warehouse.review_queries``, whose counts and subqueries
-they take from there: ``AGREEMENT_COUNTS``, ``judged_verdicts``, ``VERIFIED_COUNTS``,
-``voted_assessments``) with weekly buckets
-(``toMonday`` of the event time) and every statistic computed in SQL: agreement with its
+The review panels are the named queries ``review_agreement`` and
+``verified_false_positive_rate`` (``warehouse.review_queries``) with weekly buckets
+(``toMonday`` of the event day) and every statistic computed in SQL: agreement with its
 Wilson (1927) interval, Cohen's (1960) kappa, and the stratified verified rate with its
 normal interval (Cochran 1977 §5.3, Agresti-Coull adjusted proportions, as in
-``processors.stats.stratified_proportion``).
-"""
+``processors.stats.stratified_proportion``). Since migration 0028 (trendD) they read the
+daily aggregates ``agreements`` and ``reviews`` (``warehouse.daily``) like the
+named queries: whole UTC days of the time range (their former SQL:
+``tests/review_reference.py``)."""
 
 from __future__ import annotations
 
+from refusal_audit.dashboards.audit_panels import DAY_RESOLUTION
 from refusal_audit.dashboards.model import TIME_SERIES, Json, ch_target, row
 from refusal_audit.dashboards.model import panel as make_panel
-from refusal_audit.dashboards.sql import MIN_COMPARED, Z95, kappa_2x2, scope, var_filter, wilson
-from warehouse.review_queries import (
-    AGREEMENT_COUNTS,
-    VERIFIED_COUNTS,
-    judged_verdicts,
-    voted_assessments,
+from refusal_audit.dashboards.sql import (
+    DAILY_SETTINGS,
+    MIN_COMPARED,
+    Z95,
+    daily_source,
+    kappa_2x2,
+    scope,
+    var_filter,
+    wilson,
 )
 
-_A_SCOPE = scope("a.model", "a.product", "a.policy_bundle")
+AGREEMENTS = ("compared", "fp_yes_yes", "fp_yes_no", "fp_no_yes", "fp_no_no", "category_agreed")
+"""The agreement counts of the daily ``agreements`` aggregate (``warehouse.daily``)."""
+REVIEWED = ("flagged_reviewed", "flagged_human_fp", "sample_reviewed", "sample_human_fp")
+"""The reviewed counts per stratum of the daily ``reviews`` aggregate."""
 
 
-def _nested(sql: str) -> str:
-    """``sql`` (a fragment of ``warehouse.review_queries``) with its continuation lines
-    indented four more spaces, to sit one level deeper in a panel's query."""
-    return sql.replace("\n", "\n    ")
+def _sums(columns: tuple[str, ...]) -> str:
+    """``sum(c) AS c`` for each of ``columns``, comma-separated."""
+    return ", ".join(f"sum({c}) AS {c}" for c in columns)
 
 
 QUEUE_SQL = f"""
-SELECT countIf(queued) AS in_queue,
-       countIf(queued AND votes > 0) AS reviewed,
+SELECT sum(queued) AS in_queue,
+       sum(queued_reviewed) AS reviewed,
        if(in_queue = 0, NULL, reviewed / in_queue) AS progress
-FROM (
-  SELECT a.requires_human_review OR a.sampled_for_review AS queued, r.votes AS votes
-  FROM current_assessments AS a
-  LEFT JOIN (
-    SELECT policy_bundle, log_id, assessment_audited_at, count() AS votes
-    FROM current_verdicts
-    GROUP BY policy_bundle, log_id, assessment_audited_at
-  ) AS r
-  ON r.policy_bundle = a.policy_bundle AND r.log_id = a.log_id
-     AND r.assessment_audited_at = a.audited_at
-  WHERE $__timeFilter(a.event_time)
-    AND {_A_SCOPE}
-)
+FROM {daily_source("reviews")}
+WHERE {scope()}
+{DAILY_SETTINGS}
 """
 
 _AGREE_LOW, _AGREE_HIGH = wilson("(fp_yes_yes + fp_no_no)", "compared")
@@ -62,15 +58,14 @@ SELECT time, compared,
        {kappa_2x2("fp_yes_yes", "fp_yes_no", "fp_no_yes", "fp_no_no")} AS fp_kappa,
        if(compared < {MIN_COMPARED}, NULL, category_agreed / compared) AS category_agreement
 FROM (
-  SELECT toDateTime(toMonday(event_time), 'UTC') AS time,
-         {AGREEMENT_COUNTS}
-  FROM {judged_verdicts("current_verdicts")} AS v
-  INNER JOIN (SELECT log_id, event_time FROM refusal_events FINAL) AS e USING (log_id)
-  WHERE $__timeFilter(event_time)
-    AND {scope()}
+  SELECT toDateTime(week, 'UTC') AS time,
+         {_sums(AGREEMENTS)}
+  FROM {daily_source("agreements")}
+  WHERE {scope()}
   GROUP BY time
 )
 ORDER BY time
+{DAILY_SETTINGS}
 """
 
 
@@ -105,15 +100,17 @@ SELECT time,
 FROM (
   SELECT *, {_F_EST} + {_U_EST} AS verified, {_F_VAR} + {_U_VAR} AS variance
   FROM (
-    SELECT toDateTime(toMonday(event_time), 'UTC') AS time,
-           {_nested(VERIFIED_COUNTS)}
-    FROM {_nested(voted_assessments("current_assessments", "current_verdicts"))}
-    WHERE $__timeFilter(event_time)
-      AND {scope()}
+    SELECT toDateTime(week, 'UTC') AS time,
+           sum(assessments) AS assessed, sum(estimated_false_positives) AS model_fp,
+           sum(flagged) AS flagged, assessed - flagged AS unflagged,
+           {_sums(REVIEWED)}
+    FROM {daily_source("reviews")}
+    WHERE {scope()}
     GROUP BY time
   )
 )
 ORDER BY time
+{DAILY_SETTINGS}
 """
 
 _CONVERSATIONS = f"""SELECT conversation_id,
@@ -242,25 +239,28 @@ def panels() -> list[Json]:
             "stat",
             "Review queue progress",
             [ch_target(QUEUE_SQL)],
+            interval="1d",
             width=8,
             description="Flagged or sampled current assessments, and how many have "
-            "a reviewer's verdict on that assessment.",
+            "a reviewer's verdict on that assessment." + DAY_RESOLUTION,
         ),
         make_panel(
             "timeseries",
             "Agreement and Cohen's kappa per week",
             [ch_target(AGREEMENT_SQL, TIME_SERIES)],
+            interval="1d",
             width=16,
-            description=f"Empty below {MIN_COMPARED} compared items per week.",
+            description=f"Empty below {MIN_COMPARED} compared items per week." + DAY_RESOLUTION,
         ),
         make_panel(
             "timeseries",
             "Verified vs estimated false-positive rate per week",
             [ch_target(VERIFIED_SQL, TIME_SERIES)],
             unit="percentunit",
+            interval="1d",
             width=24,
             description="The model's estimate (Wilson 95%) and the reviewers' "
-            "stratified verified rate (95%).",
+            "stratified verified rate (95%)." + DAY_RESOLUTION,
         ),
         row("Clarification"),
         make_panel(
