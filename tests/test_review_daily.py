@@ -122,3 +122,61 @@ def test_a_store_migrated_from_0027_reads_the_same_without_a_dirty_day(
     finally:
         client.command(f"DROP DATABASE IF EXISTS `{db}`")
         client.close()
+
+
+def test_a_verdict_insert_keeps_its_days_dirty_when_a_mark_fails(
+    reviewed: tuple[Client, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transient error of the mark is retried; a mark that fails for good after the
+    insert still leaves the days the first mark dirtied (found by the break review: a
+    single unretried mark after the insert left the aggregates without the verdicts for
+    good); a large import's ids are looked up in chunks."""
+    from clickhouse_connect.driver.exceptions import OperationalError
+
+    client, db = reviewed
+    daily.refresh_all(client, db)
+    assert _dirty(client, db) == []
+    store = Warehouse(client, db, retry_wait=0.01)
+    verdicts = sorted(current_verdicts(store), key=lambda v: v.verdict_id)[:40]
+    half = len(verdicts) // 2
+    assert half >= 5
+    flipped = [
+        v.model_copy(update={"reviewer": "reviewer-m", "verdict_id": f"{v.verdict_id}-m",
+                             "submitted_at": v.submitted_at + timedelta(hours=5),
+                             "verdict": "disagree", "corrected_category": "policy_gray_zone",
+                             "corrected_false_positive": not v.model_false_positive})
+        for v in verdicts
+    ]  # fmt: skip
+    real, calls = daily.mark_days, [0]
+
+    def once_transient(*args: object) -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise OperationalError("connection reset")
+        real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(daily, "mark_days", once_transient)
+    insert_verdicts(store, flipped[:half])
+    assert calls[0] == 3 and _dirty(client, db), "retried, then marked before and after"
+    _compare(client, db)
+    daily.refresh_all(client, db)
+
+    def fails_after_the_insert(*args: object) -> None:
+        calls[0] += 1
+        if calls[0] > 4:  # the first mark (call 4) works, every later one fails
+            raise ValueError("permanent")
+        real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(daily, "mark_days", fails_after_the_insert)
+    with pytest.raises(ValueError):
+        insert_verdicts(store, flipped[half:])
+    assert calls[0] == 5, calls
+    monkeypatch.undo()
+    assert _count(client, f"SELECT count() FROM `{db}`.review_verdicts "
+                          "WHERE reviewer = 'reviewer-m'") == len(flipped)  # fmt: skip
+    assert _dirty(client, db), "the mark before the insert keeps the days dirty"
+    daily.refresh_all(client, db)
+    _compare(client, db)
+    monkeypatch.setattr(daily, "VERDICT_ID_CHUNK", 3)
+    days = daily.mark_verdict_days(client, db, [v.log_id for v in flipped])
+    assert days and sorted(days) == sorted(set(_dirty(client, db)))

@@ -88,6 +88,10 @@ READ_SETTINGS: dict[str, int] = {**LOCAL_FINAL, "use_index_for_in_with_subquerie
 #: Days recomputed per :func:`refresh` call at most (all of one month).
 MAX_DAYS = 31
 
+#: Log ids per lookup of :func:`mark_verdict_days` (a large import's ids would otherwise go
+#: in one query, too long for a server's HTTP request limits).
+VERDICT_ID_CHUNK = 10_000
+
 # The time range of the dirty days (partition pruning), and every event time outside
 # ClickHouse's Date range (1970-01-01 to 2149-06-06): toDate wraps those onto other days
 # (1900-01-01 -> 2079-06-07), which is where the reference queries count them.
@@ -275,16 +279,19 @@ def mark_verdict_days(client: Client, database: str, log_ids: Sequence[str]) -> 
     return them; a log id without a stored event marks nothing (no aggregate counts its
     verdicts until the event is stored, whose insert marks the day). The events are read by
     primary key (``refusal_events ORDER BY log_id``). Raises ``WarehouseError``."""
-    if not log_ids:
-        return []
-    rows = _query(
-        client,
-        "SELECT DISTINCT toDate(event_time) FROM {db:Identifier}.refusal_events "
-        "PREWHERE log_id IN {ids:Array(String)}",
-        {"db": database, "ids": sorted(set(log_ids))},
-    )
-    days = sorted(r[0] for r in rows)
-    mark_days(client, database, days)
+    ids = sorted(set(log_ids))
+    found: set[date] = set()
+    for start in range(0, len(ids), VERDICT_ID_CHUNK):  # bounded query text per lookup
+        rows = _query(
+            client,
+            "SELECT DISTINCT toDate(event_time) FROM {db:Identifier}.refusal_events "
+            "PREWHERE log_id IN {ids:Array(String)}",
+            {"db": database, "ids": ids[start : start + VERDICT_ID_CHUNK]},
+        )
+        found.update(r[0] for r in rows)
+    days = sorted(found)
+    if days:
+        mark_days(client, database, days)
     return days
 
 

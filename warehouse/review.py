@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from schemas.review import ReviewerAccount, ReviewQueue, Verdict
-from warehouse import daily
 from warehouse.store import Warehouse, to_utc
 
 VERDICT_COLUMNS = (
@@ -28,13 +27,17 @@ def _row(v: Verdict) -> list[Any]:
 
 
 def insert_verdicts(store: Warehouse, verdicts: Sequence[Verdict]) -> None:
-    """Store verdicts, all in one insert (none or all are written), then mark their events'
-    days dirty (``warehouse.daily.mark_verdict_days``: the daily review aggregates of
-    migration 0028 count them from the next recompute; readers compute those days live
-    until then). Raises ``WarehouseError`` (the verdicts may be stored and their days not
-    marked: storing them again marks them)."""
+    """Store verdicts, all in one insert (none or all are written), with their events' days
+    marked dirty before and after it (``Warehouse.mark_verdict_days``, retried on transient
+    errors): the daily review aggregates of migration 0028 count them from the next
+    recompute, and readers compute those days live until then. The mark before keeps the
+    days dirty if the process stops or the second mark fails after the insert; the mark
+    after keeps them dirty if a recompute read the first mark before the verdicts were
+    visible. Raises ``WarehouseError``."""
+    log_ids = [v.log_id for v in verdicts]
+    store.mark_verdict_days(log_ids)
     store.insert_rows("review_verdicts", VERDICT_COLUMNS, [_row(v) for v in verdicts])
-    daily.mark_verdict_days(store.client, store.database, [v.log_id for v in verdicts])
+    store.mark_verdict_days(log_ids)
 
 
 def existing_verdict_ids(store: Warehouse, ids: Sequence[str]) -> set[str]:

@@ -454,6 +454,16 @@ class Warehouse(StoredReads):
             mark = lambda: daily.mark_days(self.client, self.database, days)  # noqa: E731
             self._with_retries("dirty_days", "marking of days in", mark)
 
+    def mark_verdict_days(self, log_ids: Sequence[str]) -> list[date]:
+        """Mark dirty the event days of the stored events of ``log_ids``
+        (``warehouse.daily.mark_verdict_days``), with the inserts' retries on transient
+        errors (as ``insert_built`` marks event days). Returns the days. Raises
+        ``WarehouseError``."""
+        return self._with_retries(
+            "dirty_days", "marking of verdicts' days in",
+            lambda: daily.mark_verdict_days(self.client, self.database, log_ids),
+        )  # fmt: skip
+
     def refresh_daily(
         self,
         max_days: int = daily.MAX_DAYS,
