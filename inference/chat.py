@@ -169,7 +169,10 @@ class JsonCaller(KeyMasking):
     ``client`` is built by the caller (base_url, api_key, timeout, max_retries); ``model``
     the model id; ``schema_name``/``schema`` the strict ``json_schema`` output format (or
     ``response_format="json_object"``; ``auto`` resolves with ``server``, the server's kind:
-    :func:`resolve_response_format`; the attribute ``response_format`` holds what is sent).
+    :func:`resolve_response_format`; the attribute ``response_format`` holds what is sent);
+    ``grammar_schema`` (optional) is sent in place of ``schema`` to llama.cpp, which compiles
+    the schema into a decoding grammar: the same fields with the contract's length and count
+    bounds, so a small model cannot fill a string up to the output cap.
     ``max_output_tokens``, ``output_token_param``, ``temperature`` and ``max_concurrency``
     (calls in flight per event loop) as for the audit engine; on llama.cpp every call asks
     for the prompt cache. ``deadline_seconds`` (None: no limit) bounds the wall time of all
@@ -192,6 +195,7 @@ class JsonCaller(KeyMasking):
         output_token_param: OutputTokenParam = "max_completion_tokens",
         server: ServerKind = "unknown",
         deadline_seconds: float | None = None,
+        grammar_schema: dict[str, Any] | None = None,
     ) -> None:
         check_call_settings(model, response_format, output_token_param, max_output_tokens)
         if deadline_seconds is not None and not deadline_seconds > 0:
@@ -201,6 +205,7 @@ class JsonCaller(KeyMasking):
         self.model = model
         self.schema_name = schema_name
         self.schema = schema
+        self.grammar_schema = grammar_schema
         self.server: ServerKind = server
         self.response_format: WireFormat = resolve_response_format(response_format, server)
         self.max_output_tokens = max_output_tokens
@@ -211,10 +216,14 @@ class JsonCaller(KeyMasking):
 
     def response_format_param(self, schema: dict[str, Any] | None = None) -> ResponseFormat:
         """The ``response_format`` request parameter (``schema``: this call's JSON Schema in
-        place of ``self.schema``; ignored in ``json_object`` mode)."""
+        place of ``self.schema``, or on llama.cpp of ``self.grammar_schema`` when set;
+        ignored in ``json_object`` mode)."""
         if self.response_format == "json_object":
             return {"type": "json_object"}
-        chosen = self.schema if schema is None else schema
+        chosen = self.schema
+        if self.server == "llama.cpp" and self.grammar_schema is not None:
+            chosen = self.grammar_schema
+        chosen = chosen if schema is None else schema
         return {
             "type": "json_schema",
             "json_schema": {"name": self.schema_name, "strict": True, "schema": chosen},
@@ -259,9 +268,10 @@ class JsonCaller(KeyMasking):
         log: CallLog,
         kind: str,
         max_output_tokens: int | None = None,
+        schema: dict[str, Any] | None = None,
     ) -> ChatAnswer:
-        """One chat completion, recorded in ``log`` as ``kind`` (``max_output_tokens`` as for
-        :meth:`complete`) and counted in ``log.started_calls``. Raises
+        """One chat completion, recorded in ``log`` as ``kind`` (``max_output_tokens`` and
+        ``schema`` as for :meth:`complete`) and counted in ``log.started_calls``. Raises
         :class:`BudgetExhausted` when ``log``'s deadline has passed, or passes during the
         call (which is cancelled), and ``EngineError`` for API failures."""
         remaining = log.deadline - time.monotonic()
@@ -271,7 +281,7 @@ class JsonCaller(KeyMasking):
         log.started_calls += 1
         try:
             answer = await asyncio.wait_for(
-                self.complete(messages, log, max_output_tokens),
+                self.complete(messages, log, max_output_tokens, schema),
                 None if math.isinf(remaining) else remaining,
             )
         except TimeoutError:

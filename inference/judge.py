@@ -11,6 +11,7 @@ import time
 from inference.prompted import PromptedCaller
 from processors.clarification.judge import (
     ENGINE_VERSION,
+    JUDGE_GRAMMAR_SCHEMA,
     JUDGE_JSON_SCHEMA,
     JUDGE_SCHEMA_NAME,
     RETRY_CONSTRAINT,
@@ -39,6 +40,7 @@ class OpenAIJudge(PromptedCaller, JudgeHarness):
     version = ENGINE_VERSION
     output_schema_name = JUDGE_SCHEMA_NAME
     output_schema = JUDGE_JSON_SCHEMA
+    output_grammar_schema = JUDGE_GRAMMAR_SCHEMA
     default_max_output_tokens = 512
     """The largest valid answer (a reject with all 9 reason codes and an 800-character
     explanation) is 257 o200k tokens as indented JSON; 512 is twice that."""

@@ -30,6 +30,9 @@ class PromptedCaller(JsonCaller):
 
     output_schema_name: ClassVar[str]
     output_schema: ClassVar[dict[str, Any]]
+    output_grammar_schema: ClassVar[dict[str, Any] | None] = None
+    """``output_schema`` with the contract's bounds, sent to llama.cpp (``JsonCaller``'s
+    ``grammar_schema``); None: ``output_schema`` everywhere."""
     default_max_output_tokens: ClassVar[int] = 1024
 
     @staticmethod
@@ -46,7 +49,10 @@ class PromptedCaller(JsonCaller):
         **settings: Unpack[CallSettings],
     ) -> None:
         settings.setdefault("max_output_tokens", self.default_max_output_tokens)
-        super().__init__(client, model, self.output_schema_name, self.output_schema, **settings)
+        super().__init__(
+            client, model, self.output_schema_name, self.output_schema,
+            grammar_schema=self.output_grammar_schema, **settings,
+        )  # fmt: skip
         self.prompt = prompt if prompt is not None else self.load_prompt()
         self.prompt_version = self.prompt.version
 

@@ -11,6 +11,7 @@ from inference.prompted import PromptedCaller
 from processors.clarification.base import GeneratedQuestions, QuestionContext
 from processors.clarification.question_harness import (
     ENGINE_VERSION,
+    QUESTIONS_GRAMMAR_SCHEMA,
     QUESTIONS_JSON_SCHEMA,
     QUESTIONS_SCHEMA_NAME,
     RETRY_CONSTRAINT,
@@ -38,6 +39,7 @@ class OpenAIQuestionEngine(PromptedCaller, QuestionHarness):
     version = ENGINE_VERSION
     output_schema_name = QUESTIONS_SCHEMA_NAME
     output_schema = QUESTIONS_JSON_SCHEMA
+    output_grammar_schema = QUESTIONS_GRAMMAR_SCHEMA
     default_max_output_tokens = 1280
     """The largest valid answer (4 questions, every text at its maximum length: 300 + 400 +
     400 characters of English prose) is 1,105 o200k tokens as indented JSON; 1,280 holds it

@@ -57,15 +57,16 @@ class OpenAIVariantEngine(PromptedCaller, VariantHarness):
         run = self.new_log()
         messages = self.prompt.messages(self.values(context))
         allowance = self.output_tokens_for(len(context.spectrum.styles))
+        schema = self.wire_schema(context)  # narrowed on llama.cpp
         last_valid: CalibrationOutput | None = None
         try:
-            answer = await self.call(messages, run, "variants", allowance)
+            answer = await self.call(messages, run, "variants", allowance, schema)
             checked = self._check(answer, context)
             last_valid = checked.output
             if checked.failure is not None:
                 turn = f"{PREVIOUS_ERROR}\n{problems_message(checked.problems, RETRY_CONSTRAINT)}"
                 conversation = retry_conversation(messages, answer, turn)
-                answer = await self.call(conversation, run, "retry", allowance)
+                answer = await self.call(conversation, run, "retry", allowance, schema)
                 checked = self._check(answer, context)
                 last_valid = checked.output or last_valid
         except EngineError as exc:  # the API failed or the time budget ran out

@@ -56,16 +56,16 @@ def variants(texts: dict[str, str]) -> list[dict[str, str]]:
     ]
 
 
+def answer_data(items: list[dict[str, str]]) -> dict[str, Any]:
+    return {
+        "request_summary": "A request refused under AUP-2.2.",
+        "policy_applied": "AUP-2.2 Weapons and weapons of mass harm",
+        "variants": items,
+    }
+
+
 def answer(items: list[dict[str, str]]) -> Any:
-    return content(
-        json.dumps(
-            {
-                "request_summary": "A request refused under AUP-2.2.",
-                "policy_applied": "AUP-2.2 Weapons and weapons of mass harm",
-                "variants": items,
-            }
-        )
-    )
+    return content(json.dumps(answer_data(items)))
 
 
 GOOD = answer(variants(GOOD_TEXTS))
@@ -82,8 +82,9 @@ NOT_REFUSAL = answer(
 )
 
 
-def run_with(server: FakeOpenAIServer, bundle: PolicyBundle) -> CalibrationRun:
-    engine = OpenAIVariantEngine(server.client(api_key=API_KEY), "fake-model")
+def run_with(fake: FakeOpenAIServer, bundle: PolicyBundle, **settings: Any) -> CalibrationRun:
+    """``calibrate`` of REQUEST with the openai variant engine (``settings``: its keyword arguments)."""
+    engine = OpenAIVariantEngine(fake.client(api_key=API_KEY), "fake-model", **settings)
 
     async def go() -> CalibrationRun:
         try:
@@ -178,3 +179,45 @@ def test_an_api_failure_escalates(
     run = run_with(fake_openai, example_bundle)
     assert run.status == "escalated" and run.escalation is not None
     assert run.escalation.reason == "api_error" and API_KEY not in run.escalation.errors[0]
+
+
+def test_the_spectrum_schema_accepts_exactly_the_spectrums_bounded_answers() -> None:
+    """The per-spectrum schema (sent to llama.cpp, whose grammar enforces it) takes a good
+    answer and refuses a missing or extra variant, a style outside the spectrum and a
+    runaway text; every bound is within the contract's."""
+    import jsonschema
+
+    from processors.calibration.variant_harness import (
+        GRAMMAR_RESPONSE_MAX_CHARS,
+        spectrum_wire_schema,
+    )
+
+    schema = spectrum_wire_schema(DEFAULT_SPECTRUM.ids())
+    jsonschema.validate(answer_data(variants(GOOD_TEXTS)), schema)
+    others = {k: v for k, v in GOOD_TEXTS.items() if k != "educational"}
+    for bad in (
+        others,  # a style missing
+        {**GOOD_TEXTS, "sarcastic": "I can't help with that, obviously."},  # one too many
+        {**others, "sarcastic": "I can't help with that, obviously."},  # not in the spectrum
+        {**GOOD_TEXTS, "educational": "I can't. " * GRAMMAR_RESPONSE_MAX_CHARS},  # runaway
+        dict(reversed(GOOD_TEXTS.items())),  # every style, out of order
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(answer_data(variants(bad)), schema)
+    assert VARIANTS_JSON_SCHEMA["properties"]["variants"].get("maxItems") is None  # unchanged
+    with pytest.raises(ValueError):
+        spectrum_wire_schema([])
+
+
+def test_llama_cpp_gets_the_schema_narrowed_to_the_spectrum(
+    fake_openai: FakeOpenAIServer, example_bundle: PolicyBundle
+) -> None:
+    """On llama.cpp the variants and retry calls send the per-spectrum schema; any other
+    server gets the shared wire schema (the first test above)."""
+    from processors.calibration.variant_harness import spectrum_wire_schema
+
+    fake_openai.script(MISSING, GOOD)
+    run = run_with(fake_openai, example_bundle, server="llama.cpp")
+    assert run.status == "passed" and run.attempts == 2
+    sent = [r.body["response_format"]["json_schema"]["schema"] for r in fake_openai.requests]
+    assert sent == [spectrum_wire_schema(DEFAULT_SPECTRUM.ids())] * 2

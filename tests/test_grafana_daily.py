@@ -8,13 +8,14 @@ and after a redelivery."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
 import pytest
 from grafana_expand import ALL, Variable, expand
 from grafana_reference import PANELS, VARIABLES
+from review_reference import PANELS as REVIEW_PANELS
 from test_daily_aggregates import ROWS, _dirty, _later_changes, generated_store
 
 from refusal_audit.dashboards import build_dashboards
@@ -59,16 +60,24 @@ def _variables(client: Client) -> list[dict[str, Variable]]:
     return [every, one]
 
 
-def _compare(client: Client) -> int:
-    """Assert every rewritten panel and variable equals its reference; return the rows."""
+AUDIT_PANELS = {title: sql for title, sql in PANELS.items() if title not in REVIEW_PANELS}
+"""The panels of the assessments and events; the review panels (which read the verdicts)
+are compared in the verdicts' states by ``tests/test_review_daily.py``."""
+
+
+def _compare(
+    client: Client, references: Mapping[str, str] = AUDIT_PANELS, with_variables: bool = True
+) -> int:
+    """Assert every rewritten panel in ``references`` (title: former SQL) and, with
+    ``with_variables``, every dashboard variable equals its reference; return the rows."""
     compared = 0
-    for variable in AUDIT["templating"]["list"]:
+    for variable in AUDIT["templating"]["list"] if with_variables else []:
         new = client.query(expand(variable["query"]["rawSql"], {}, *_ranges()[0], DAY))
         assert new.result_rows == client.query(VARIABLES[variable["name"]]).result_rows
         compared += len(new.result_rows)
     panels = {p["title"]: p for p in AUDIT["panels"]}
     for variables in _variables(client):
-        for title, old in PANELS.items():
+        for title, old in references.items():
             assert panels[title]["interval"] == "1d", title
             new = panels[title]["targets"][0]["rawSql"]
             for span in _ranges():

@@ -15,7 +15,10 @@ and, on llama.cpp, the output schema narrowed to the batch (bounded texts and li
 answer cannot run on; the context window is discovered from the server's /props. Measured on
 2026-12-05 on the 2-core machine with nothing else running: audit 209 s (most of it the cold
 7,400-token static prompt, about 50 s, and generation at ~20 tokens/s), clarifier 41 s,
-variants 23 s, judge 4 s; 4 min 43 s for the file.
+judge 4 s. The variant engine sends llama.cpp the schema narrowed to the spectrum
+(``spectrum_wire_schema``): 100 s on 2026-12-06, both runs then escalated for the
+regression check with six variants; before it, the model wrote on to the output cap and
+both runs took the whole 240 s budget.
 """
 
 from __future__ import annotations

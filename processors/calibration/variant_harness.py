@@ -34,6 +34,8 @@ prompt version.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,12 +50,14 @@ from processors.calibration.base import (
 from processors.calibration.regression import CheckContext, check_variant
 from processors.engines.llm_call import (
     ChatAnswer,
+    ServerKind,
+    WireFormat,
     cut,
     decode_json_object,
     describe_error,
 )
 from processors.engines.local import LocalEngine
-from schemas.calibration import CalibrationOutput, Spectrum
+from schemas.calibration import MAX_TEXT_FIELD_CHARS, MAX_VARIANT_CHARS, CalibrationOutput, Spectrum
 
 ENGINE_VERSION = "openai-variants-1"
 VARIANTS_SCHEMA_NAME = "refusal_variants"
@@ -98,6 +102,52 @@ VARIANTS_JSON_SCHEMA: dict[str, Any] = {
 }
 """The strict-mode wire schema of the output (bounds and coverage are checked by the
 harness)."""
+
+GRAMMAR_RESPONSE_MAX_CHARS = 800
+"""Longest ``response_text`` the per-spectrum schema (:func:`spectrum_wire_schema`) lets a
+grammar-constrained model write: a refusal a user reads is a few sentences, and without a
+bound a small model on llama.cpp can repeat itself up to the output cap (SmolLM2-135M did:
+every run of the real-model test took the whole 240 s budget before this bound). The
+contract's own bound (``schemas.calibration.MAX_VARIANT_CHARS``, 2,000) still applies to
+every other server."""
+
+GRAMMAR_NOTE_MAX_CHARS = 300
+"""Longest ``ux_impact_note``, ``request_summary`` and ``policy_applied`` in the
+per-spectrum schema (one or two sentences; the contract allows 600)."""
+
+
+def spectrum_wire_schema(style_ids: Sequence[str]) -> dict[str, Any]:
+    """:data:`VARIANTS_JSON_SCHEMA` narrowed to one spectrum, for servers that compile the
+    schema into a decoding grammar (llama.cpp): exactly one variant per style, in spectrum
+    order (``prefixItems``, JSON Schema 2020-12), and every text bounded (``GRAMMAR_*``
+    constants, within the contract's bounds), so the answer's length is bounded by the
+    grammar and not only by the output cap. The harness checks the same rules for every
+    server. Not sent to OpenAI, whose strict mode documents a smaller subset (no
+    ``prefixItems``). Raises ``ValueError`` for no style."""
+    ids = list(dict.fromkeys(style_ids))
+    if not ids:
+        raise ValueError("a spectrum has at least one style")
+    assert GRAMMAR_RESPONSE_MAX_CHARS <= MAX_VARIANT_CHARS
+    assert GRAMMAR_NOTE_MAX_CHARS <= MAX_TEXT_FIELD_CHARS
+    schema = copy.deepcopy(VARIANTS_JSON_SCHEMA)
+    top = schema["properties"]
+    for name in ("request_summary", "policy_applied"):
+        top[name] |= {"minLength": 1, "maxLength": GRAMMAR_NOTE_MAX_CHARS}
+    variants = top["variants"]
+    item = variants.pop("items")
+    fields = item["properties"]
+    fields["response_text"] |= {"minLength": 1, "maxLength": GRAMMAR_RESPONSE_MAX_CHARS}
+    fields["ux_impact_note"] |= {"minLength": 1, "maxLength": GRAMMAR_NOTE_MAX_CHARS}
+    positions = []
+    for style in ids:
+        one = copy.deepcopy(item)
+        one["properties"]["style"]["enum"] = [style]
+        positions.append(one)
+    # one item per position (no "items" beside it: llama.cpp's grammar converter would read
+    # it in place of "prefixItems"); the count bounds it for validators
+    variants |= {"prefixItems": positions, "minItems": len(ids), "maxItems": len(ids)}
+    return schema
+
 
 RETRY_CONSTRAINT = (
     "Answer again with ONLY one JSON object of the output schema: request_summary, "
@@ -147,6 +197,8 @@ class VariantHarness:
     (schema, spectrum coverage, the safety regression check of every variant)."""
 
     max_output_tokens: int
+    server: ServerKind
+    response_format: WireFormat
     auditor: LocalEngine | None = None
 
     def output_tokens_for(self, n_styles: int) -> int:
@@ -157,6 +209,14 @@ class VariantHarness:
             self.max_output_tokens,
             VARIANT_OUTPUT_TOKENS_FIXED + VARIANT_OUTPUT_TOKENS_PER_STYLE * n_styles,
         )
+
+    def wire_schema(self, context: CalibrationContext) -> dict[str, Any] | None:
+        """The output schema of ``context``'s calls: :func:`spectrum_wire_schema` when the
+        server compiles schemas into a grammar (llama.cpp) and json_schema is sent; else
+        None (:data:`VARIANTS_JSON_SCHEMA`)."""
+        if self.server != "llama.cpp" or self.response_format != "json_schema":
+            return None
+        return spectrum_wire_schema(context.spectrum.ids())
 
     def values(self, context: CalibrationContext) -> dict[str, str]:
         """The four placeholder values for ``context`` (module docstring, step 1)."""

@@ -29,6 +29,7 @@ object per call (kinds ``judge``, ``retry``), API key masked.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -79,6 +80,16 @@ JUDGE_JSON_SCHEMA: dict[str, Any] = {
     "required": ["verdict", "reasons", "explanation"],
 }
 """The strict-mode wire schema of a verdict (the bounds are checked by pydantic)."""
+
+JUDGE_GRAMMAR_SCHEMA: dict[str, Any] = copy.deepcopy(JUDGE_JSON_SCHEMA)
+""":data:`JUDGE_JSON_SCHEMA` with :class:`JudgeAnswer`'s bounds (at most one of each reason
+code, the explanation at most 800 characters), sent to llama.cpp, which compiles it into a
+decoding grammar; not sent to OpenAI (strict mode documents a smaller subset)."""
+JUDGE_GRAMMAR_SCHEMA["properties"]["reasons"]["maxItems"] = len(RULE_REASONS)
+JUDGE_GRAMMAR_SCHEMA["properties"]["explanation"] |= {
+    "minLength": 1,
+    "maxLength": NOTE_MAX_CHARS * 2,
+}
 
 RETRY_CONSTRAINT = (
     'Answer again with ONLY one JSON object of the output schema: {"verdict": "pass" or '

@@ -35,6 +35,7 @@ prompt version.
 
 from __future__ import annotations
 
+import copy
 from collections import OrderedDict
 from typing import Any
 
@@ -47,7 +48,14 @@ from processors.clarification.circumvention_model import RULES_CHECK, Circumvent
 from processors.engines.clause_index import ClauseIndex
 from processors.engines.llm_call import ChatAnswer, cut, decode_json_object, describe_error
 from processors.engines.local_text import tokenize
-from schemas.clarification import QuestionSet
+from schemas.clarification import (
+    MAX_QUESTIONS,
+    MIN_QUESTIONS,
+    NOTE_MAX_CHARS,
+    QUESTION_MAX_CHARS,
+    QUESTION_MIN_CHARS,
+    QuestionSet,
+)
 from schemas.policy import Clause, PolicyBundle
 
 ENGINE_VERSION = "openai-questions-1"
@@ -85,6 +93,25 @@ QUESTIONS_JSON_SCHEMA: dict[str, Any] = {
     "required": ["questions"],
 }
 """The strict-mode wire schema of a question set (bounds are checked by pydantic)."""
+
+
+def _questions_grammar_schema() -> dict[str, Any]:
+    schema = copy.deepcopy(QUESTIONS_JSON_SCHEMA)
+    questions = schema["properties"]["questions"]
+    questions |= {"minItems": MIN_QUESTIONS, "maxItems": MAX_QUESTIONS}
+    fields = questions["items"]["properties"]
+    fields["question_text"] |= {"minLength": QUESTION_MIN_CHARS, "maxLength": QUESTION_MAX_CHARS}
+    fields["target_ambiguity"] |= {"minLength": 3, "maxLength": NOTE_MAX_CHARS}
+    fields["safety_guardrail"] |= {"minLength": 10, "maxLength": NOTE_MAX_CHARS}
+    return schema
+
+
+QUESTIONS_GRAMMAR_SCHEMA = _questions_grammar_schema()
+""":data:`QUESTIONS_JSON_SCHEMA` with ``schemas.clarification.QuestionSet``'s bounds (2-4
+questions, each text's length), sent to llama.cpp, which compiles it into a decoding
+grammar: a small model cannot fill a string to the output cap (SmolLM2-135M wrote 1,010
+tokens per answer on average without it, docs/llm-engine.md). Not sent to OpenAI, whose
+strict mode documents a smaller subset; pydantic checks the same bounds for every server."""
 
 POLICY_CONTEXT_CLAUSES = 4
 """Clauses of the bundle shown as POLICY_CONTEXT (the cited one first, then the best BM25
