@@ -83,7 +83,7 @@ NOT_REFUSAL = answer(
 
 
 def run_with(fake: FakeOpenAIServer, bundle: PolicyBundle, **settings: Any) -> CalibrationRun:
-    """``calibrate`` of REQUEST with the openai variant engine (``settings``: its keyword arguments)."""
+    """``calibrate`` of REQUEST with the openai variant engine (``settings``: its options)."""
     engine = OpenAIVariantEngine(fake.client(api_key=API_KEY), "fake-model", **settings)
 
     async def go() -> CalibrationRun:
