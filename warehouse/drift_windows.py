@@ -16,9 +16,25 @@ an ``ingested_at`` at or after its first arrival, so the log ids of both kinds a
 ``refusal_events`` rows (any version, no ``FINAL``) with ``start <= event_time < end + W``
 (partition pruning by month) or with ``event_time < start`` and ``ingested_at >= start``
 (late candidates: a scan of two time columns). :func:`rows_sql` computes the view's columns
-for those log ids only (``current_assessments`` restricted to them, their first arrivals
-through the primary key of ``event_arrivals``) and keeps the windows in range: the same rows
-as the view's, which ``tests/test_drift_windows.py`` checks against it.
+for those log ids only (``current_assessments`` restricted to them, their first arrivals)
+and keeps the windows in range: the same windows and counts as the view's, which
+``tests/test_drift_windows.py`` checks against it.
+
+Two bounds keep the reads to the months that hold the rows (found at 100 M rows, where 27
+hourly windows took 57 s and 27 daily ones 100 s; docs/alerts.md):
+
+- the late candidates' versions are read from the earliest late candidate's ``event_time``
+  on (``_LO``, a scalar subquery ClickHouse evaluates before it prunes partitions), not
+  from the start of the store: by the invariant above every version of a key carries the
+  same ``event_time``;
+- ``event_arrivals`` (sorted by log id only, so a lookup of every candidate reads every
+  granule) is looked up only for the candidates that could be late: a first arrival is at
+  or before the oldest stored version's ``ingested_at``, so a key whose oldest stored
+  version arrived before its (earliest) window's end plus the grace is on time whatever
+  ``event_arrivals`` holds. The others (late events, and redeliveries whose first version
+  was merged away) are few. Their arrival time is the earlier of the two, as before; for
+  the on-time keys ``ingested_at`` is the oldest stored version's (the view's may be
+  earlier; no window or count depends on it then).
 """
 
 from __future__ import annotations
@@ -35,7 +51,13 @@ __all__ = ["READ_SETTINGS", "params", "reviews_sql", "rows_sql"]
 #: (migration 0022 turned this off for the whole store's set of current refusals), and
 #: FINAL merge inside each month only (0023: every version of a key is in one month; FINAL
 #: over all months took most of the time at 1 M rows).
-READ_SETTINGS: dict[str, int] = {**LOCAL_FINAL, "use_index_for_in_with_subqueries": 1}
+#: ``join_use_nulls`` 0 (ClickHouse's default, set so a profile cannot change it): a key
+#: missing from ``event_arrivals`` reads as '' in the LEFT JOIN of :func:`_arrivals`.
+READ_SETTINGS: dict[str, int] = {
+    **LOCAL_FINAL,
+    "use_index_for_in_with_subqueries": 1,
+    "join_use_nulls": 0,
+}
 
 # {start}/{hi}: the window range's start and its end plus one window (see the docstring).
 # Each arm is a time restriction (partition pruning) and the log ids of refusal_events rows
@@ -43,6 +65,12 @@ READ_SETTINGS: dict[str, int] = {**LOCAL_FINAL, "use_index_for_in_with_subquerie
 _START, _HI = "{start:DateTime64(3, 'UTC')}", "{hi:DateTime64(3, 'UTC')}"
 _ON_TIME = f"event_time >= {_START} AND event_time < {_HI}"
 _LATE = f"event_time < {_START} AND ingested_at >= {_START}"
+# the earliest event time of a late candidate ({start} when there is none): the lower
+# bound of every read of the candidates' versions
+_LO = (
+    f"least({_START}, ifNull((SELECT minOrNull(event_time) FROM {{db:Identifier}}"
+    f".refusal_events WHERE {_LATE}), {_START}))"
+)
 _KEYS = f"""(
     SELECT log_id FROM {{db:Identifier}}.refusal_events WHERE {_ON_TIME}
     UNION ALL
@@ -50,9 +78,10 @@ _KEYS = f"""(
 )"""
 
 
-def _current(arm: str) -> str:
-    """``current_assessments`` of the log ids of one arm (``_ON_TIME`` or ``_LATE``)."""
-    time_range = arm.split(" AND ingested_at")[0]  # event_time only: every version has it
+def _current(arm: str, time_range: str) -> str:
+    """``current_assessments`` of the log ids of one arm (``_ON_TIME`` or ``_LATE``), their
+    versions read within ``time_range`` (a condition on ``event_time``: every version of a
+    key has the same)."""
     keys = f"(SELECT log_id FROM {{db:Identifier}}.refusal_events WHERE {arm})"
     return f"""SELECT * FROM {{db:Identifier}}.assessments FINAL
     WHERE {time_range} AND log_id IN {keys}
@@ -63,21 +92,37 @@ def _current(arm: str) -> str:
 
 
 _CURRENT = f"""(
-    {_current(_ON_TIME)}
+    {_current(_ON_TIME, _ON_TIME)}
     UNION ALL
-    {_current(_LATE)}
+    {_current(_LATE, f"event_time >= {_LO} AND event_time < {_START}")}
 )"""
 
-_ARRIVALS = f"""(
-    SELECT log_id, min(arrived_at) AS ingested_at
-    FROM (
-        SELECT log_id, CAST(first_ingested_at AS DateTime64(3, 'UTC')) AS arrived_at
-        FROM {{db:Identifier}}.event_arrivals WHERE log_id IN {_KEYS}
-        UNION ALL
-        SELECT log_id, ingested_at AS arrived_at FROM {{db:Identifier}}.refusal_events
-        WHERE event_time < {{hi:DateTime64(3, 'UTC')}} AND log_id IN {_KEYS}
-    )
+# every stored version of the candidates: the oldest one's arrival and earliest event time
+_STORED = f"""(
+    SELECT log_id, min(ingested_at) AS stored_first, min(event_time) AS first_event_time
+    FROM {{db:Identifier}}.refusal_events
+    WHERE event_time >= {_LO} AND event_time < {_HI} AND log_id IN {_KEYS}
     GROUP BY log_id
+)"""
+
+
+def _arrivals(w: int, g: int) -> str:
+    """Each candidate's first arrival as the view computes it, ``event_arrivals`` looked up
+    only for the keys that could be late (module docstring)."""
+    could_be_late = (
+        f"stored_first >= toStartOfInterval(first_event_time, toIntervalSecond({w})) "
+        f"+ toIntervalSecond({w + g})"
+    )
+    return f"""(
+    SELECT s.log_id AS log_id,
+           if(a.log_id = '', s.stored_first, least(s.stored_first, a.arrived_at)) AS ingested_at
+    FROM {_STORED} AS s
+    LEFT JOIN (
+        SELECT log_id, CAST(min(first_ingested_at) AS DateTime64(3, 'UTC')) AS arrived_at
+        FROM {{db:Identifier}}.event_arrivals
+        WHERE log_id IN (SELECT log_id FROM {_STORED} WHERE {could_be_late})
+        GROUP BY log_id
+    ) AS a ON a.log_id = s.log_id
 )"""
 
 
@@ -119,7 +164,7 @@ def _rows(window_seconds: int, grace_seconds: int) -> str:
             e.ingested_at AS ingested_at,
             a.audited_at AS audited_at
         FROM {_CURRENT} AS a
-        INNER JOIN {_ARRIVALS} AS e USING (log_id)
+        INNER JOIN {_arrivals(w, g)} AS e USING (log_id)
     )
     WHERE window_start >= {{start:DateTime64(3, 'UTC')}}
       AND window_start < {{end:DateTime64(3, 'UTC')}}
