@@ -7,9 +7,9 @@ days cut to whole UTC days, "All", a one-day interval) alternately in 0027's for
 views ``policy_gap_dated``/``policy_gap_summary``/``policy_gap_current``, which 0029 keeps:
 the SQL of a checkout of the code before 0029, ``--former``) and as it reads now (the daily
 aggregate ``gaps``), one warm-up then ``--runs`` times each, every day clean; then the new
-form with today marked dirty (computed live). Prints medians of wall seconds and of this
-process's CPU seconds (chDB runs in it); the store's results do not change (today is
-recomputed at the end).
+form with today (``--dirty-day``: that day) marked dirty (computed live). Prints medians
+of wall seconds and of this process's CPU seconds (chDB runs in it); the store's results do
+not change (the day is recomputed at the end).
 
 Run: ``python benchmarks/gap_daily_ab.py --store /tmp/gapF-1m --former /tmp/gapF-main
 [--runs 5]`` (``--former``: e.g. ``git archive main | tar -x -C DIR`` of the commit before).
@@ -23,7 +23,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -46,6 +46,7 @@ def _load(path: Path, name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -87,6 +88,8 @@ def main() -> None:
     parser.add_argument("--store", type=Path, required=True)
     parser.add_argument("--former", type=Path, required=True)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--dirty-day", type=date.fromisoformat, default=None,
+                        help="the day marked dirty (default: today, UTC)")  # fmt: skip
     args = parser.parse_args()
     client = connect(f"chdb://{args.store.resolve()}", DATABASE, via_owner=False)
     try:
@@ -103,11 +106,12 @@ def main() -> None:
                      f"{statistics.median(r[1] for r in v):7.3f} s CPU"
                      for k, v in runs.items()]  # fmt: skip
             print(f"{name:42} {'  '.join(cells)}", flush=True)
-        daily.mark_days(client, DATABASE, [datetime.now(UTC).date()])
+        dirty_day = args.dirty_day or datetime.now(UTC).date()
+        daily.mark_days(client, DATABASE, [dirty_day])
         for name, _, after in reads:
             after()
             dirty = [_timed(after) for _ in range(args.runs)]
-            print(f"{name:42} 0029, today dirty: "
+            print(f"{name:42} 0029, {dirty_day} dirty: "
                   f"{statistics.median(r[0] for r in dirty):7.3f} s wall "
                   f"{statistics.median(r[1] for r in dirty):7.3f} s CPU", flush=True)  # fmt: skip
         daily.refresh_all(client, DATABASE)
