@@ -68,6 +68,7 @@ USER_TABLES = frozenset(
         "daily_clause_counts",
         "daily_disagreement_counts",
         "daily_event_counts",
+        "daily_gap_sightings",
         "daily_review_agreements",
         "daily_review_counts",
         "daily_versions",

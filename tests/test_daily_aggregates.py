@@ -255,6 +255,11 @@ def test_a_recompute_keeps_two_versions_of_a_day(store: tuple[Client, str]) -> N
     ).result_rows[0][0]
     checked: set[str] = set()
     for day in (datetime.now(UTC).date() - timedelta(days=5), verdict_day):
+        client.command(  # a sighting seen that day (0029's "gaps" holds it on that day)
+            f"INSERT INTO `{db}`.policy_gap_sightings VALUES ('b', 'gap', {{d:String}}, "
+            "'batch', 'member', 'opening', toDateTime64({d:Date}, 3, 'UTC'))",
+            parameters={"d": day},
+        )
         for _ in range(4):
             daily.mark_days(client, db, [day])
             assert daily.refresh(client, db) == [day]

@@ -1,8 +1,8 @@
 """Migrations 0022 (current_assessments read without the primary-key analysis of its IN set),
 0023 (FINAL merging inside each month: ``do_not_merge_across_partitions_select_final``) and
 0024 (daily aggregates; the days computed live, then recomputed), 0025 and 0027 (the
-policy-gap reads by primary-key lookups of the sightings' log ids) and 0028 (the review reads'
-daily aggregates) on a warehouse populated at
+policy-gap reads by primary-key lookups of the sightings' log ids), 0028 (the review reads'
+daily aggregates) and 0029 (the policy-gap reads' daily aggregate) on a warehouse populated at
 the schema before them: rows kept, every named query, report
 query, Grafana panel and drift read returns exactly what it returned before, they can be
 applied again, and re-delivered rows change nothing after them either. A store holding a
@@ -55,6 +55,7 @@ NEW = [
     "0026_daily_disagreements",
     "0027_policy_gap_lookups",
     "0028_daily_reviews",
+    "0029_daily_gap_sightings",
 ]
 ROWS = 4000
 

@@ -35,11 +35,16 @@ The aggregates (shapes: the migration):
   version: ``compared`` and the agreement counts (``warehouse.review_counts``);
 - ``reviews`` (migration 0028): the current assessments per bundle, day, model, product:
   ``queued`` (flagged or sampled), ``queued_reviewed`` and per stratum the reviewed
-  assessments and the reviewers' false positives (``warehouse.review_counts``).
+  assessments and the reviewers' false positives (``warehouse.review_counts``);
+- ``gaps`` (migration 0029): the policy-gap sightings resolved, one row per sighting on its
+  event's day (``stored``) and one on its ``seen_at`` day (``warehouse.gap_daily``).
 
 Verdicts change the last two, and no view can see a verdict's event day: the verdict writer
 (``warehouse.review.insert_verdicts``) marks its events' days after its insert
 (:func:`mark_verdict_days`; call it after a manual ``INSERT INTO review_verdicts`` too).
+Sightings change ``gaps`` on their ``seen_at`` days and their events' days: the sighting
+writer (``warehouse.gaps.insert_sightings``) marks both (:func:`mark_sighting_days`; call it
+after a manual ``INSERT INTO policy_gap_sightings`` too).
 
 A day is the UTC day of ``event_time``. The live computation restricts both tables to the
 dirty days: every version of an event and its assessments carry the event's time
@@ -55,6 +60,7 @@ from typing import Any
 
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
+from warehouse import gap_daily
 from warehouse.client import Client, WarehouseError, quote_identifier
 from warehouse.partition_keys import LOCAL_FINAL
 from warehouse.review_counts import (
@@ -73,6 +79,7 @@ __all__ = [
     "dirty_params",
     "inline_sql",
     "mark_days",
+    "mark_sighting_days",
     "mark_verdict_days",
     "marker",
     "refresh",
@@ -272,13 +279,18 @@ GROUP BY day, week, policy_bundle, model, product""",
     ),
 }  # fmt: skip
 
+# Migration 0029 (issue 27, item 4: the policy-gap reads), the sightings resolved per day.
+AGGREGATES |= {
+    "gaps": Aggregate(
+        "daily_gap_sightings", gap_daily.KEYS, gap_daily.COUNTS,
+        gap_daily.LIVE.replace("__IN_DIRTY_RANGE__", _IN_DIRTY_RANGE),
+    ),
+}  # fmt: skip
 
-def mark_verdict_days(client: Client, database: str, log_ids: Sequence[str]) -> list[date]:
-    """Mark dirty the event days of the stored events of ``log_ids`` (the log ids of verdicts
-    just inserted: the ``agreements`` and ``reviews`` aggregates of those days change) and
-    return them; a log id without a stored event marks nothing (no aggregate counts its
-    verdicts until the event is stored, whose insert marks the day). The events are read by
-    primary key (``refusal_events ORDER BY log_id``). Raises ``WarehouseError``."""
+
+def _event_days(client: Client, database: str, log_ids: Sequence[str]) -> set[date]:
+    """The event days of the stored events of ``log_ids``, read by primary key
+    (``refusal_events ORDER BY log_id``) in lookups of ``VERDICT_ID_CHUNK`` ids."""
     ids = sorted(set(log_ids))
     found: set[date] = set()
     for start in range(0, len(ids), VERDICT_ID_CHUNK):  # bounded query text per lookup
@@ -289,7 +301,29 @@ def mark_verdict_days(client: Client, database: str, log_ids: Sequence[str]) -> 
             {"db": database, "ids": ids[start : start + VERDICT_ID_CHUNK]},
         )
         found.update(r[0] for r in rows)
-    days = sorted(found)
+    return found
+
+
+def mark_sighting_days(
+    client: Client, database: str, log_ids: Sequence[str], seen_days: Sequence[date]
+) -> list[date]:
+    """Mark dirty the days policy-gap sightings change in the ``gaps`` aggregate and return
+    them: ``seen_days`` (the UTC days of the sightings' ``seen_at``) and the event days of
+    the stored events of ``log_ids`` (read as :func:`mark_verdict_days` reads them). An
+    event stored later marks its own day (0024's views); the ``seen_at`` day's row is then
+    shadowed by the event day's (``warehouse.gap_daily``). Raises ``WarehouseError``."""
+    days = sorted(_event_days(client, database, log_ids) | set(seen_days))
+    mark_days(client, database, days)
+    return days
+
+
+def mark_verdict_days(client: Client, database: str, log_ids: Sequence[str]) -> list[date]:
+    """Mark dirty the event days of the stored events of ``log_ids`` (the log ids of verdicts
+    just inserted: the ``agreements`` and ``reviews`` aggregates of those days change) and
+    return them; a log id without a stored event marks nothing (no aggregate counts its
+    verdicts until the event is stored, whose insert marks the day). The events are read by
+    primary key (``refusal_events ORDER BY log_id``). Raises ``WarehouseError``."""
+    days = sorted(_event_days(client, database, log_ids))
     if days:
         mark_days(client, database, days)
     return days

@@ -193,9 +193,20 @@ ORDER BY policy_bundle, first_seen, gap_id
 
 def insert_sightings(warehouse: GapDb, rows: list[list[Any]]) -> None:
     """Store sighting rows (``SIGHTING_COLUMNS`` order) in one deduplicated insert (no rows:
-    nothing)."""
+    nothing), with the days they change in the ``gaps`` daily aggregate (migration 0029:
+    their ``seen_at`` days and their stored events' days) marked dirty before and after it
+    (``Warehouse.mark_sighting_days``, retried on transient errors), as
+    ``warehouse.review.insert_verdicts`` marks: the mark before keeps the days dirty if the
+    process stops or the second mark fails; the mark after, if a recompute read the first
+    before the rows were visible (or the event was stored between the two). Raises
+    ``WarehouseError``."""
     if not rows:
         return
+    at, log_at = SIGHTING_COLUMNS.index("seen_at"), SIGHTING_COLUMNS.index("log_id")
+    log_ids = [str(r[log_at]) for r in rows]
+    seen_days = sorted({to_utc(r[at]).date() for r in rows})
+    store = Warehouse(warehouse.client, warehouse.database)
+    store.mark_sighting_days(log_ids, seen_days)
     try:
         warehouse.client.insert(
             _TABLE,
@@ -208,6 +219,7 @@ def insert_sightings(warehouse: GapDb, rows: list[list[Any]]) -> None:
         raise WarehouseError(
             f"insert of {len(rows)} sighting(s) into {warehouse.database}.{_TABLE} failed: {exc}"
         ) from exc
+    store.mark_sighting_days(log_ids, seen_days)
 
 
 def gap_evidence(

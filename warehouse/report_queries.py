@@ -17,11 +17,10 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from processors.gap_text import describe_gap_sql
 from schemas.alerts import ALL, Alert
-from warehouse import daily
+from warehouse import daily, gap_reads
 from warehouse.client import Client, WarehouseError, validate_identifier
 from warehouse.daily import marker
 from warehouse.named import (
-    DAY_MODEL_PRODUCT,
     MODEL_PRODUCT_ONLY,
     SCOPES_MATCH,
     QueryResult,
@@ -175,10 +174,10 @@ def top_gap_flags(
     """The period's policy gaps, most refusals first: the gaps ``refusal-audit gaps`` lists
     (``policy_gap_summary``: the same grouping, name and dates), counted over this period.
 
-    Reads the tracked sightings (run ``refusal_audit.alerts.gaps.track_gaps`` first). A flagged log
-    id counts when it has a current assessment of the period (matching model/product):
-    ``policy_gap_current`` (migration 0027), ``current_assessments`` of the sightings' log
-    ids, looked up by primary key, so the query grows with the sightings, not the store.
+    Reads the tracked sightings (run ``refusal_audit.alerts.gaps.track_gaps`` first) from the
+    daily aggregate ``gaps`` (migration 0029, ``warehouse.gap_reads``): a flagged log id
+    counts when it has a current assessment of the period's days (matching model/product),
+    so the query grows with the sightings, not the store (dirty days computed live).
     Columns: ``policy_bundle``, ``gap_id``, ``description`` (the gap's most common member
     description, as ``describe_gap`` shows it), ``refusals`` (distinct flagged log ids of
     the period), ``batches``, ``example_log_ids`` (up to 5, sorted), ``first_event`` (the
@@ -187,6 +186,9 @@ def top_gap_flags(
     """
     params = slice_.params(database) | {"limit": limit}
     describe = describe_gap_sql("any(named.description)")
+    every_day = marker("gaps", every_day=True)
+    match = ("({model:String} = '' OR p.1 = {model:String}) "
+             "AND ({product:String} = '' OR p.2 = {product:String})")  # fmt: skip
     return _run(
         client,
         f"""
@@ -197,14 +199,12 @@ SELECT policy_bundle, gap_id,
        arraySlice(arraySort(groupUniqArray(log_id)), 1, 5) AS example_log_ids,
        any(named.first_seen) AS first_event,
        toDate(first_event) >= {{since:Date}} AS new_in_period
-FROM {{db:Identifier}}.policy_gap_dated AS dated
+FROM {gap_reads.dated(every_day)} AS dated
 INNER JOIN (
     SELECT policy_bundle, gap_id, description, first_seen
-    FROM {{db:Identifier}}.policy_gap_summary
+    FROM {gap_reads.summary(every_day)}
 ) AS named USING (policy_bundle, gap_id)
-WHERE log_id IN (
-    SELECT log_id FROM {{db:Identifier}}.policy_gap_current WHERE {DAY_MODEL_PRODUCT}
-)
+WHERE log_id IN {gap_reads.assessed(marker("gaps"), match)}
 GROUP BY policy_bundle, gap_id
 ORDER BY refusals DESC, description, policy_bundle, gap_id
 LIMIT {{limit:UInt32}}

@@ -464,6 +464,16 @@ class Warehouse(StoredReads):
             lambda: daily.mark_verdict_days(self.client, self.database, log_ids),
         )  # fmt: skip
 
+    def mark_sighting_days(self, log_ids: Sequence[str], seen_days: Sequence[date]) -> list[date]:
+        """Mark dirty the days policy-gap sightings change (``seen_days`` and the event days
+        of the stored events of ``log_ids``: ``warehouse.daily.mark_sighting_days``), with
+        the inserts' retries on transient errors. Returns the days. Raises
+        ``WarehouseError``."""
+        return self._with_retries(
+            "dirty_days", "marking of sightings' days in",
+            lambda: daily.mark_sighting_days(self.client, self.database, log_ids, seen_days),
+        )  # fmt: skip
+
     def refresh_daily(
         self,
         max_days: int = daily.MAX_DAYS,

@@ -18,6 +18,7 @@ from refusal_audit.dashboards.model import (
 )
 from refusal_audit.dashboards.model import panel as make_panel
 from refusal_audit.dashboards.sql import DAILY_SETTINGS, daily_source, scope, var_filter, wilson
+from warehouse import gap_reads
 
 DAILY = f"""FROM (
   SELECT *, toDateTime(day, 'UTC') AS day_start
@@ -91,18 +92,16 @@ ORDER BY time, category
 {DAILY_SETTINGS}
 """
 
-_SIGHTINGS = f"""FROM policy_gap_dated
+_GAPS = daily_source("gaps", every_day=True)
+_MATCH = f"{var_filter('p.1', 'model')} AND {var_filter('p.2', 'product')}"
+_SIGHTINGS = f"""FROM {gap_reads.dated(_GAPS)}
 WHERE {var_filter("policy_bundle", "bundle")}
-  AND log_id IN (
-    SELECT log_id FROM policy_gap_current
-    WHERE {scope(bundle="")}
-  )"""
+  AND log_id IN {gap_reads.assessed(_GAPS, _MATCH)}"""
 """Gap sightings of the selected bundles whose event has a current assessment of the
-selected models and products, dated by event time (``policy_gap_dated``, as
-``refusal-audit gaps``, the report and the gap alerts date them). ``policy_gap_current``
-(migration 0027) is ``current_assessments`` of the sightings' log ids, and
-``policy_gap_dated`` reads only their events: primary-key lookups, so these panels grow with
-the sightings, not the store."""
+selected models and products, dated by event time (``policy_gap_dated``'s rows, as
+``refusal-audit gaps``, the report and the gap alerts date them), read from the daily
+aggregate ``gaps`` (migration 0029, ``warehouse.gap_reads``: every day, dirty days computed
+live), so these panels grow with the sightings, not the store."""
 
 NEW_GAPS_SQL = f"""
 SELECT count() AS new_gaps
@@ -112,6 +111,7 @@ FROM (
   GROUP BY policy_bundle, gap_id
 )
 WHERE $__timeFilter(first_seen)
+{DAILY_SETTINGS}
 """
 
 SIGHTINGS_SQL = f"""
@@ -120,16 +120,18 @@ SELECT $__timeInterval(event_time) AS time, count() AS sightings, uniqExact(gap_
   AND $__timeFilter(event_time)
 GROUP BY time
 ORDER BY time
+{DAILY_SETTINGS}
 """
 
 OPEN_GAPS_SQL = f"""
 SELECT policy_bundle, description, first_seen, last_seen, log_ids, batches,
        arrayStringConcat(example_log_ids, ', ') AS example_log_ids
-FROM policy_gap_summary
+FROM {gap_reads.summary(_GAPS)}
 WHERE {var_filter("policy_bundle", "bundle")}
   AND $__timeFilter(last_seen)
 ORDER BY log_ids DESC, last_seen DESC, policy_bundle, gap_id
 LIMIT 100
+{DAILY_SETTINGS}
 """
 
 _ALERT_SCOPE = "\n  AND ".join(

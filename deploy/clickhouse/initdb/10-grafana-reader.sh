@@ -28,9 +28,8 @@ SQL
 for grafana_reader_table in \
     ab_event_log alerts assessments calibration_decisions calibration_experiments \
     calibration_runs calibration_variants clarification_steps clarification_verdicts \
-    daily_assessment_counts daily_review_agreements daily_review_counts daily_versions \
-    dirty_days policy_gap_current policy_gap_dated policy_gap_sightings policy_gap_summary \
-    refusal_events review_verdicts; do
+    daily_assessment_counts daily_gap_sightings daily_review_agreements daily_review_counts \
+    daily_versions dirty_days policy_gap_sightings refusal_events review_verdicts; do
     "${clickhouseclient[@]}" <<SQL
 GRANT SELECT ON ${CLICKHOUSE_DB:-refusal_audit}.${grafana_reader_table} TO grafana_reader;
 SQL
