@@ -5,9 +5,11 @@ both read them.
 
 Timing: windows close by processing time (window end + grace), and an event arriving after
 its window's end + grace counts as late in its arrival window. The replayed events are
-stamped into the two minutes before the test starts and the grace (GRACE) covers their
-arrival, so they count in their own windows; the test then waits for the second window to
-close before it expects the alerts.
+stamped into the two minutes before the next minute boundary, and the grace is set so the
+second window closes BUDGET seconds after the test starts: every event arrives before that
+(so each counts in its own window), and the test waits for the close before it expects the
+alerts. (Before, the windows ended in the past and a fixed 240 s grace made the test wait
+180-240 s.)
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from streaming import Deployment, read_topic, stop, wait_for_web
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
-GRACE = 240  # seconds: more than produce + two kills + drain take here
+BUDGET = 120  # seconds from the start to the second window's close: produce + two kills +
+# drain took 22 s on a quiet machine (2026-12-06); a run slower than the budget fails the
+# "too slow: late" assertion rather than counting events as late
 
 
 @pytest.fixture
@@ -36,7 +40,6 @@ def dep(kafka_bootstrap: str, unique_topic_prefix: str, tmp_path: Path) -> Deplo
         tmp_path,
         extra={
             "REFUSAL_AUDIT_ALERTS_WINDOW_SECONDS": "60",
-            "REFUSAL_AUDIT_ALERTS_GRACE_SECONDS": str(GRACE),
             "REFUSAL_AUDIT_ALERTS_BASELINE_WINDOWS": "1",
             "REFUSAL_AUDIT_ALERTS_MIN_EVENTS": "150",
             "REFUSAL_AUDIT_ALERTS_LOOKBACK_WINDOWS": "10",
@@ -49,7 +52,10 @@ def dep(kafka_bootstrap: str, unique_topic_prefix: str, tmp_path: Path) -> Deplo
 
 def test_drift_alerts_once_across_kills(dep: Deployment, shared_data: Path) -> None:
     now = datetime.now(UTC).replace(microsecond=0)
-    t0 = now.replace(second=0) - timedelta(minutes=2)  # windows [t0, t0+1m) and [t0+1m, t0+2m)
+    end = now.replace(second=0) + timedelta(minutes=1)  # the next minute boundary
+    t0 = end - timedelta(minutes=2)  # windows [t0, t0+1m) and [t0+1m, end)
+    grace = BUDGET - int((end - now).total_seconds())  # the second window closes at now+BUDGET
+    dep.extra["REFUSAL_AUDIT_ALERTS_GRACE_SECONDS"] = str(grace)
     for minute, model in enumerate(("llama2orig", "gpt4")):
         path = shared_data / "xstest" / f"xstest_v2_completions_{model}.csv"
         at = (t0 + timedelta(minutes=minute, seconds=10)).isoformat()
@@ -64,8 +70,8 @@ def test_drift_alerts_once_across_kills(dep: Deployment, shared_data: Path) -> N
     worker = dep.start_worker()
     try:
         dep.wait_drained(worker)
-        assert datetime.now(UTC) < t0 + timedelta(minutes=2, seconds=GRACE), "too slow: late"
-        closes = t0 + timedelta(minutes=2, seconds=GRACE)
+        closes = end + timedelta(seconds=grace)
+        assert datetime.now(UTC) < closes, "too slow: late"
         time.sleep(max(0.0, (closes - datetime.now(UTC)).total_seconds()) + 1)
         wait_for_web(dep, worker)
         dep.wait_detector_passes(worker, passes=2)
