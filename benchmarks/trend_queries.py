@@ -30,6 +30,9 @@ migration, to compare). ``--ab`` also times the named queries that read
 ``current_assessments`` with the view bodies of 0022 and 0023 inlined, alternately;
 ``--ab-schema`` (a store at 0023) times every query alternately at 0022's and 0023's schema
 (the view replaced, ``LOCAL_FINAL`` switched) instead of the plain timings.
+``--dirty-day DAY`` (ISO date or ``today``, repeatable) marks that day dirty after the
+refresh, so the plain timings read it live as while a writer is writing it (the next run's
+refresh cleans it).
 """
 
 from __future__ import annotations
@@ -393,9 +396,12 @@ def daily_ab(
     return out
 
 
-def markdown(saved: dict[str, Any]) -> str:
-    """A Markdown table of every query's p50 / p95 (seconds) per stored run (column)."""
-    runs = list(saved)
+def markdown(saved: dict[str, Any], keys: list[str] | None = None) -> str:
+    """A Markdown table of every query's p50 / p95 (seconds) per stored run (column): the
+    runs named in ``keys`` (result keys, in that order), else every stored run. Raises
+    ``KeyError`` for a key that is not stored."""
+    runs = keys or list(saved)
+    saved = {k: saved[k] for k in runs}
     names: list[str] = []
     for run in runs:
         names += [n for n in saved[run].get("queries", {}) if n not in names]
@@ -436,6 +442,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=RESULTS)
     parser.add_argument("--table", action="store_true", help="print --json as Markdown, exit")
     parser.add_argument(
+        "--keys", default=None, help="with --table: these result keys only (comma-separated)"
+    )
+    parser.add_argument(
         "--ab", action="store_true", help="also compare the view bodies of 0022 and 0023"
     )
     parser.add_argument(
@@ -443,9 +452,17 @@ def main() -> None:
         action="store_true",
         help="time the queries 0024 rewrote, before/after alternately, then with today dirty",
     )
+    parser.add_argument(
+        "--dirty-day",
+        action="append",
+        default=[],
+        help="mark this day (YYYY-MM-DD or today) dirty before timing: read live, as while "
+        "a writer writes it",
+    )
     args = parser.parse_args()
     if args.table:
-        print(markdown(json.loads(args.json.read_text())))
+        keys = [k.strip() for k in args.keys.split(",")] if args.keys else None
+        print(markdown(json.loads(args.json.read_text()), keys))
         return
     rows = int(args.rows)
     if args.store is None:
@@ -467,6 +484,12 @@ def main() -> None:
                   f"{report['generate_s']}", flush=True)  # fmt: skip
         if report["schema"] >= "0024":
             report["refresh"] = refresh_daily(client, DATABASE)
+        dirty = [datetime.now(UTC).date() if d == "today" else date.fromisoformat(d)
+                 for d in args.dirty_day]  # fmt: skip
+        if dirty:
+            daily.mark_days(client, DATABASE, dirty)
+            report["dirty_days"] = dirty
+            print(f"marked dirty (read live): {', '.join(map(str, dirty))}", flush=True)
         report["tables"] = store_stats(client, DATABASE)
         builders = {
             "named": named_queries,

@@ -94,9 +94,44 @@ def cli_env(chdb_dsn: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     }
 
 
+#: Test modules with the longest tests, longest first (``--durations`` of the fresh-clone CI
+#: runs of 2026-12-05/06). They are collected first so pytest-xdist starts them early and the
+#: parallel pass ends on short tests (longest-processing-time-first): collected in file
+#: order, the 226 s drift-alert test ran last and one worker idled while it finished.
+SLOW_MODULES_FIRST = (
+    "test_local_llm_paths",  # one xdist group, about 400 s
+    "test_worker_alerts",
+    "test_review_daily",
+    "test_sink_duplicates",
+    "test_gap_daily",
+    "test_daily_aggregates",
+    "test_gap_lookups",
+    "test_scanning",
+    "test_readme_calibration",
+    "test_grafana_daily",
+    "test_disagreement_listing",
+    "test_calibrate_consume_faults",
+    "test_sink",
+    "test_review_beside_worker",
+    "test_alerting",
+    "test_worker",
+)
+
+
+def _slow_first_rank(item: pytest.Item) -> int:
+    """The module's place in :data:`SLOW_MODULES_FIRST` (after all of them if absent)."""
+    stem = Path(str(item.fspath)).stem
+    return SLOW_MODULES_FIRST.index(stem) if stem in SLOW_MODULES_FIRST else len(
+        SLOW_MODULES_FIRST
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test that stops or restarts the shared broker (``broker_control``) as
-    ``serial``: ``make unit`` runs the others in parallel (pytest-xdist), then these alone."""
+    ``serial``: ``make unit`` runs the others in parallel (pytest-xdist), then these alone.
+    Then order the modules of :data:`SLOW_MODULES_FIRST` first (a stable sort: each module's
+    tests stay together and in their order, so module-scoped fixtures are set up once)."""
     for item in items:
         if "broker_control" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.serial)
+    items.sort(key=_slow_first_rank)
