@@ -23,19 +23,20 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from trend_queries import whole_days_panel_runner  # benchmarks/trend_queries.py
+
 from refusal_audit.dashboards import audit_panels
 from warehouse import daily
 from warehouse import report_queries as rq
 from warehouse.connect import connect
 
-_GRAFANA: Any = importlib.import_module("grafana_expand")  # tests/grafana_expand.py
 DATABASE = "trend"
 PANELS = {"New gaps": "NEW_GAPS_SQL", "Gap sightings": "SIGHTINGS_SQL",
           "Open gaps with example log ids": "OPEN_GAPS_SQL"}  # fmt: skip
@@ -60,15 +61,7 @@ def pairs(client: Any, former: Path) -> list[tuple[str, Callable[[], Any], Calla
     f = rq.ReportFilter(first, last)
     out = [("report: top_gap_flags", lambda: old_rq.top_gap_flags(client, DATABASE, f),
             lambda: rq.top_gap_flags(client, DATABASE, f))]  # fmt: skip
-    today = datetime.now(UTC).date()
-    start = datetime.combine(today - timedelta(days=90), datetime.min.time(), UTC)
-    end = datetime.combine(today, datetime.max.time(), UTC).replace(microsecond=0)
-    every = {n: _GRAFANA.Variable([_GRAFANA.ALL], []) for n in ("model", "product", "bundle")}
-
-    def run(sql: str) -> Callable[[], Any]:
-        expanded = _GRAFANA.expand(sql, every, start, end, 86400)
-        return lambda: client.query(expanded).result_rows
-
+    run = whole_days_panel_runner(client)
     for title, name in PANELS.items():
         out.append((f"grafana: {title}", run(getattr(old_panels, name)),
                     run(getattr(audit_panels, name))))  # fmt: skip

@@ -329,13 +329,11 @@ def _daily_pairs(client: Client, db: str) -> list[tuple[str, Callable[[], Any], 
     return pairs + _grafana_pairs(client)
 
 
-def _grafana_pairs(client: Client) -> list[tuple[str, Callable[[], Any], Callable[[], Any]]]:
-    """(name, former SQL, SQL now) of the audit dashboard's targets migration 0025 moved onto
-    the daily aggregates (``tests/grafana_reference.py``) and the policy-gap panels 0027
-    bounded (``tests/gap_reference.py``), expanded for the default range cut
-    to whole UTC days (00:00:00 to 23:59:59), "All" everywhere, a one-day interval."""
-    reference: Any = importlib.import_module("grafana_reference")
-    board = build_dashboards()["refusal-audit.json"]
+def whole_days_panel_runner(client: Client) -> Callable[[str], Callable[[], Any]]:
+    """A function from a panel's SQL to a call running it expanded as the equality tests
+    expand it: the dashboard's default 90 days cut to whole UTC days (00:00:00 of the first
+    to 23:59:59 of today), "All" for model, product and bundle, a one-day interval. The call
+    returns the result rows."""
     today = datetime.now(UTC).date()
     start = datetime.combine(today - timedelta(days=90), datetime.min.time(), UTC)
     end = datetime.combine(today, datetime.max.time(), UTC).replace(microsecond=0)
@@ -345,6 +343,17 @@ def _grafana_pairs(client: Client) -> list[tuple[str, Callable[[], Any], Callabl
         expanded = _GRAFANA.expand(sql, every, start, end, 86400)
         return lambda: client.query(expanded).result_rows
 
+    return run
+
+
+def _grafana_pairs(client: Client) -> list[tuple[str, Callable[[], Any], Callable[[], Any]]]:
+    """(name, former SQL, SQL now) of the audit dashboard's targets migration 0025 moved onto
+    the daily aggregates (``tests/grafana_reference.py``) and the policy-gap panels 0027
+    bounded (``tests/gap_reference.py``), expanded for the default range cut
+    to whole UTC days (00:00:00 to 23:59:59), "All" everywhere, a one-day interval."""
+    reference: Any = importlib.import_module("grafana_reference")
+    board = build_dashboards()["refusal-audit.json"]
+    run = whole_days_panel_runner(client)
     now_sql = {p["title"]: p["targets"][0]["rawSql"] for p in board["panels"] if "targets" in p}
     now_sql |= {f"variable {v['name']}": v["query"]["rawSql"] for v in board["templating"]["list"]}
     former = reference.PANELS | importlib.import_module("gap_reference").PANELS
