@@ -99,3 +99,12 @@ GROUP BY policy_bundle, gap_id
 ORDER BY refusals DESC, description, policy_bundle, gap_id
 LIMIT {{limit:UInt32}}
 """
+
+
+def tracker_sql(sql: str) -> str:
+    """``warehouse.gaps.EVIDENCE_SQL`` or ``OPEN_GAPS_SQL`` (the tracker's and ``refusal-audit
+    gaps``' reads) over 0019's views instead of 0029's aggregate: the form they had before
+    they moved onto it."""
+    from warehouse import gaps
+
+    return sql.replace(gaps.DATED, _report(DATED)).replace(gaps.SUMMARY, _report(SUMMARY))

@@ -18,18 +18,27 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 import pytest
-from gap_reference import PANELS, TOP_GAP_FLAGS
+from gap_reference import PANELS, TOP_GAP_FLAGS, tracker_sql
 from grafana_expand import expand
 from test_daily_aggregates import ROWS, _dirty, _filters, _later_changes, generated_store
 from test_gap_lookups import AUDIT, DAY, _rows, _store_late_events, _variables
 from test_review_daily import _count
 from trend_data import generate  # on sys.path: test_daily_aggregates puts benchmarks/ there
 
+from processors.gaps import MAX_EXAMPLES
 from warehouse import daily
 from warehouse import report_queries as rq
 from warehouse.client import Client
 from warehouse.connect import connect
-from warehouse.gaps import SIGHTING_COLUMNS, GapDb, insert_sightings
+from warehouse.gaps import (
+    EVIDENCE_SQL,
+    OPEN_GAPS_SQL,
+    SIGHTING_COLUMNS,
+    GapDb,
+    evidence_rows,
+    insert_sightings,
+    open_gap_rows,
+)
 from warehouse.migrate import load_migrations, migrate
 from warehouse.partition_keys import LOCAL_FINAL
 
@@ -99,6 +108,39 @@ def _compare(client: Client, db: str) -> int:
                 want = _rows(client, expand(old_sql, variables, start, end, step))
                 assert got == want, (title, start, step)
                 compared += len(got)
+    return compared + _compare_tracker(client, db)
+
+
+def _compare_tracker(client: Client, db: str) -> int:
+    """The gap tracker's evidence read (``evidence_rows``: every gap, and the gaps sighted
+    in the newest sightings' last day; 24 h and 1 h cooldowns) and ``refusal-audit gaps``'
+    read (``open_gap_rows``: all, one bundle, a ``since``, a limit) equal their former SQL
+    over 0019's views; return the rows compared."""
+    store, compared = GapDb(client, db), 0
+    newest = client.query(f"SELECT max(seen_at) FROM `{db}`.policy_gap_sightings FINAL")
+    horizons = [datetime(1970, 1, 1, tzinfo=UTC), newest.result_rows[0][0] - timedelta(days=1)]
+    for horizon in horizons:
+        for cooldown in (timedelta(hours=24), timedelta(hours=1)):
+            got = evidence_rows(store, horizon, cooldown)
+            params = {"db": db, "horizon": horizon, "examples": MAX_EXAMPLES,
+                      "cooldown": cooldown // timedelta(milliseconds=1)}  # fmt: skip
+            want = client.query(tracker_sql(EVIDENCE_SQL), parameters=params,
+                                settings=LOCAL_FINAL).result_rows  # fmt: skip
+            assert got == [tuple(r) for r in want], (horizon, cooldown)
+            compared += len(got)
+    assert compared > 0
+    bundle = str(client.query(f"SELECT any(policy_bundle) FROM `{db}`.policy_gap_sightings")
+                 .result_rows[0][0])  # fmt: skip
+    since = datetime(2025, 12, 20, 6, 30, tzinfo=UTC)
+    for where, params in (("", {}), ("WHERE policy_bundle = {bundle:String}", {"bundle": bundle}),
+                          ("WHERE last_seen >= {since:DateTime64(3, 'UTC')}", {"since": since})):
+        for limit in (100, 2):
+            got = open_gap_rows(store, params.get("bundle"), params.get("since"), limit)
+            want = client.query(tracker_sql(OPEN_GAPS_SQL).replace("__WHERE__", where),
+                                parameters={"db": db, "limit": limit, **params},
+                                settings=LOCAL_FINAL).result_rows  # fmt: skip
+            assert got == [tuple(r) for r in want], (where, limit)
+            compared += len(got)
     return compared
 
 

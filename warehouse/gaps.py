@@ -1,30 +1,44 @@
 """Policy-gap tracking in ClickHouse: the SQL of ``refusal_audit.alerts.gaps``.
 
 Reads the audited batches' policy-gap flags (``audit_batches FINAL``), stores and reads the
-sightings (``policy_gap_sightings``), the gaps' evidence dated by event time
-(``policy_gap_dated``) and named after their most common member (``policy_gap_summary``),
-and the policy-gap alerts already stored (``alerts``). Every function takes a ``GapDb`` (a
-client and its database, ``gap_db``) and plain values, and raises ``WarehouseError`` when
-the warehouse fails.
+sightings (``policy_gap_sightings``), the gaps' evidence dated by event time and named after
+their most common member, and the policy-gap alerts already stored (``alerts``). Every
+function takes a ``GapDb`` (a client and its database, ``gap_db``) and plain values, and
+raises ``WarehouseError`` when the warehouse fails.
+
+The evidence (``evidence_rows``) and the open gaps (``open_gap_rows``) read the sightings
+dated by event time from migration 0029's daily aggregate (``warehouse.gap_reads.dated`` /
+``summary`` over ``daily_gap_sightings``, dirty days computed live), with the same rows as
+0019's views ``policy_gap_dated`` / ``policy_gap_summary`` (tested against them): the views
+look up every sighting's event in ``refusal_events``, which read nearly every granule of it
+at 100 M stored events (the detectors' evidence read 20 s per pass, ``refusal-audit gaps``
+35 s). ``evidence_sql``, the statement an alert carries for a person to paste, still reads
+the view: one short statement, run by hand.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from processors.gap_text import describe_gap
 from processors.gaps import MAX_EXAMPLES, MAX_GAP_DESCRIPTIONS, GapEvidence, KnownGap
+from warehouse import daily, gap_reads
 from warehouse.client import Client, WarehouseError, quote_identifier, validate_identifier
 from warehouse.store import Warehouse, dedup_token, to_utc
 
 __all__ = [
+    "DATED",
+    "EVIDENCE_SQL",
+    "OPEN_GAPS_SQL",
     "SIGHTING_COLUMNS",
+    "SUMMARY",
     "GapDb",
+    "evidence_rows",
     "evidence_sql",
     "flagged_batches",
     "gap_db",
@@ -77,6 +91,31 @@ def _query(
     params = {"db": warehouse.database, **(parameters or {})}
     try:
         result = warehouse.client.query(sql, parameters=params)
+    except ClickHouseError as exc:
+        raise WarehouseError(f"policy-gap query on {warehouse.database} failed: {exc}") from exc
+    return [tuple(row) for row in result.result_rows]
+
+
+#: Where a read of the dated sightings (one row per sighting: ``policy_gap_dated``'s rows)
+#: or of the gaps' summary (``policy_gap_summary``'s) goes in ``EVIDENCE_SQL`` and
+#: ``OPEN_GAPS_SQL``; ``_dated_query`` puts 0029's reads there.
+DATED, SUMMARY = "__GAP_DATED__", "__GAP_SUMMARY__"
+
+_EVERY_DAY = daily.marker("gaps", every_day=True)
+_DAY = date(1970, 1, 1)
+
+
+def _dated_query(warehouse: GapDb, sql: str, parameters: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """``sql`` with ``DATED`` / ``SUMMARY`` read from the daily aggregate (every day; the
+    dirty ones live: ``warehouse.daily.with_source``), run with its parameters."""
+    sql = sql.replace(DATED, gap_reads.dated(_EVERY_DAY))
+    sql = sql.replace(SUMMARY, gap_reads.summary(_EVERY_DAY))
+    # an every-day marker reads every day whatever the range given
+    sql, sources = daily.with_source(warehouse.client, warehouse.database, sql, _DAY, _DAY)
+    params = {"db": warehouse.database, **parameters, **sources}
+    settings = daily.READ_SETTINGS if sources else None
+    try:
+        result = warehouse.client.query(sql, parameters=params, settings=settings)
     except ClickHouseError as exc:
         raise WarehouseError(f"policy-gap query on {warehouse.database} failed: {exc}") from exc
     return [tuple(row) for row in result.result_rows]
@@ -222,15 +261,7 @@ def insert_sightings(warehouse: GapDb, rows: list[list[Any]]) -> None:
     store.mark_sighting_days(log_ids, seen_days)
 
 
-def gap_evidence(
-    warehouse: GapDb, horizon: datetime, cooldown: timedelta
-) -> list[tuple[GapEvidence, datetime, datetime]]:
-    """Evidence of every gap with a sighting tracked at or after ``horizon`` (audit time),
-    dated by event time (``policy_gap_dated``) and named after its most common member
-    (``policy_gap_summary``), with its period start and its latest sighting's audit time."""
-    rows = _query(
-        warehouse,
-        """
+EVIDENCE_SQL = f"""
 SELECT policy_bundle, gap_id, named.description, first_seen, last_seen, log_ids, batch_count,
        period, period_start, before, examples, last_tracked
 FROM (
@@ -240,38 +271,64 @@ SELECT policy_bundle, gap_id,
        max(tracked) AS last_tracked,
        count() AS log_ids,
        length(groupUniqArrayArray(batches)) AS batch_count,
-       intDiv(dateDiff('millisecond', first_seen, last_seen), {cooldown:Int64}) AS period,
-       first_seen + toIntervalMillisecond(period * {cooldown:Int64}) AS period_start,
+       intDiv(dateDiff('millisecond', first_seen, last_seen), {{cooldown:Int64}}) AS period,
+       first_seen + toIntervalMillisecond(period * {{cooldown:Int64}}) AS period_start,
        arraySort(groupArray((first, log_id))) AS seen,
        arrayCount(x -> x.1 < period_start, seen) AS before,
        arraySlice(arrayMap(x -> x.2, arrayConcat(arrayFilter(x -> x.1 >= period_start, seen),
                                                  arrayFilter(x -> x.1 < period_start, seen))),
-                  1, {examples:UInt32}) AS examples
+                  1, {{examples:UInt32}}) AS examples
 FROM (
     SELECT policy_bundle, gap_id, log_id, min(event_time) AS first, max(event_time) AS last,
            max(seen_at) AS tracked, groupUniqArray(batch_id) AS batches
-    FROM {db:Identifier}.policy_gap_dated
+    FROM {DATED}
     WHERE (policy_bundle, gap_id) IN (
-        SELECT policy_bundle, gap_id FROM {db:Identifier}.policy_gap_sightings
-        WHERE seen_at >= {horizon:DateTime64(3, 'UTC')}
+        SELECT policy_bundle, gap_id FROM {{db:Identifier}}.policy_gap_sightings
+        WHERE seen_at >= {{horizon:DateTime64(3, 'UTC')}}
     )
     GROUP BY policy_bundle, gap_id, log_id
 )
 GROUP BY policy_bundle, gap_id
 ) AS evidence
 INNER JOIN (
-    SELECT policy_bundle, gap_id, description FROM {db:Identifier}.policy_gap_summary
+    SELECT policy_bundle, gap_id, description FROM {SUMMARY}
 ) AS named USING (policy_bundle, gap_id)
 ORDER BY policy_bundle, gap_id
-""",
+"""
+"""The evidence of every gap with a sighting tracked at or after ``{horizon}``, with
+``DATED`` and ``SUMMARY`` where the dated sightings and the summary are read (parameters
+``horizon``, ``cooldown`` in ms, ``examples``): ``evidence_rows``' columns."""
+
+
+def evidence_rows(
+    warehouse: GapDb, horizon: datetime, cooldown: timedelta
+) -> list[tuple[Any, ...]]:
+    """``EVIDENCE_SQL``'s rows over 0029's dated sightings: per gap with a sighting tracked
+    at or after ``horizon`` (audit time), ordered by bundle and gap id: bundle, gap id,
+    its most common member's description, first and last event time, distinct log ids,
+    distinct batches, the cooldown period its span reaches (``cooldown`` long, counted from
+    the first event), that period's start, the log ids first seen before it, up to
+    ``MAX_EXAMPLES`` example log ids (the period's first) and its latest sighting's audit
+    time."""
+    return _dated_query(
+        warehouse,
+        EVIDENCE_SQL,
         {
             "horizon": horizon,
             "cooldown": cooldown // timedelta(milliseconds=1),
             "examples": MAX_EXAMPLES,
         },
     )
+
+
+def gap_evidence(
+    warehouse: GapDb, horizon: datetime, cooldown: timedelta
+) -> list[tuple[GapEvidence, datetime, datetime]]:
+    """Evidence of every gap with a sighting tracked at or after ``horizon`` (audit time),
+    dated by event time and named after its most common member (``evidence_rows``), with
+    its period start and its latest sighting's audit time."""
     out: list[tuple[GapEvidence, datetime, datetime]] = []
-    for row in rows:
+    for row in evidence_rows(warehouse, horizon, cooldown):
         bundle, gap, description, first, last, log_ids, batches, period, start, before = row[:10]
         examples, tracked = row[10], row[11]
         evidence = GapEvidence(
@@ -304,6 +361,15 @@ def stored_gap_alerts(warehouse: GapDb, ids: Sequence[str]) -> dict[str, str]:
     return found
 
 
+OPEN_GAPS_SQL = (
+    "SELECT policy_bundle, gap_id, description, first_seen, last_seen, log_ids, batches, "
+    f"example_log_ids FROM {SUMMARY} __WHERE__ "
+    "ORDER BY log_ids DESC, last_seen DESC, policy_bundle, gap_id LIMIT {limit:UInt32}"
+)
+"""``open_gap_rows``' statement: ``SUMMARY`` where the gaps' summary is read, ``__WHERE__``
+where its conditions go (parameters ``limit``, and ``bundle`` / ``since`` when filtered)."""
+
+
 def open_gap_rows(
     warehouse: GapDb, bundle: str | None, since: datetime | None, limit: int
 ) -> list[tuple[Any, ...]]:
@@ -320,10 +386,4 @@ def open_gap_rows(
         conditions.append("last_seen >= {since:DateTime64(3, 'UTC')}")
         params["since"] = to_utc(since)
     where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
-    return _query(
-        warehouse,
-        "SELECT policy_bundle, gap_id, description, first_seen, last_seen, log_ids, batches, "
-        f"example_log_ids FROM {{db:Identifier}}.policy_gap_summary {where} "
-        "ORDER BY log_ids DESC, last_seen DESC, policy_bundle, gap_id LIMIT {limit:UInt32}",
-        params,
-    )
+    return _dated_query(warehouse, OPEN_GAPS_SQL.replace("__WHERE__", where), params)
