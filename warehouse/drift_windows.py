@@ -9,13 +9,16 @@ oldest stored version) after that window's end plus ``G``, then it is its arriva
 
 - ``start <= event_time < end + W`` when it is on time (its event window starts in the range,
   and an event lies less than ``W`` after its window's start), or
-- ``event_time < end + W`` and first arrival ``>= start`` when it is late.
+- ``event_time < end + W`` and first arrival ``>= start`` when it is late, or any
+  ``event_time`` past ``DateTime``'s end (2106-02-07 06:28:15 UTC) and first arrival ``>=
+  start``: there the view's ``toStartOfInterval`` saturates and its window end wraps to
+  1970, so the view counts the row late in its arrival window.
 
 Every stored version of an event carries its ``event_time`` (migration 0023's invariant) and
 an ``ingested_at`` at or after its first arrival, so the log ids of both kinds are among
 ``refusal_events`` rows (any version, no ``FINAL``) with ``start <= event_time < end + W``
-(partition pruning by month) or with ``event_time < start`` and ``ingested_at >= start``
-(late candidates: a scan of two time columns). :func:`rows_sql` computes the view's columns
+(partition pruning by month) or with ``event_time`` outside that range and ``ingested_at >=
+start`` (late candidates: a scan of two time columns). :func:`rows_sql` computes the view's columns
 for those log ids only (``current_assessments`` restricted to them, their first arrivals)
 and keeps the windows in range: the same windows and counts as the view's, which
 ``tests/test_drift_windows.py`` checks against it.
@@ -64,7 +67,11 @@ READ_SETTINGS: dict[str, int] = {
 # in it (any version, no FINAL: a scan of time columns) for the primary keys' pruning.
 _START, _HI = "{start:DateTime64(3, 'UTC')}", "{hi:DateTime64(3, 'UTC')}"
 _ON_TIME = f"event_time >= {_START} AND event_time < {_HI}"
-_LATE = f"event_time < {_START} AND ingested_at >= {_START}"
+# late candidates: outside the on-time range and arrived since {start}; an event dated at or
+# after {hi} can be late too when its date is past DateTime's end (2106-02-07 06:28:15 UTC):
+# the view's toStartOfInterval saturates there and its window end wraps to 1970, so the view
+# counts such an event late in its arrival window (break9: they were dropped)
+_LATE = f"(event_time < {_START} OR event_time >= {_HI}) AND ingested_at >= {_START}"
 # the earliest event time of a late candidate ({start} when there is none): the lower
 # bound of every read of the candidates' versions
 _LO = (
@@ -94,14 +101,14 @@ def _current(arm: str, time_range: str) -> str:
 _CURRENT = f"""(
     {_current(_ON_TIME, _ON_TIME)}
     UNION ALL
-    {_current(_LATE, f"event_time >= {_LO} AND event_time < {_START}")}
+    {_current(_LATE, f"event_time >= {_LO} AND (event_time < {_START} OR event_time >= {_HI})")}
 )"""
 
 # every stored version of the candidates: the oldest one's arrival and earliest event time
 _STORED = f"""(
     SELECT log_id, min(ingested_at) AS stored_first, min(event_time) AS first_event_time
     FROM {{db:Identifier}}.refusal_events
-    WHERE event_time >= {_LO} AND event_time < {_HI} AND log_id IN {_KEYS}
+    WHERE event_time >= {_LO} AND log_id IN {_KEYS}
     GROUP BY log_id
 )"""
 
