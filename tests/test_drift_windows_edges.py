@@ -2,7 +2,8 @@
 issue 27): late arrivals exactly at the window's end plus the grace and one millisecond
 before it, first arrivals known only to ``event_arrivals`` (the versions merged away) on
 either side of that bound, a window range holding only late events, events dated 1900 and
-2299 arriving late, and 1-minute windows over two days: every count equals the whole-store
+2299 and half an hour before DateTime's end (2106-02-07 06:28:15, where the view's window
+end wraps) arriving late, and 1-minute windows over two days: every count equals the whole-store
 views' (``tests/drift_reference.py``)."""
 
 from __future__ import annotations
@@ -100,8 +101,9 @@ def test_arrivals_at_the_bound_merged_away_and_far_away(
     later = f"toDateTime64('{NOW + timedelta(days=10, minutes=30):%Y-%m-%d %H:%M:%S}', 3, 'UTC')"
     assert _copies(client, db, "future-", 5, "event_time", later) > 0
     recent = f"toDateTime64('{NOW - timedelta(hours=3):%Y-%m-%d %H:%M:%S}', 3, 'UTC')"
-    for year, pick in ((1900, 6), (2299, 7)):
-        when = f"toDateTime64('{year}-03-01 12:00:00', 3, 'UTC')"
+    for year, pick, day in ((1900, 6, "03-01 12:00"), (2299, 7, "03-01 12:00"),
+                            (2106, 8, "02-07 06:00")):  # fmt: skip
+        when = f"toDateTime64('{year}-{day}:00', 3, 'UTC')"
         assert _copies(client, db, f"y{year}-", pick, when, recent) > 0
     windows, late = _compare(client, db, monkeypatch, _ranges())
     assert windows > 50 and late > 0
