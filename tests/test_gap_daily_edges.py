@@ -6,39 +6,28 @@ every gap read with its former SQL (``test_gap_daily._compare``)."""
 from __future__ import annotations
 
 import random
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pytest
-from test_daily_aggregates import _dirty
+from test_daily_aggregates import _dirty, generated_store
 from test_gap_daily import _compare
-from trend_data import generate  # on sys.path: test_daily_aggregates puts benchmarks/ there
 
 from refusal_audit.alerts.gaps import track_gaps
 from warehouse import daily
 from warehouse.client import Client
-from warehouse.connect import connect
 from warehouse.gaps import GapDb, insert_sightings
-from warehouse.migrate import migrate
 from warehouse.store import Warehouse
 
 
 def _store(chdb_dsn: str, rows: int) -> Iterator[tuple[Client, str]]:
     """A migrated store of ``rows`` generated refusals without sightings, every day
     recomputed."""
-    db = f"gedge_{uuid.uuid4().hex[:12]}"
-    client = connect(chdb_dsn, db)
-    migrate(client, db)
-    generate(client, db, rows, redelivered=0.05)
-    client.command(f"TRUNCATE TABLE `{db}`.policy_gap_sightings")  # the generator's, unmarked
-    daily.refresh_all(client, db)
-    try:
+    for client, db in generated_store(chdb_dsn, "gedge", rows):
+        client.command(f"TRUNCATE TABLE `{db}`.policy_gap_sightings")  # the generator's
+        daily.refresh_all(client, db)
         yield client, db
-    finally:
-        client.command(f"DROP DATABASE IF EXISTS `{db}`")
-        client.close()
 
 
 @pytest.fixture
