@@ -164,3 +164,29 @@ def test_a_tracker_killed_after_its_insert_leaves_no_stale_day(
     assert client.query(f"SELECT count() FROM `{db}`.policy_gap_sightings").result_rows[0][0]
     track_gaps(client, now=now)  # the tracker restarted
     assert _compare(client, db) > 0
+
+
+@pytest.mark.parametrize(
+    "when",
+    ["2025-05-05 00:00:00.000", "2025-05-05 23:59:59.999", "1970-01-01 00:00:00.000",
+     "1900-01-01 00:00:00.000", "2299-12-31 23:59:59.999"],
+)  # fmt: skip
+def test_events_at_day_bounds_and_far_dates_are_read(store: tuple[Client, str], when: str) -> None:
+    """Sighted events at UTC midnight, a millisecond before it, on Date's first day and
+    outside Date's range, sighted at midnight: read before and after the refresh."""
+    client, db = store
+    bundle, ids = _assessed(client, db, 5)
+    at = f"toDateTime64('{when}', 3, 'UTC')"
+    for table in ("refusal_events", "assessments"):
+        client.command(
+            f"INSERT INTO `{db}`.{table} SELECT * REPLACE (concat('edge-', log_id) AS log_id, "
+            f"{at} AS event_time) FROM (SELECT * FROM `{db}`.{table} FINAL "
+            "WHERE has({ids:Array(String)}, log_id))",
+            parameters={"ids": ids},
+        )
+    midnight = datetime(2025, 6, 1, tzinfo=UTC)
+    rows = [[bundle, "gap-e", f"edge-{i}", "batch-e", "member", "opening", midnight] for i in ids]
+    insert_sightings(GapDb(client, db), rows)
+    assert _compare(client, db) > 0
+    daily.refresh_all(client, db)
+    assert _compare(client, db) > 0
