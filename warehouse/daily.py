@@ -75,6 +75,7 @@ __all__ = [
     "AGGREGATES",
     "READ_SETTINGS",
     "Aggregate",
+    "clickhouse_day",
     "dirty_days",
     "dirty_params",
     "inline_sql",
@@ -304,12 +305,32 @@ def _event_days(client: Client, database: str, log_ids: Sequence[str]) -> set[da
     return found
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def clickhouse_day(when: datetime) -> date:
+    """The day ClickHouse's ``toDate`` gives for ``when`` (aware; a naive time is taken as
+    UTC) stored as ``DateTime64(3, 'UTC')``: the UTC day inside the ``Date`` range
+    (1970-01-01 to 2149-06-06), and outside it the day ``toDate`` wraps onto (whole seconds
+    truncated toward zero, then the day number modulo 65,536: 1900-01-01 -> 2079-06-07,
+    2299-01-01 -> 2119-07-28), which is where the aggregates' live SQL puts such a time.
+    ``when.date()`` would be a day the client clamps to 1970-01-01 or 2149-06-06 instead,
+    so a mark of it would miss the row's day."""
+    utc = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    elapsed = utc - _EPOCH
+    seconds = elapsed.days * 86400 + elapsed.seconds
+    if seconds < 0 and elapsed.microseconds >= 1000:  # milliseconds stored: toward zero
+        seconds += 1
+    return _EPOCH.date() + timedelta(days=(seconds // 86400) % 65536)
+
+
 def mark_sighting_days(
     client: Client, database: str, log_ids: Sequence[str], seen_days: Sequence[date]
 ) -> list[date]:
     """Mark dirty the days policy-gap sightings change in the ``gaps`` aggregate and return
-    them: ``seen_days`` (the UTC days of the sightings' ``seen_at``) and the event days of
-    the stored events of ``log_ids`` (read as :func:`mark_verdict_days` reads them). An
+    them: ``seen_days`` (the days of the sightings' ``seen_at``, :func:`clickhouse_day`)
+    and the event days of the stored events of ``log_ids`` (read as
+    :func:`mark_verdict_days` reads them). An
     event stored later marks its own day (0024's views); the ``seen_at`` day's row is then
     shadowed by the event day's (``warehouse.gap_daily``). Raises ``WarehouseError``."""
     days = sorted(_event_days(client, database, log_ids) | set(seen_days))
@@ -535,8 +556,10 @@ _INLINE_DIRTY = {
     "WHERE dirty)",
     "{dirty_from:DateTime64(3, 'UTC')}": "(SELECT toDateTime64(min(day), 3, 'UTC') "
     "FROM {db:Identifier}.dirty_days FINAL WHERE dirty)",
-    "{dirty_to:DateTime64(3, 'UTC')}": "(SELECT toDateTime64(max(day) + 1, 3, 'UTC') "
-    "FROM {db:Identifier}.dirty_days FINAL WHERE dirty)",
+    # + 1 day in DateTime64, not in Date: max(day) + 1 wraps 2149-06-06 (Date's last day) to
+    # 1970-01-01, and the live part of that day then read none of its events
+    "{dirty_to:DateTime64(3, 'UTC')}": "(SELECT toDateTime64(max(day), 3, 'UTC') "
+    "+ toIntervalDay(1) FROM {db:Identifier}.dirty_days FINAL WHERE dirty)",
 }
 
 

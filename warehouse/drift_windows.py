@@ -9,13 +9,17 @@ oldest stored version) after that window's end plus ``G``, then it is its arriva
 
 - ``start <= event_time < end + W`` when it is on time (its event window starts in the range,
   and an event lies less than ``W`` after its window's start), or
-- ``event_time < end + W`` and first arrival ``>= start`` when it is late.
+- ``event_time < end + W`` and first arrival ``>= start`` when it is late, or an
+  ``event_time`` within ``W + G`` of ``DateTime``'s end (2106-02-07 06:28:15 UTC) or past
+  it and first arrival ``>= start``: there the view's ``toStartOfInterval`` saturates and
+  its window end plus the grace wraps to 1970, so the view counts the row late in its
+  arrival window.
 
 Every stored version of an event carries its ``event_time`` (migration 0023's invariant) and
 an ``ingested_at`` at or after its first arrival, so the log ids of both kinds are among
 ``refusal_events`` rows (any version, no ``FINAL``) with ``start <= event_time < end + W``
-(partition pruning by month) or with ``event_time < start`` and ``ingested_at >= start``
-(late candidates: a scan of two time columns). :func:`rows_sql` computes the view's columns
+(partition pruning by month) or with ``event_time`` outside that range and ``ingested_at >=
+start`` (late candidates: a scan of two time columns). :func:`rows_sql` computes the view's columns
 for those log ids only (``current_assessments`` restricted to them, their first arrivals)
 and keeps the windows in range: the same windows and counts as the view's, which
 ``tests/test_drift_windows.py`` checks against it.
@@ -64,7 +68,15 @@ READ_SETTINGS: dict[str, int] = {
 # in it (any version, no FINAL: a scan of time columns) for the primary keys' pruning.
 _START, _HI = "{start:DateTime64(3, 'UTC')}", "{hi:DateTime64(3, 'UTC')}"
 _ON_TIME = f"event_time >= {_START} AND event_time < {_HI}"
-_LATE = f"event_time < {_START} AND ingested_at >= {_START}"
+# Late candidates: before the on-time range and arrived since {start}, or dated so near or
+# past DateTime's end (2106-02-07 06:28:15 UTC) that the view's window end wraps: its
+# toStartOfInterval returns a DateTime (saturated there) and the window's end plus the grace
+# then wraps to 1970, so the view counts such an event late in its arrival window (break9:
+# the bounded read dropped them). __WG__ is the window plus the grace (seconds, _rows).
+_DATETIME_END = "toDateTime64('2106-02-07 06:28:15', 3, 'UTC')"
+_FAR = f"greatest({_HI}, {_DATETIME_END} - toIntervalSecond(__WG__))"
+_OUTSIDE = f"(event_time < {_START} OR event_time >= {_FAR})"
+_LATE = f"{_OUTSIDE} AND ingested_at >= {_START}"
 # the earliest event time of a late candidate ({start} when there is none): the lower
 # bound of every read of the candidates' versions
 _LO = (
@@ -94,14 +106,15 @@ def _current(arm: str, time_range: str) -> str:
 _CURRENT = f"""(
     {_current(_ON_TIME, _ON_TIME)}
     UNION ALL
-    {_current(_LATE, f"event_time >= {_LO} AND event_time < {_START}")}
+    {_current(_LATE, f"event_time >= {_LO} AND {_OUTSIDE}")}
 )"""
 
 # every stored version of the candidates: the oldest one's arrival and earliest event time
 _STORED = f"""(
     SELECT log_id, min(ingested_at) AS stored_first, min(event_time) AS first_event_time
     FROM {{db:Identifier}}.refusal_events
-    WHERE event_time >= {_LO} AND event_time < {_HI} AND log_id IN {_KEYS}
+    WHERE event_time >= {_LO} AND (event_time < {_HI} OR event_time >= {_FAR})
+      AND log_id IN {_KEYS}
     GROUP BY log_id
 )"""
 
@@ -140,7 +153,7 @@ def _rows(window_seconds: int, grace_seconds: int) -> str:
     if window_seconds < 1 or grace_seconds < 0:
         raise ValueError(f"window_seconds={window_seconds} must be >= 1, grace >= 0")
     w, g = int(window_seconds), int(grace_seconds)
-    return f"""(
+    sql = f"""(
     SELECT * FROM (
         WITH
             toStartOfInterval(a.event_time, toIntervalSecond({w})) AS event_window,
@@ -169,6 +182,7 @@ def _rows(window_seconds: int, grace_seconds: int) -> str:
     WHERE window_start >= {{start:DateTime64(3, 'UTC')}}
       AND window_start < {{end:DateTime64(3, 'UTC')}}
 )"""
+    return sql.replace("__WG__", str(w + g))
 
 
 def reviews_sql(window_seconds: int, grace_seconds: int) -> str:

@@ -29,6 +29,7 @@ from processors.gap_text import describe_gap
 from processors.gaps import MAX_EXAMPLES, MAX_GAP_DESCRIPTIONS, GapEvidence, KnownGap
 from warehouse import daily, gap_reads
 from warehouse.client import Client, WarehouseError, quote_identifier, validate_identifier
+from warehouse.daily import clickhouse_day
 from warehouse.store import Warehouse, dedup_token, to_utc
 
 __all__ = [
@@ -243,7 +244,8 @@ def insert_sightings(warehouse: GapDb, rows: list[list[Any]]) -> None:
         return
     at, log_at = SIGHTING_COLUMNS.index("seen_at"), SIGHTING_COLUMNS.index("log_id")
     log_ids = [str(r[log_at]) for r in rows]
-    seen_days = sorted({to_utc(r[at]).date() for r in rows})
+    # the days toDate gives (an audit time outside Date's range wraps): the aggregate's days
+    seen_days = sorted({clickhouse_day(to_utc(r[at])) for r in rows})
     store = Warehouse(warehouse.client, warehouse.database)
     store.mark_sighting_days(log_ids, seen_days)
     try:
