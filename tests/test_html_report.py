@@ -11,6 +11,7 @@ import math
 import os
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, date, datetime, time, timedelta
 from html.parser import HTMLParser
 from pathlib import Path
@@ -373,3 +374,32 @@ def test_one_day_and_days_without_data_are_drawn_as_such(warehouse: Warehouse) -
         per_day[day] = per_day.get(day, 0.0) + bar.get_height()
     assert per_day.get(date(2025, 6, 3), 0.0) == 0.0  # no bar where there is no data
     assert all(per_day[d] == pytest.approx(1.0) for d in days)
+
+
+def test_the_review_charts_stay_readable_with_many_models_and_weeks(period: PeriodData) -> None:
+    """50 models x 60 weeks of reviewed assessments (the trend benchmark's 100 M store drew
+    a 1,443-inch verified-rate figure and collapsed the agreement chart's axes): the
+    agreement chart keeps the 8 model / bundle pairs with the most compared items, the
+    verified chart the 25 most recent model-weeks, and both captions say so."""
+    agreement, verified = period.agreement[0], period.verified[0]
+    first = agreement["week"] - timedelta(weeks=59)
+    weeks = [first + timedelta(weeks=k) for k in range(60)]
+    models = [f"model-{m:02d}" for m in range(50)]
+    many = replace(
+        period,
+        agreement=[agreement | {"model": m, "week": w, "compared": 10 + i}
+                   for i, m in enumerate(models) for w in weeks],
+        verified=[verified | {"model": m, "week": w} for m in models for w in weeks],
+    )  # fmt: skip
+    charts = draw(many)
+    agree, fp = charts["review-agreement"], charts["verified-fp"]
+    labels = [t.get_text() for t in agree.figure.axes[0].get_legend().get_texts()]
+    assert len(labels) == 16  # agreement and kappa of 8 pairs
+    assert {x.split(" / ")[0] for x in labels} == set(models[-8:])  # the most compared
+    assert "The 8 model / bundle pairs with the most compared items of 50" in agree.caption
+    rows = [t.get_text() for t in fp.figure.axes[0].get_yticklabels()]
+    assert len(rows) == 25 and all(f"week of {weeks[-1]}" in r for r in rows)
+    assert "The 25 most recent of 3000 model-weeks" in fp.caption
+    assert fp.figure.get_size_inches()[1] < 20
+    for chart in charts.values():  # every chart still renders
+        assert chart.svg().startswith("<svg")

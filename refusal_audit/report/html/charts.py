@@ -215,14 +215,19 @@ def _weeks(data: PeriodData) -> tuple[Any, Any]:
 def review_agreement(data: PeriodData) -> Chart | None:
     """Reviewers' agreement with the model (false-positive judgement) and Cohen's kappa per
     event week, with 95% intervals; groups below the minimum of compared items are left out
-    (their note is in the table). Series are dodged a little so they do not hide each other."""
+    (their note is in the table). Series are dodged a little so they do not hide each other.
+    At most ``MAX_SERIES`` model / bundle pairs, those with the most compared items (a
+    legend entry per series for 50 models collapsed the axes)."""
     rows = [r for r in data.agreement if r["fp_agreement"] is not None]
     if not rows:
         return None
     fig, axes = figure(3.6)
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    every: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        groups[f"{label(str(r['model']))} / {label(str(r['policy_bundle']))}"].append(r)
+        every[f"{label(str(r['model']))} / {label(str(r['policy_bundle']))}"].append(r)
+    compared = {g: sum(int(r["compared"]) for r in items) for g, items in every.items()}
+    kept = sorted(every, key=lambda g: (-compared[g], g))[:MAX_SERIES]
+    groups = {g: every[g] for g in kept}
     n_series = 2 * len(groups)
     step = 0
     for group, items in sorted(groups.items()):
@@ -240,23 +245,29 @@ def review_agreement(data: PeriodData) -> Chart | None:
     first, last = _weeks(data)
     date_axis(axes, first, last, "week")
     axes.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
-    return Chart(
-        "review-agreement",
-        "Review agreement",
+    caption = (
         "Per event week (its Monday): share of reviewed items where the reviewer agreed with "
         "the model's false-positive judgement (circles) and Cohen's kappa (squares), 95% "
-        "intervals.",
-        fig,
-        _period(data),
+        "intervals."
     )
+    if len(every) > len(groups):
+        caption += (
+            f" The {len(groups)} model / bundle pairs with the most compared items of "
+            f"{len(every)}; all are in the table."
+        )
+    return Chart("review-agreement", "Review agreement", caption, fig, _period(data))
 
 
 def verified_vs_estimated(data: PeriodData) -> Chart | None:
     """The model's estimated false-positive rate beside the reviewers' verified one per
-    model and week (stratified estimate), both with 95% intervals."""
-    rows = [r for r in data.verified if r["verified_fp_rate"] is not None]
-    if not rows:
+    model and week (stratified estimate), both with 95% intervals: the ``MAX_MODEL_ROWS``
+    most recent model-weeks (a row each; all of them drew a figure 1,400 inches high at 50
+    models and 400 days)."""
+    every = [r for r in data.verified if r["verified_fp_rate"] is not None]
+    if not every:
         return None
+    newest = sorted(every, key=lambda r: (r["week"], str(r["model"])), reverse=True)
+    rows = sorted(newest[:MAX_MODEL_ROWS], key=lambda r: (str(r["model"]), r["week"]))
     fig, axes = figure(max(1.8, 0.5 * len(rows) + 1.0))
     labels = [f"{label(str(r['model']))}, week of {r['week']}" for r in rows]
     positions = list(range(len(rows)))
@@ -272,11 +283,19 @@ def verified_vs_estimated(data: PeriodData) -> Chart | None:
     axes.set_xlim(0, 1)
     axes.xaxis.set_major_formatter(PercentFormatter(1.0))
     axes.legend(loc="lower left", bbox_to_anchor=(0, 1.01), fontsize=8, frameon=False, ncols=2)
+    caption = (
+        "The audit's estimate and the reviewers' verified rate (stratified over flagged and "
+        "randomly sampled items), 95% intervals."
+    )
+    if len(every) > len(rows):
+        caption += (
+            f" The {len(rows)} most recent of {len(every)} model-weeks; "
+            "refusal-audit query verified_false_positive_rate lists them all."
+        )
     return Chart(
         "verified-fp",
         "Verified against estimated false-positive rate",
-        "The audit's estimate and the reviewers' verified rate (stratified over flagged and "
-        "randomly sampled items), 95% intervals.",
+        caption,
         fig,
         _period(data),
     )
