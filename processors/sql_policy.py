@@ -73,6 +73,7 @@ USER_TABLES = frozenset(
         "daily_review_counts",
         "daily_versions",
         "dead_letters",
+        "dirty_day_holds",
         "dirty_days",
         "dirty_days_assessments_mv",
         "dirty_days_events_mv",

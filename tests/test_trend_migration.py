@@ -56,6 +56,7 @@ NEW = [
     "0027_policy_gap_lookups",
     "0028_daily_reviews",
     "0029_daily_gap_sightings",
+    "0030_dirty_day_holds",
 ]
 ROWS = 4000
 

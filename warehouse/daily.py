@@ -60,7 +60,7 @@ from typing import Any
 
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from warehouse import gap_daily
+from warehouse import day_holds, gap_daily
 from warehouse.client import Client, WarehouseError, quote_identifier
 from warehouse.partition_keys import LOCAL_FINAL
 from warehouse.review_counts import (
@@ -325,27 +325,41 @@ def clickhouse_day(when: datetime) -> date:
 
 
 def mark_sighting_days(
-    client: Client, database: str, log_ids: Sequence[str], seen_days: Sequence[date]
+    client: Client,
+    database: str,
+    log_ids: Sequence[str],
+    seen_days: Sequence[date],
+    holder: str | None = None,
 ) -> list[date]:
     """Mark dirty the days policy-gap sightings change in the ``gaps`` aggregate and return
     them: ``seen_days`` (the days of the sightings' ``seen_at``, :func:`clickhouse_day`)
     and the event days of the stored events of ``log_ids`` (read as
     :func:`mark_verdict_days` reads them). An
     event stored later marks its own day (0024's views); the ``seen_at`` day's row is then
-    shadowed by the event day's (``warehouse.gap_daily``). Raises ``WarehouseError``."""
+    shadowed by the event day's (``warehouse.gap_daily``). With ``holder``, the days are
+    held for it first (``warehouse.day_holds.hold_days``: a writer's mark before its
+    insert). Raises ``WarehouseError``."""
     days = sorted(_event_days(client, database, log_ids) | set(seen_days))
+    if holder is not None:
+        day_holds.hold_days(client, database, days, holder)
     mark_days(client, database, days)
     return days
 
 
-def mark_verdict_days(client: Client, database: str, log_ids: Sequence[str]) -> list[date]:
+def mark_verdict_days(
+    client: Client, database: str, log_ids: Sequence[str], holder: str | None = None
+) -> list[date]:
     """Mark dirty the event days of the stored events of ``log_ids`` (the log ids of verdicts
     just inserted: the ``agreements`` and ``reviews`` aggregates of those days change) and
     return them; a log id without a stored event marks nothing (no aggregate counts its
     verdicts until the event is stored, whose insert marks the day). The events are read by
-    primary key (``refusal_events ORDER BY log_id``). Raises ``WarehouseError``."""
+    primary key (``refusal_events ORDER BY log_id``). With ``holder``, the days are held for
+    it first (``warehouse.day_holds.hold_days``: a writer's mark before its insert). Raises
+    ``WarehouseError``."""
     days = sorted(_event_days(client, database, log_ids))
     if days:
+        if holder is not None:
+            day_holds.hold_days(client, database, days, holder)
         mark_days(client, database, days)
     return days
 
@@ -431,13 +445,16 @@ def refresh(
     clock) are taken: a day still being written is left to the readers, who compute it
     live, instead of being recomputed whole again and again as it grows. Safe to run
     beside writers and other refreshes: a day stays dirty until a recompute that started
-    after its last write has recorded its version. Raises ``WarehouseError``."""
+    after its last write has recorded its version, and a day a writer holds
+    (``warehouse.day_holds``: between its first mark and the end of its insert) is not
+    taken. Raises ``WarehouseError``."""
     db = quote_identifier(database)
     settled = " AND version <= toUnixTimestamp64Nano(now64(9)) - {settle:UInt64}"
     marks = _query(
         client,
         "SELECT day, version FROM {db:Identifier}.dirty_days FINAL WHERE dirty"
-        f"{settled if settle_s > 0 else ''} ORDER BY day LIMIT {{limit:UInt32}}",
+        f"{settled if settle_s > 0 else ''}{day_holds.held_filter(client, database)} "
+        "ORDER BY day LIMIT {limit:UInt32}",
         {"db": database, "limit": 1000, "settle": int(settle_s * 1e9)},
     )
     if not marks:

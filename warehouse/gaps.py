@@ -27,7 +27,7 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from processors.gap_text import describe_gap
 from processors.gaps import MAX_EXAMPLES, MAX_GAP_DESCRIPTIONS, GapEvidence, KnownGap
-from warehouse import daily, gap_reads
+from warehouse import daily, day_holds, gap_reads
 from warehouse.client import Client, WarehouseError, quote_identifier, validate_identifier
 from warehouse.daily import clickhouse_day
 from warehouse.store import Warehouse, dedup_token, to_utc
@@ -237,8 +237,10 @@ def insert_sightings(warehouse: GapDb, rows: list[list[Any]]) -> None:
     their ``seen_at`` days and their stored events' days) marked dirty before and after it
     (``Warehouse.mark_sighting_days``, retried on transient errors), as
     ``warehouse.review.insert_verdicts`` marks: the mark before keeps the days dirty if the
-    process stops or the second mark fails; the mark after, if a recompute read the first
-    before the rows were visible (or the event was stored between the two). Raises
+    process stops or the second mark fails; the mark after, if the event was stored between
+    the two. The days of the first mark are held (``warehouse.day_holds``) until the second
+    is done, so no recompute records them without the rows meanwhile; a writer that stops
+    before its release leaves them dirty until the hold expires. Raises
     ``WarehouseError``."""
     if not rows:
         return
@@ -247,7 +249,8 @@ def insert_sightings(warehouse: GapDb, rows: list[list[Any]]) -> None:
     # the days toDate gives (an audit time outside Date's range wraps): the aggregate's days
     seen_days = sorted({clickhouse_day(to_utc(r[at])) for r in rows})
     store = Warehouse(warehouse.client, warehouse.database)
-    store.mark_sighting_days(log_ids, seen_days)
+    holder = day_holds.new_holder()
+    held = store.mark_sighting_days(log_ids, seen_days, holder)
     try:
         warehouse.client.insert(
             _TABLE,
@@ -261,6 +264,7 @@ def insert_sightings(warehouse: GapDb, rows: list[list[Any]]) -> None:
             f"insert of {len(rows)} sighting(s) into {warehouse.database}.{_TABLE} failed: {exc}"
         ) from exc
     store.mark_sighting_days(log_ids, seen_days)
+    store.release_days(held, holder)
 
 
 EVIDENCE_SQL = f"""

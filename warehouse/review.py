@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from schemas.review import ReviewerAccount, ReviewQueue, Verdict
+from warehouse import day_holds
 from warehouse.store import Warehouse, to_utc
 
 VERDICT_COLUMNS = (
@@ -31,13 +32,16 @@ def insert_verdicts(store: Warehouse, verdicts: Sequence[Verdict]) -> None:
     marked dirty before and after it (``Warehouse.mark_verdict_days``, retried on transient
     errors): the daily review aggregates of migration 0028 count them from the next
     recompute, and readers compute those days live until then. The mark before keeps the
-    days dirty if the process stops or the second mark fails after the insert; the mark
-    after keeps them dirty if a recompute read the first mark before the verdicts were
-    visible. Raises ``WarehouseError``."""
+    days dirty if the process stops or the second mark fails after the insert; the days it
+    marks are held (``warehouse.day_holds``) until the mark after is done, so no recompute
+    records them without the verdicts meanwhile (a writer that stops before its release
+    leaves them dirty until the hold expires). Raises ``WarehouseError``."""
     log_ids = [v.log_id for v in verdicts]
-    store.mark_verdict_days(log_ids)
+    holder = day_holds.new_holder()
+    held = store.mark_verdict_days(log_ids, holder)
     store.insert_rows("review_verdicts", VERDICT_COLUMNS, [_row(v) for v in verdicts])
     store.mark_verdict_days(log_ids)
+    store.release_days(held, holder)
 
 
 def existing_verdict_ids(store: Warehouse, ids: Sequence[str]) -> set[str]:

@@ -31,7 +31,7 @@ from tenacity import (
 
 from schemas import BatchRecord, DeadLetter, StoredAssessment, StoredEvent
 from schemas.events import StoredIdentity
-from warehouse import daily, key_sets
+from warehouse import daily, day_holds, key_sets
 from warehouse.client import Client, WarehouseError, validate_identifier
 from warehouse.connect import connect
 from warehouse.retryable import transient_cause
@@ -454,24 +454,35 @@ class Warehouse(StoredReads):
             mark = lambda: daily.mark_days(self.client, self.database, days)  # noqa: E731
             self._with_retries("dirty_days", "marking of days in", mark)
 
-    def mark_verdict_days(self, log_ids: Sequence[str]) -> list[date]:
+    def mark_verdict_days(self, log_ids: Sequence[str], holder: str | None = None) -> list[date]:
         """Mark dirty the event days of the stored events of ``log_ids``
-        (``warehouse.daily.mark_verdict_days``), with the inserts' retries on transient
-        errors (as ``insert_built`` marks event days). Returns the days. Raises
-        ``WarehouseError``."""
+        (``warehouse.daily.mark_verdict_days``; held for ``holder`` first when given), with
+        the inserts' retries on transient errors (as ``insert_built`` marks event days).
+        Returns the days. Raises ``WarehouseError``."""
         return self._with_retries(
             "dirty_days", "marking of verdicts' days in",
-            lambda: daily.mark_verdict_days(self.client, self.database, log_ids),
+            lambda: daily.mark_verdict_days(self.client, self.database, log_ids, holder),
         )  # fmt: skip
 
-    def mark_sighting_days(self, log_ids: Sequence[str], seen_days: Sequence[date]) -> list[date]:
+    def mark_sighting_days(
+        self, log_ids: Sequence[str], seen_days: Sequence[date], holder: str | None = None
+    ) -> list[date]:
         """Mark dirty the days policy-gap sightings change (``seen_days`` and the event days
-        of the stored events of ``log_ids``: ``warehouse.daily.mark_sighting_days``), with
-        the inserts' retries on transient errors. Returns the days. Raises
-        ``WarehouseError``."""
+        of the stored events of ``log_ids``: ``warehouse.daily.mark_sighting_days``; held for
+        ``holder`` first when given), with the inserts' retries on transient errors. Returns
+        the days. Raises ``WarehouseError``."""
         return self._with_retries(
             "dirty_days", "marking of sightings' days in",
-            lambda: daily.mark_sighting_days(self.client, self.database, log_ids, seen_days),
+            lambda: daily.mark_sighting_days(self.client, self.database, log_ids, seen_days,
+                                             holder),
+        )  # fmt: skip
+
+    def release_days(self, days: Sequence[date], holder: str) -> None:
+        """End ``holder``'s hold on ``days`` (``warehouse.day_holds.release_days``), with the
+        inserts' retries on transient errors. Raises ``WarehouseError``."""
+        self._with_retries(
+            "dirty_day_holds", "release of held days in",
+            lambda: day_holds.release_days(self.client, self.database, days, holder),
         )  # fmt: skip
 
     def refresh_daily(
