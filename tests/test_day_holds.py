@@ -7,8 +7,6 @@ hold. The race the holds close is reproduced in ``tests/test_gap_daily_edges.py`
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Iterator
 from datetime import UTC, date, datetime
 
 import pytest
@@ -16,24 +14,15 @@ from test_daily_aggregates import _dirty
 
 from warehouse import daily, day_holds
 from warehouse.client import Client
-from warehouse.connect import connect
 from warehouse.gaps import GapDb, insert_sightings
-from warehouse.migrate import migrate
 
 DAY, OTHER = date(2026, 3, 2), date(2026, 3, 3)
 
 
 @pytest.fixture
-def store(chdb_dsn: str) -> Iterator[tuple[Client, str]]:
+def store(warehouse_db: tuple[Client, str]) -> tuple[Client, str]:
     """An empty migrated store (every test marks its own days)."""
-    db = f"holds_{uuid.uuid4().hex[:12]}"
-    client = connect(chdb_dsn, db)
-    migrate(client, db)
-    try:
-        yield client, db
-    finally:
-        client.command(f"DROP DATABASE IF EXISTS `{db}`")
-        client.close()
+    return warehouse_db
 
 
 def test_a_held_day_stays_dirty_until_every_holder_releases_it(
