@@ -182,7 +182,9 @@ def main() -> None:
     parser.add_argument("--store", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None, help="Write the curve here.")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="sink-growth-") as tmp:
+    # chDB may still be writing the store's parts when the run ends: the client is closed
+    # first (below), and a part it left is no reason to fail after the figures are out
+    with tempfile.TemporaryDirectory(prefix="sink-growth-", ignore_cleanup_errors=True) as tmp:
         root = (args.store or Path(tmp)).resolve()
         cfg = Settings(engine="local", data_dir=root / "data", warehouse_database="bench")
         topics = Topics.from_prefix("bench.")
@@ -254,6 +256,7 @@ def main() -> None:
                 "cpu_us_last": c_last,
                 "curve": curve,
             }, indent=1))  # fmt: skip
+        client.close()
 
 
 if __name__ == "__main__":
