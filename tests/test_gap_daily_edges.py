@@ -30,8 +30,11 @@ def _store(chdb_dsn: str, rows: int) -> Iterator[tuple[Client, str]]:
         yield client, db
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def store(chdb_dsn: str) -> Iterator[tuple[Client, str]]:
+    """One store for the module (a generated store took 8-9 s per test): every test writes
+    log ids and batch ids of its own, so each holds in any order and beside the others'
+    rows, which every read it compares sees too."""
     yield from _store(chdb_dsn, 3000)
 
 
@@ -41,8 +44,8 @@ def _assessed(client: Client, db: str, n: int) -> tuple[str, list[str]]:
     return str(rows[0][0]), [str(r[1]) for r in rows]
 
 
-def test_clickhouse_day_is_the_day_todate_gives(store: tuple[Client, str]) -> None:
-    client, _ = store
+def test_clickhouse_day_is_the_day_todate_gives(warehouse_db: tuple[Client, str]) -> None:
+    client, _ = warehouse_db
     rng = random.Random(9)
     start = datetime(1900, 1, 1, tzinfo=UTC)
     times = [
@@ -83,15 +86,15 @@ def test_sightings_seen_outside_the_date_range_are_read(
         [
             bundle,
             "gap-y",
-            f"unstored-{i}",
-            "batch-y",
+            f"unstored-{seen.year}-{i}",
+            f"batch-y{seen.year}",
             "member y",
             "opening",
             seen + timedelta(hours=i),
         ]
         for i in range(3)
     ]
-    rows += [[bundle, "gap-y", i, "batch-z", "member y", "opening",
+    rows += [[bundle, "gap-y", i, f"batch-z{seen.year}", "member y", "opening",
               datetime(2025, 5, 5, tzinfo=UTC)] for i in ids]  # fmt: skip
     insert_sightings(GapDb(client, db), rows)
     assert daily.clickhouse_day(seen) in _dirty(client, db)
@@ -176,15 +179,17 @@ def test_events_at_day_bounds_and_far_dates_are_read(store: tuple[Client, str], 
     client, db = store
     bundle, ids = _assessed(client, db, 5)
     at = f"toDateTime64('{when}', 3, 'UTC')"
+    edge = f"edge{when[:4]}{when[11:13]}-"  # this case's own log ids
     for table in ("refusal_events", "assessments"):
         client.command(
-            f"INSERT INTO `{db}`.{table} SELECT * REPLACE (concat('edge-', log_id) AS log_id, "
+            f"INSERT INTO `{db}`.{table} SELECT * REPLACE (concat('{edge}', log_id) AS log_id, "
             f"{at} AS event_time) FROM (SELECT * FROM `{db}`.{table} FINAL "
             "WHERE has({ids:Array(String)}, log_id))",
             parameters={"ids": ids},
         )
     midnight = datetime(2025, 6, 1, tzinfo=UTC)
-    rows = [[bundle, "gap-e", f"edge-{i}", "batch-e", "member", "opening", midnight] for i in ids]
+    rows = [[bundle, "gap-e", f"{edge}{i}", f"batch-{edge}", "member", "opening", midnight]
+            for i in ids]  # fmt: skip
     insert_sightings(GapDb(client, db), rows)
     assert _compare(client, db) > 0
     daily.refresh_all(client, db)
