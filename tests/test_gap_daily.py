@@ -26,7 +26,9 @@ from test_review_daily import _count
 from trend_data import generate  # on sys.path: test_daily_aggregates puts benchmarks/ there
 
 from processors.gaps import MAX_EXAMPLES
+from refusal_audit.alerts.gaps import track_gaps
 from warehouse import daily
+from warehouse import gaps as gaps_module
 from warehouse import report_queries as rq
 from warehouse.client import Client
 from warehouse.connect import connect
@@ -141,6 +143,62 @@ def _compare_tracker(client: Client, db: str) -> int:
                                 settings=LOCAL_FINAL).result_rows  # fmt: skip
             assert got == [tuple(r) for r in want], (where, limit)
             compared += len(got)
+    return compared + _compare_open_gap_filters(client, db) + _compare_alerts(client, db)
+
+
+def _former_dated_query(client: Client, db: str) -> Any:
+    """``warehouse.gaps._dated_query`` as it read before 0029 (``tracker_sql``)."""
+
+    def read(_: GapDb, sql: str, parameters: dict[str, Any]) -> list[tuple[Any, ...]]:
+        rows = client.query(tracker_sql(sql), parameters={"db": db, **parameters},
+                            settings=LOCAL_FINAL).result_rows  # fmt: skip
+        return [tuple(r) for r in rows]
+
+    return read
+
+
+def _compare_open_gap_filters(client: Client, db: str) -> int:
+    """``open_gap_rows`` (``refusal-audit gaps``) with both filters, ``since`` exactly a
+    gap's last event (inclusive) and a millisecond after it, a bundle with no gap, a
+    limit of 1 (ties in counts broken alike), against the former SQL (break10)."""
+    store, compared = GapDb(client, db), 0
+    everything = open_gap_rows(store, None, None, 10_000)
+    bundle, last = str(everything[len(everything) // 2][0]), everything[len(everything) // 2][4]
+    cases = [(bundle, last), (None, last), (None, last + timedelta(milliseconds=1)),
+             (bundle, datetime(1970, 1, 1, tzinfo=UTC)), ("no-such-bundle", None),
+             ("o'brien", last)]  # fmt: skip
+    real = gaps_module._dated_query
+    for bundle_, since in cases:
+        for limit in (1, 3, 10_000):
+            got = open_gap_rows(store, bundle_, since, limit)
+            gaps_module._dated_query = _former_dated_query(client, db)
+            try:
+                want = open_gap_rows(store, bundle_, since, limit)
+            finally:
+                gaps_module._dated_query = real
+            assert got == want, (bundle_, since, limit)
+            compared += len(got)
+    assert compared > 0
+    return compared
+
+
+def _compare_alerts(client: Client, db: str) -> int:
+    """The gap alerts ``track_gaps`` makes now (ids, counts, examples, windows) equal those
+    it made over the former SQL, in this state; no batch is read (``since`` past every
+    audit), so the state is left as it was (break10)."""
+    now, later = datetime(2026, 12, 6, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC)
+    compared = 0
+    for cooldown in (timedelta(hours=24), timedelta(hours=1), timedelta(days=3650)):
+        got = track_gaps(client, now=now, since=later, cooldown=cooldown)
+        real = gaps_module._dated_query
+        gaps_module._dated_query = _former_dated_query(client, db)
+        try:
+            want = track_gaps(client, now=now, since=later, cooldown=cooldown)
+        finally:
+            gaps_module._dated_query = real
+        assert [a.model_dump() for a in got] == [a.model_dump() for a in want], cooldown
+        compared += len(got)
+    assert compared > 0, "no alert due: nothing compared"
     return compared
 
 

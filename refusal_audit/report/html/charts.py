@@ -217,7 +217,8 @@ def review_agreement(data: PeriodData) -> Chart | None:
     event week, with 95% intervals; groups below the minimum of compared items are left out
     (their note is in the table). Series are dodged a little so they do not hide each other.
     At most ``MAX_SERIES`` model / bundle pairs, those with the most compared items (a
-    legend entry per series for 50 models collapsed the axes)."""
+    legend entry per series for 50 models collapsed the axes). A week whose kappa is
+    undefined (None: one label used) draws its agreement only."""
     rows = [r for r in data.agreement if r["fp_agreement"] is not None]
     if not rows:
         return None
@@ -236,10 +237,14 @@ def review_agreement(data: PeriodData) -> Chart | None:
             ("fp_kappa", "fp_kappa_low", "fp_kappa_high", "s", "kappa"),
         ):
             dodge = timedelta(days=(step - (n_series - 1) / 2) * min(0.8, 5 / n_series))
-            x = [as_datetime(r["week"]) + dodge for r in items]
-            axes.errorbar(x, [r[key] for r in items], yerr=error_bars(items, key, low, high),
-                          fmt=marker + "-", capsize=3, ms=4, label=f"{group}: {name}")  # fmt: skip
             step += 1
+            # kappa is None where model and reviewers used a single label (processors.agreement)
+            drawn = [r for r in items if r[key] is not None]
+            if not drawn:
+                continue
+            x = [as_datetime(r["week"]) + dodge for r in drawn]
+            axes.errorbar(x, [r[key] for r in drawn], yerr=error_bars(drawn, key, low, high),
+                          fmt=marker + "-", capsize=3, ms=4, label=f"{group}: {name}")  # fmt: skip
     axes.set_ylim(-0.2, 1.05)
     axes.set_ylabel("agreement / kappa")
     first, last = _weeks(data)
@@ -260,16 +265,27 @@ def review_agreement(data: PeriodData) -> Chart | None:
 
 def verified_vs_estimated(data: PeriodData) -> Chart | None:
     """The model's estimated false-positive rate beside the reviewers' verified one per
-    model and week (stratified estimate), both with 95% intervals: the ``MAX_MODEL_ROWS``
-    most recent model-weeks (a row each; all of them drew a figure 1,400 inches high at 50
-    models and 400 days)."""
+    model, bundle and week (stratified estimate), both with 95% intervals: the
+    ``MAX_MODEL_ROWS`` most recent model-weeks (a row each, the bundle named when there are
+    several; all of them drew a figure 1,400 inches high at 50 models and 400 days)."""
     every = [r for r in data.verified if r["verified_fp_rate"] is not None]
     if not every:
         return None
-    newest = sorted(every, key=lambda r: (r["week"], str(r["model"])), reverse=True)
-    rows = sorted(newest[:MAX_MODEL_ROWS], key=lambda r: (str(r["model"]), r["week"]))
+
+    def newest_first(r: dict[str, Any]) -> tuple[Any, ...]:
+        return r["week"], str(r["model"]), str(r["policy_bundle"])
+
+    newest = sorted(every, key=newest_first, reverse=True)
+    rows = sorted(newest[:MAX_MODEL_ROWS], key=lambda r: (*newest_first(r)[1:], r["week"]))
     fig, axes = figure(max(1.8, 0.5 * len(rows) + 1.0))
-    labels = [f"{label(str(r['model']))}, week of {r['week']}" for r in rows]
+    # a row per model, bundle and week: the bundle is named once there are several
+    bundles = len({str(r["policy_bundle"]) for r in every}) > 1
+    labels = [
+        f"{label(str(r['model']))}"
+        + (f" / {label(str(r['policy_bundle']))}" if bundles else "")
+        + f", week of {r['week']}"
+        for r in rows
+    ]
     positions = list(range(len(rows)))
     for offset, key, low, high, name in (
         (-0.15, "model_fp_rate", "model_low", "model_high", "estimated by the audit"),
@@ -289,7 +305,8 @@ def verified_vs_estimated(data: PeriodData) -> Chart | None:
     )
     if len(every) > len(rows):
         caption += (
-            f" The {len(rows)} most recent of {len(every)} model-weeks; "
+            f" The {len(rows)} most recent of {len(every)} "
+            f"{'model / bundle weeks' if bundles else 'model-weeks'}; "
             "refusal-audit query verified_false_positive_rate lists them all."
         )
     return Chart(
