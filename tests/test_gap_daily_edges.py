@@ -44,6 +44,18 @@ def _assessed(client: Client, db: str, n: int) -> tuple[str, list[str]]:
     return str(rows[0][0]), [str(r[1]) for r in rows]
 
 
+def _copy_events(client: Client, db: str, ids: list[str], prefix: str, at: str) -> None:
+    """Copies of the events and assessments of ``ids`` under log ids ``prefix + id``, with
+    the event time ``at`` (an SQL DateTime64 expression)."""
+    for table in ("refusal_events", "assessments"):
+        client.command(
+            f"INSERT INTO `{db}`.{table} SELECT * REPLACE (concat('{prefix}', log_id) AS log_id, "
+            f"{at} AS event_time) FROM (SELECT * FROM `{db}`.{table} FINAL "
+            "WHERE has({ids:Array(String)}, log_id))",
+            parameters={"ids": ids},
+        )
+
+
 def test_clickhouse_day_is_the_day_todate_gives(warehouse_db: tuple[Client, str]) -> None:
     client, _ = warehouse_db
     rng = random.Random(9)
@@ -110,13 +122,7 @@ def test_events_on_the_last_date_day_are_read_by_the_panels(store: tuple[Client,
     client, db = store
     bundle, ids = _assessed(client, db, 5)
     last = "toDateTime64('2149-06-06 23:59:59.999', 3, 'UTC')"
-    for table in ("refusal_events", "assessments"):
-        client.command(
-            f"INSERT INTO `{db}`.{table} SELECT * REPLACE (concat('last-', log_id) AS log_id, "
-            f"{last} AS event_time) FROM (SELECT * FROM `{db}`.{table} FINAL "
-            "WHERE has({ids:Array(String)}, log_id))",
-            parameters={"ids": ids},
-        )
+    _copy_events(client, db, ids, "last-", last)
     rows = [[bundle, "gap-x", f"last-{i}", "batch-x", "member", "opening",
              datetime(2025, 5, 5, tzinfo=UTC)] for i in ids]  # fmt: skip
     insert_sightings(GapDb(client, db), rows)
@@ -180,13 +186,7 @@ def test_events_at_day_bounds_and_far_dates_are_read(store: tuple[Client, str], 
     bundle, ids = _assessed(client, db, 5)
     at = f"toDateTime64('{when}', 3, 'UTC')"
     edge = f"edge{when[:4]}{when[11:13]}-"  # this case's own log ids
-    for table in ("refusal_events", "assessments"):
-        client.command(
-            f"INSERT INTO `{db}`.{table} SELECT * REPLACE (concat('{edge}', log_id) AS log_id, "
-            f"{at} AS event_time) FROM (SELECT * FROM `{db}`.{table} FINAL "
-            "WHERE has({ids:Array(String)}, log_id))",
-            parameters={"ids": ids},
-        )
+    _copy_events(client, db, ids, edge, at)
     midnight = datetime(2025, 6, 1, tzinfo=UTC)
     rows = [[bundle, "gap-e", f"{edge}{i}", f"batch-{edge}", "member", "opening", midnight]
             for i in ids]  # fmt: skip
