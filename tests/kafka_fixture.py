@@ -46,6 +46,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 KAFKA_DIR = REPO_ROOT / "deploy" / "kafka"
 KAFKA_UP = KAFKA_DIR / "kafka-up.sh"
 KAFKA_DOWN = KAFKA_DIR / "kafka-down.sh"
+KAFKA_TOOL = KAFKA_DIR / "kafka-tool.sh"
 DEFAULT_STATE_DIR = KAFKA_DIR / "data"
 
 BOOTSTRAP_ENV = "REFUSAL_AUDIT_KAFKA_BOOTSTRAP_SERVERS"
@@ -164,6 +165,39 @@ class BrokerControl:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
+    def transactions_report(self, group: str, ids_like: str, offsets_partitions: int = 10) -> str:
+        """What the broker says of open transactions, for a failure message: hanging ones
+        (``find-hanging``), the producers of ``group``'s ``__consumer_offsets`` partition
+        (an open transaction shows its first offset there), and the state and partitions of
+        every transactional id containing ``ids_like`` (at most 8), through
+        ``deploy/kafka/kafka-tool.sh transactions``. Never raises: a tool that fails leaves
+        its error in the text."""
+        partition = group_offsets_partition(group, offsets_partitions)
+        parts = [f"--- the broker's transactions ({group}: __consumer_offsets-{partition})"]
+        listed = self._tool("list")
+        ids = [line.split()[0] for line in listed.splitlines()[1:] if ids_like in line][:8]
+        parts.append(self._tool("find-hanging", "--broker-id", "1"))
+        parts.append(self._tool("describe-producers", "--topic", "__consumer_offsets",
+                                "--partition", str(partition)))  # fmt: skip
+        parts.extend(self._tool("describe", "--transactional-id", tid) for tid in ids)
+        return "\n".join(parts)
+
+    def _tool(self, *args: str) -> str:
+        """``kafka-tool.sh transactions ARGS`` against this broker: the command and what it
+        printed (its JVM warnings left out), or why it did not run."""
+        try:
+            done = subprocess.run(
+                [str(KAFKA_TOOL), "transactions", "--bootstrap-server", self.bootstrap, *args],
+                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+                check=False,
+            )  # fmt: skip
+            out = done.stdout + "\n".join(
+                line for line in done.stderr.splitlines() if " WARN " not in line
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            out = f"not run: {exc}"
+        return f"$ kafka-tool.sh transactions {' '.join(args)}\n{out.strip()}"
+
     def restart(self) -> None:
         """Stop, then start again on the same ports and state dir."""
         self.stop()
@@ -181,6 +215,18 @@ class BrokerControl:
     def __repr__(self) -> str:
         where = f"state dir {self.state_dir}" if self.manageable else "external"
         return f"BrokerControl({self.bootstrap}, {where}, owned={self.owned})"
+
+
+def group_offsets_partition(group: str, partitions: int = 10) -> int:
+    """The ``__consumer_offsets`` partition holding ``group``'s offsets: Kafka's
+    ``Utils.abs(group.hashCode()) % offsets.topic.num.partitions`` (Java's ``String.hashCode``
+    over UTF-16 code units; ``abs`` masks the sign bit). ``partitions``: the broker's
+    ``offsets.topic.num.partitions`` (10 in deploy/kafka/server.properties.template)."""
+    h = 0
+    units = group.encode("utf-16-be")
+    for i in range(0, len(units), 2):
+        h = (31 * h + int.from_bytes(units[i : i + 2], "big")) & 0xFFFFFFFF
+    return (h & 0x7FFFFFFF) % partitions
 
 
 def _free_ports(count: int) -> list[int]:

@@ -232,6 +232,9 @@ class Fleet:
     sink_args: tuple[str, ...] = ("--max-wait", "0.5")
     members: dict[str, Member] = field(default_factory=dict)
     crash_restarts: list[str] = field(default_factory=list)
+    #: what the broker says of open transactions, added to a "stuck" failure
+    #: (``BrokerControl.transactions_report``; None: nothing to add)
+    diagnose: Callable[[], str] | None = None
     _seq: int = 0
     _input_partitions: list[tuple[str, int]] = field(default_factory=list)
 
@@ -360,10 +363,11 @@ class Fleet:
             elif time.monotonic() - since > idle_limit:
                 silent = {n: f"{time.time() - m.log.stat().st_mtime:.0f} s"
                           for n, m in self.members.items() if m.proc.poll() is None}  # fmt: skip
+                broker = self.diagnose() if self.diagnose is not None else ""
                 raise AssertionError(
                     f"stuck: no progress for {idle_limit:.0f} s while waiting for {what} "
                     f"(progress {now!r}; running, silent for: {silent}; restarted after "
-                    f"exit 70: {self.crash_restarts}):\n{self.logs()}"
+                    f"exit 70: {self.crash_restarts}):\n{broker}\n{self.logs()}"
                 )
             time.sleep(every)
 

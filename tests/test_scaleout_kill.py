@@ -66,6 +66,7 @@ def test_workers_sink_and_broker_failures_lose_and_duplicate_nothing(
     # the input arrives while the processes run and fail (scaleout_harness.Feeder)
     feeder = Feeder(kafka_bootstrap, dep.input_topic, records, BACKLOG, rate=RATE)
     fleet = Fleet(dep, take_max=250)
+    fleet.diagnose = lambda: broker_control.transactions_report(dep.group, dep.prefix)
     progress = {"committed": 0}
 
     def committed() -> int:

@@ -106,7 +106,9 @@ def _wait_for_group_offsets(
                 if broker_control.alive():
                     raise GroupOffsetsStuck(
                         f"no committed offsets {within_s:.0f} s after the restart ({exc}); "
-                        f"broker alive\n{broker_control.log_tail(20)}\n{logs()}"
+                        f"broker alive\n"
+                        f"{broker_control.transactions_report(dep.group, dep.prefix)}\n"
+                        f"{broker_control.log_tail(20)}\n{logs()}"
                     ) from exc
                 raise AssertionError(
                     f"no committed offsets {within_s:.0f} s after the restart ({exc}); broker "
@@ -126,6 +128,7 @@ def test_workers_ride_through_broker_restarts_and_report_true_lag_and_health(
     events = example_events(36)  # 14,400 distinct log ids
     batches = [events[:6_000], events[6_000:6_400], events[6_400:12_400], events[12_400:]]
     fleet = Fleet(dep, take_max=100)
+    fleet.diagnose = lambda: broker_control.transactions_report(dep.group, dep.prefix)
     sent = 0
 
     def send(batch: list[dict[str, Any]]) -> None:
@@ -158,7 +161,7 @@ def test_workers_ride_through_broker_restarts_and_report_true_lag_and_health(
         except GroupOffsetsStuck as stuck:
             if seconds <= STALL_LIMIT_S:
                 raise
-            pytest.xfail(f"{HUNG_OFFSETS}: {str(stuck)[:2000]}")
+            pytest.xfail(f"{HUNG_OFFSETS}: {str(stuck)[:6000]}")
 
     try:
         workers = [fleet.worker("w1"), fleet.worker("w2")]

@@ -1,0 +1,60 @@
+"""deploy/kafka/kafka-tool.sh and the broker's transaction report tests attach to a stuck
+drain (``BrokerControl.transactions_report``), against the real broker."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka_fixture import KAFKA_TOOL, BrokerControl, group_offsets_partition
+from scaleout_harness import open_offset_commit
+
+
+def test_the_offsets_partition_is_javas_string_hash() -> None:
+    # Java: "abc".hashCode() == 96354, "hello".hashCode() == 99162322, "é" (U+00E9) == 233,
+    # "😀" (two UTF-16 units) == 0xD83D * 31 + 0xDE00 == 1772645
+    assert group_offsets_partition("abc") == 96354 % 10
+    assert group_offsets_partition("hello") == 99162322 % 10
+    assert group_offsets_partition("é", 50) == 233 % 50
+    assert group_offsets_partition("😀", 7) == (0xD83D * 31 + 0xDE00) % 7
+    long = "x" * 40  # overflows 32 bits: the sign bit is masked, not negated
+    h = 0
+    for ch in long:
+        h = (31 * h + ord(ch)) % 2**32
+    assert group_offsets_partition(long) == (h & 0x7FFFFFFF) % 10
+
+
+@pytest.mark.kafka
+def test_the_report_names_the_producer_holding_a_groups_offsets_open(
+    kafka_bootstrap: str, unique_topic_prefix: str
+) -> None:
+    source, group = f"{unique_topic_prefix}in", f"{unique_topic_prefix}g"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(source, 1, 1)])[source].result(30)
+    zombie = open_offset_commit(kafka_bootstrap, group, source, 0, 0, f"{group}.zombie")
+    try:
+        broker = BrokerControl(kafka_bootstrap, unmanageable="a report only")
+        report = broker.transactions_report(group, unique_topic_prefix)
+        partition = group_offsets_partition(group)
+        producers = report.split("describe-producers --topic __consumer_offsets --partition "
+                                 f"{partition}\n", 1)[1].split("\n$ ", 1)[0]  # fmt: skip
+        # the zombie's open transaction starts at some offset of the group's partition
+        open_rows = [line for line in producers.splitlines()[1:]
+                     if re.search(r"\t\s*\d+\s*\t?\s*$", line)]  # fmt: skip
+        assert open_rows, report
+        # the zombie's transactional id is described: Ongoing, with the offsets partition
+        described = report.split(f"--transactional-id {group}.zombie\n", 1)[1]
+        assert "Ongoing" in described and f"__consumer_offsets-{partition}" in described
+    finally:
+        zombie.abort_transaction(30)
+
+
+def test_the_tool_names_what_it_runs_and_refuses_the_rest() -> None:
+    done = subprocess.run([str(KAFKA_TOOL), "nope"], capture_output=True, text=True,
+                          check=False)  # fmt: skip
+    assert done.returncode == 1 and "unknown tool 'nope'" in done.stderr
+    helped = subprocess.run([str(KAFKA_TOOL), "--help"], capture_output=True, text=True,
+                            check=True)  # fmt: skip
+    assert "transactions find-hanging" in helped.stdout
