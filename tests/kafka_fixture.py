@@ -182,6 +182,30 @@ class BrokerControl:
         parts.extend(self._tool("describe", "--transactional-id", tid) for tid in ids)
         return "\n".join(parts)
 
+    def open_offset_transactions(self, group: str, offsets_partitions: int = 10) -> list[int]:
+        """First offsets of the transactions open on ``group``'s ``__consumer_offsets``
+        partition (``describe-producers``' CurrentTransactionStartOffset; [] when none, or
+        when the tool failed)."""
+        partition = group_offsets_partition(group, offsets_partitions)
+        out = self._tool("describe-producers", "--topic", "__consumer_offsets",
+                         "--partition", str(partition))  # fmt: skip
+        starts = []
+        for line in out.splitlines()[2:]:  # the command, the header
+            cells = [c.strip() for c in line.split("\t")]
+            if len(cells) >= 6 and cells[5].isdigit():
+                starts.append(int(cells[5]))
+        return starts
+
+    def abort_offset_transactions(self, group: str, offsets_partitions: int = 10) -> str:
+        """The operator's remedy for a hanging transaction on ``group``'s offsets (KIP-664,
+        docs/streaming.md): ``kafka-tool.sh transactions abort`` of every transaction open on
+        its ``__consumer_offsets`` partition; returns what the tool said ("" when none was
+        open)."""
+        partition = group_offsets_partition(group, offsets_partitions)
+        where = ["--topic", "__consumer_offsets", "--partition", str(partition)]
+        starts = self.open_offset_transactions(group, offsets_partitions)
+        return "\n".join(self._tool("abort", *where, "--start-offset", str(n)) for n in starts)
+
     def _tool(self, *args: str) -> str:
         """``kafka-tool.sh transactions ARGS`` against this broker: the command and what it
         printed (its JVM warnings left out), or why it did not run."""

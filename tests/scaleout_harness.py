@@ -200,6 +200,38 @@ def open_offset_commit(
     return zombie
 
 
+class DrainStuck(AssertionError):
+    """:meth:`Fleet.wait_for` saw no progress for its idle limit: ``progress`` is the last
+    value seen (-1: the group's committed offsets unreadable), ``broker`` what the broker
+    said of its transactions ("" without ``Fleet.diagnose``)."""
+
+    def __init__(self, message: str, progress: object, broker: str) -> None:
+        super().__init__(message)
+        self.progress = progress
+        self.broker = broker
+
+
+#: The known defect a drain can stall on after a broker restart (docs/streaming.md, "Known
+#: defect"): seen in fresh-clone CI runs on 2026-12-05 and 2026-12-06, not reproduced here.
+HUNG_OFFSETS = (
+    "known defect: after a broker restart during a drain, a transactional offset commit can "
+    "stay open on the group's __consumer_offsets partition of the restarted broker (Kafka "
+    "4.4, librdkafka 2.16), so the group's committed offsets are unreadable "
+    "(UNSTABLE_OFFSET_COMMIT) until an operator aborts it (KIP-664)"
+)
+
+
+def abort_hung_offsets(broker_control: Any, group: str, remedied: list[str]) -> bool:
+    """Apply the runbook of :data:`HUNG_OFFSETS` once per test: when a transaction is open
+    on ``group``'s offsets partition, abort it (``BrokerControl.abort_offset_transactions``),
+    append what the tool said to ``remedied`` and return True; otherwise (none open, or
+    already applied once) return False and the caller fails."""
+    if remedied or not broker_control.open_offset_transactions(group):
+        return False
+    remedied.append(broker_control.abort_offset_transactions(group))
+    return True
+
+
 @dataclass
 class Member:
     """One named process of the fleet (its current incarnation): the CLI arguments, the
@@ -364,10 +396,12 @@ class Fleet:
                 silent = {n: f"{time.time() - m.log.stat().st_mtime:.0f} s"
                           for n, m in self.members.items() if m.proc.poll() is None}  # fmt: skip
                 broker = self.diagnose() if self.diagnose is not None else ""
-                raise AssertionError(
+                raise DrainStuck(
                     f"stuck: no progress for {idle_limit:.0f} s while waiting for {what} "
                     f"(progress {now!r}; running, silent for: {silent}; restarted after "
-                    f"exit 70: {self.crash_restarts}):\n{broker}\n{self.logs()}"
+                    f"exit 70: {self.crash_restarts}):\n{broker}\n{self.logs()}",
+                    now,
+                    broker,
                 )
             time.sleep(every)
 

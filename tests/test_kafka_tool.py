@@ -3,13 +3,15 @@ drain (``BrokerControl.transactions_report``), against the real broker."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 
 import pytest
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_fixture import KAFKA_TOOL, BrokerControl, group_offsets_partition
-from scaleout_harness import open_offset_commit
+from scaleout_harness import committed_offsets, open_offset_commit
 
 
 def test_the_offsets_partition_is_javas_string_hash() -> None:
@@ -47,8 +49,17 @@ def test_the_report_names_the_producer_holding_a_groups_offsets_open(
         # the zombie's transactional id is described: Ongoing, with the offsets partition
         described = report.split(f"--transactional-id {group}.zombie\n", 1)[1]
         assert "Ongoing" in described and f"__consumer_offsets-{partition}" in described
+        # the operator's remedy (KIP-664): abort it on the partition; the offsets read again
+        assert broker.open_offset_transactions(group) != []
+        with pytest.raises(KafkaException):
+            committed_offsets(kafka_bootstrap, group, [(source, 0)])  # UNSTABLE_OFFSET_COMMIT
+        said = broker.abort_offset_transactions(group)
+        assert "abort" in said and broker.open_offset_transactions(group) == [], said
+        # what the aborted transaction sent never counts: the group committed nothing
+        assert committed_offsets(kafka_bootstrap, group, [(source, 0)]) == {(source, 0): -1001}
     finally:
-        zombie.abort_transaction(30)
+        with contextlib.suppress(KafkaException):
+            zombie.abort_transaction(30)
 
 
 def test_the_tool_names_what_it_runs_and_refuses_the_rest() -> None:

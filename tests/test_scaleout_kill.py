@@ -19,15 +19,19 @@ event; the three bad records, and nothing else, dead letters.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from scaleout_harness import (
+    HUNG_OFFSETS,
+    DrainStuck,
     Feeder,
     Fleet,
     Record,
+    abort_hung_offsets,
     example_events,
     read_to_end,
 )
@@ -84,12 +88,27 @@ def test_workers_sink_and_broker_failures_lose_and_duplicate_nothing(
             member, (log, done) = fleet.members[name], before[name]
             return member.done_work() > (done if member.log == log else 0)
 
-        fleet.wait_for(
+        ride_hung_offsets(lambda: fleet.wait_for(
             f"{n} committed records and work done by {busy}",
             lambda: committed() >= n and all(worked(b) for b in busy),
             lambda: progress["committed"],
-        )
+        ))  # fmt: skip
         assert progress["committed"] < total, "the drain finished before the failure"
+
+    remedied: list[str] = []
+
+    def ride_hung_offsets(wait: Callable[[], None]) -> None:
+        """``wait()``; when it stalls on the known defect (the group's offsets unreadable,
+        a transaction open on its offsets partition), abort that transaction as the runbook
+        says and wait again: the rest of the test still holds, and it ends as an expected
+        failure naming the defect."""
+        try:
+            wait()
+        except DrainStuck as stuck:
+            if stuck.progress != -1 or not abort_hung_offsets(broker_control, dep.group, remedied):
+                raise
+            remedied.append(stuck.broker)
+            wait()
 
     try:
         feeder.top_up(0)
@@ -109,8 +128,8 @@ def test_workers_sink_and_broker_failures_lose_and_duplicate_nothing(
         fleet.kill("w3")
         fleet.kill("sink")
         feeder.rate = None  # the rest at once
-        fleet.wait_for("the input drained", lambda: committed() == total,
-                       lambda: progress["committed"])  # fmt: skip
+        ride_hung_offsets(lambda: fleet.wait_for("the input drained", lambda: committed() == total,
+                                                 lambda: progress["committed"]))  # fmt: skip
         feeder.finish()
         codes = fleet.stop("w1", "w2", "w3", "w4")
         assert set(codes.values()) == {0}, (codes, fleet.logs())
@@ -185,3 +204,5 @@ def test_workers_sink_and_broker_failures_lose_and_duplicate_nothing(
     assert row["batches"] == len(batch_ids)
     assert row["letters"] == letter_ids  # no dead letter but the bad records
     assert row["alerts"] == sorted(alert_ids)
+    if remedied:  # everything above held, after an operator's abort
+        pytest.xfail(f"{HUNG_OFFSETS}; aborted by the test:\n" + "\n".join(remedied)[:6000])

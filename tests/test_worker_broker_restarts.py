@@ -3,7 +3,7 @@
 Two ``refusal-audit worker`` processes (consumer session timeout 15 s) drain the input while
 the broker is stopped for 5 s (during a drain), 30 s (while idle: the workers' sessions
 expire, their partitions are revoked) and 90 s (during a drain: the open transactions outlive
-``transaction.timeout.ms``, 45 s, and the outage the stall limit, 65 s). Until 2026-12-06 the
+``transaction.timeout.ms``, 60 s, and the outage the stall limit, 65 s). Until 2026-12-06 the
 outages were 60 and 120 s with the default 45 s session: the same states, 65 s longer.
 Before issue 23 every worker exited 70 after each restart (librdkafka's
 ``send_offsets_to_transaction`` hanging, #5456/#5511). Now: no worker exits, every input
@@ -27,7 +27,16 @@ from typing import Any
 import orjson
 import pytest
 from confluent_kafka import KafkaException
-from scaleout_harness import Fleet, Member, Record, committed_offsets, example_events, produce
+from scaleout_harness import (
+    HUNG_OFFSETS,
+    Fleet,
+    Member,
+    Record,
+    abort_hung_offsets,
+    committed_offsets,
+    example_events,
+    produce,
+)
 from scaleout_harness import read_to_end as read_topics
 from streaming import Deployment, json_records
 
@@ -76,17 +85,6 @@ class GroupOffsetsStuck(AssertionError):
     pending transactional offset commit that never resolves (UNSTABLE_OFFSET_COMMIT)."""
 
 
-#: Why the longest outage may end in :class:`GroupOffsetsStuck` (docs/streaming.md, "Known
-#: defect"): seen in 2 of 3 fresh-clone CI runs on 2026-12-05, never in a run of the test
-#: alone on a quiet machine.
-HUNG_OFFSETS = (
-    "known defect: after a broker outage longer than transaction.timeout.ms during a drain, "
-    "a transactional offset commit of a worker's abandoned producer can stay pending on the "
-    "restarted broker (Kafka 4.4, librdkafka #5456/#5511), so the group's committed offsets "
-    "are unreadable (UNSTABLE_OFFSET_COMMIT) and the worker holding those partitions stalls"
-)
-
-
 def _wait_for_group_offsets(
     dep: Deployment, broker_control: Any, logs: Callable[[], str], within_s: float = 180
 ) -> None:
@@ -128,6 +126,7 @@ def test_workers_ride_through_broker_restarts_and_report_true_lag_and_health(
     events = example_events(36)  # 14,400 distinct log ids
     batches = [events[:6_000], events[6_000:6_400], events[6_400:12_400], events[12_400:]]
     fleet = Fleet(dep, take_max=100)
+    remedied: list[str] = []
     fleet.diagnose = lambda: broker_control.transactions_report(dep.group, dep.prefix)
     sent = 0
 
@@ -158,10 +157,11 @@ def test_workers_ride_through_broker_restarts_and_report_true_lag_and_health(
             assert 503 in seen, f"/health never 503 in a {seconds} s outage: {seen} {bodies}"
         try:
             _wait_for_group_offsets(dep, broker_control, fleet.logs)
-        except GroupOffsetsStuck as stuck:
-            if seconds <= STALL_LIMIT_S:
+        except GroupOffsetsStuck as stuck:  # the known defect: the runbook, then go on
+            if not abort_hung_offsets(broker_control, dep.group, remedied):
                 raise
-            pytest.xfail(f"{HUNG_OFFSETS}: {str(stuck)[:6000]}")
+            remedied.append(str(stuck))
+            _wait_for_group_offsets(dep, broker_control, fleet.logs)
 
     try:
         workers = [fleet.worker("w1"), fleet.worker("w2")]
@@ -211,3 +211,5 @@ def test_workers_ride_through_broker_restarts_and_report_true_lag_and_health(
     stored = Counter((m.key() or b"").decode() for m in messages)
     assert sum(stored.values()) == len(events) == sent
     assert set(stored) == {e["log_id"] for e in events} and set(stored.values()) == {1}
+    if remedied:  # everything above held, after an operator's abort
+        pytest.xfail(f"{HUNG_OFFSETS}; aborted by the test:\n" + "\n".join(remedied)[:6000])
