@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from processors.gap_text import describe_gap, describe_gap_sql
 from processors.gaps import DEFAULT_SIMILARITY, GapMatcher, gap_alert_id, gap_id, similarity
+from refusal_audit.alerts import gaps as gaps_room
 from refusal_audit.alerts.gaps import list_open_gaps, track_gaps
 from refusal_audit.audit.pipeline import RunReport
 from refusal_audit.audit.run_report import print_report
@@ -361,6 +362,59 @@ def test_a_growing_gap_realerts_once_per_cooldown(warehouse: Warehouse) -> None:
     assert third.alert_id == gap_alert_id("default", first.gap_id, 2)
     assert third.baseline_counts == again.current_counts
     assert third.statistic.effect_size == 112 - 102
+
+
+@pytest.fixture
+def looked_up(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many ids each per-period lookup of gap alerts asked for (the tracker's fallback)."""
+    calls: list[int] = []
+    real = gaps_room.stored_gap_alerts
+
+    def counting(db: Any, ids: Any) -> dict[str, str]:
+        calls.append(len(ids))
+        return real(db, ids)
+
+    monkeypatch.setattr(gaps_room, "stored_gap_alerts", counting)
+    return calls
+
+
+def test_a_gap_years_long_finds_its_previous_alert_in_one_read(
+    warehouse: Warehouse, looked_up: list[int]
+) -> None:
+    """With a 1 h cooldown, a gap seen again two years on is in period 17,520: its previous
+    alert is found from the gap's stored alerts (their windows give their periods), not by
+    looking up 17,521 alert ids (break10: thousands of ids per pass for a long span)."""
+    hour = 3_600
+    warehouse.insert_batches([storm_batch(0, T0)])
+    (first,) = track(warehouse, cooldown=hour)
+    later = T0 + timedelta(days=730, minutes=30)
+    warehouse.insert_batches([storm_batch(1, later)])
+    (again,) = track(warehouse, cooldown=hour)
+    k = 730 * 24
+    assert again.alert_id == gap_alert_id("default", first.gap_id, k)
+    assert again.baseline_counts == first.current_counts  # the period-0 alert was found
+    assert again.window.start == T0 + timedelta(hours=k)
+    assert looked_up == []  # no id lookups: one read of the gap's alerts
+    assert track(warehouse, cooldown=hour) == []  # and the new one is seen as stored
+
+
+def test_a_hand_written_gap_alert_sends_the_gap_to_the_id_lookups(
+    warehouse: Warehouse, looked_up: list[int]
+) -> None:
+    """An alert stored under a gap's period id whose window does not give that period back
+    (written by hand, or by another version): the gap's alerts are then looked up by id for
+    every period, as before, and that alert still counts as the previous one."""
+    warehouse.insert_batches([storm_batch(0, T0)])
+    (first,) = track_gaps(warehouse.client, now=NOW)  # type: ignore[arg-type]
+    odd = first.model_copy(
+        update={"window": first.window.model_copy(update={"start": T0 - DAY})}
+    )  # its id says period 0, its window says otherwise
+    store(warehouse, [odd])
+    warehouse.insert_batches([storm_batch(1, T0 + DAY + timedelta(hours=1))])
+    (again,) = track(warehouse)
+    assert again.alert_id == gap_alert_id("default", first.gap_id, 1)
+    assert again.baseline_counts == first.current_counts
+    assert looked_up == [2]  # periods 0 and 1
 
 
 def the_gap_counts(warehouse: Warehouse, gap: str) -> tuple[int, int]:

@@ -42,6 +42,7 @@ __all__ = [
     "evidence_rows",
     "evidence_sql",
     "flagged_batches",
+    "gap_alerts_of",
     "gap_db",
     "gap_evidence",
     "insert_sightings",
@@ -364,6 +365,28 @@ def stored_gap_alerts(warehouse: GapDb, ids: Sequence[str]) -> dict[str, str]:
             {"ids": chunk},
         )
         found.update({str(i): str(p) for i, p in rows})
+    return found
+
+
+def gap_alerts_of(
+    warehouse: GapDb, gap_ids: Sequence[str]
+) -> dict[tuple[str, str], dict[str, str]]:
+    """(policy bundle, gap id) -> {alert_id: payload} of the stored policy-gap alerts whose
+    payload names one of ``gap_ids`` (its ``gap_id``): a gap's alerts in one read, however
+    long its span (the tracker looked up one alert id per cooldown period before
+    2026-12-06). Gap alerts are few (one per gap and period at most), so the payload filter
+    scans little."""
+    found: dict[tuple[str, str], dict[str, str]] = {}
+    for chunk in _chunks(gap_ids):
+        rows = _query(
+            warehouse,
+            "SELECT policy_bundle, JSONExtractString(payload, 'gap_id') AS gap, alert_id, "
+            "payload FROM {db:Identifier}.alerts FINAL "
+            "WHERE kind = 'policy_gap' AND gap IN {gaps:Array(String)}",
+            {"gaps": chunk},
+        )
+        for bundle, gap, alert, payload in rows:
+            found.setdefault((str(bundle), str(gap)), {})[str(alert)] = str(payload)
     return found
 
 

@@ -45,6 +45,7 @@ from processors.gap_text import describe_gap
 from processors.gaps import (
     DEFAULT_COOLDOWN,
     DEFAULT_SIMILARITY,
+    GapEvidence,
     GapMatcher,
     PreviousAlert,
     gap_alert,
@@ -57,6 +58,7 @@ from warehouse.gaps import (
     GapDb,
     evidence_sql,
     flagged_batches,
+    gap_alerts_of,
     gap_db,
     gap_evidence,
     insert_sightings,
@@ -180,6 +182,44 @@ def _previous_counts(payload: str) -> dict[str, int]:
         return {}  # not an Alert payload: the previous counts are unknown
 
 
+def _period_of(payload: str) -> int | None:
+    """The cooldown period index ``k`` a stored gap alert was made for: its window starts
+    ``k`` window lengths after its baseline's start (``processors.gaps.gap_alert``); None
+    when the payload does not say."""
+    try:
+        data = orjson.loads(payload)
+        window, baseline = data["window"], data["baseline"]
+        start, end = datetime.fromisoformat(window["start"]), datetime.fromisoformat(window["end"])
+        length = end - start
+        k = (start - datetime.fromisoformat(baseline["start"])) / length
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    return round(k) if abs(k - round(k)) < 1e-6 else None
+
+
+def _alerts_by_period(
+    warehouse: GapDb, evidence: GapEvidence, alerts: dict[str, str]
+) -> dict[int, str]:
+    """period k -> payload of the gap's stored alerts with the id ``gap_alert_id(bundle,
+    gap, k)``, for k up to the gap's current period: the ids the tracker would look up one
+    by one, found from the alerts' own windows. An alert whose window does not give its id
+    back (written by hand, or by another version) sends that gap to the lookup of every
+    period's id, as before."""
+    bundle, gap = evidence.policy_bundle, evidence.gap_id
+    found: dict[int, str] = {}
+    for alert, payload in alerts.items():
+        k = _period_of(payload)
+        if k is None or gap_alert_id(bundle, gap, k) != alert:
+            break
+        if k <= evidence.period:
+            found[k] = payload
+    else:
+        return found
+    ids = [gap_alert_id(bundle, gap, k) for k in range(evidence.period + 1)]
+    stored = stored_gap_alerts(warehouse, ids)
+    return {k: stored[i] for k, i in enumerate(ids) if i in stored}
+
+
 def track_gaps(
     client: Client | Warehouse,
     *,
@@ -231,23 +271,18 @@ def track_gaps(
     if newest is None:
         return []
     candidates = gap_evidence(warehouse, newest - cooldown, cooldown)
-    ids = [
-        gap_alert_id(e.policy_bundle, e.gap_id, k)
-        for e, _, _ in candidates
-        for k in range(e.period + 1)
-    ]
-    stored = stored_gap_alerts(warehouse, ids)
+    stored = gap_alerts_of(warehouse, sorted({e.gap_id for e, _, _ in candidates}))
     alerts: list[Alert] = []
     for evidence, _, tracked in candidates:
         bundle, gap = evidence.policy_bundle, evidence.gap_id
-        if gap_alert_id(bundle, gap, evidence.period) in stored:
+        by_period = _alerts_by_period(warehouse, evidence, stored.get((bundle, gap), {}))
+        if evidence.period in by_period:
             continue
+        earlier = [k for k in by_period if k < evidence.period]
         previous = None
-        for k in range(evidence.period - 1, -1, -1):
-            payload = stored.get(gap_alert_id(bundle, gap, k))
-            if payload is not None:
-                previous = PreviousAlert(k, _previous_counts(payload))
-                break
+        if earlier:
+            k = max(earlier)
+            previous = PreviousAlert(k, _previous_counts(by_period[k]))
         alert = gap_alert(
             evidence,
             cooldown=cooldown,
