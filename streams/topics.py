@@ -12,20 +12,30 @@ conversation's newest state (the service's durable store). Refusal-style calibra
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from streams.clients import Brokers, admin
+
+log = logging.getLogger("refusal_audit.kafka")
+T = TypeVar("T")
 
 DAY_MS = 24 * 3600 * 1000
 
 
 class TopicError(RuntimeError):
     """A topic could not be created or is missing (the message says which and why)."""
+
+
+class BrokerUnreachable(TopicError):
+    """The broker did not answer a metadata request in time (it may be starting: worth
+    waiting for, unlike a missing topic)."""
 
 
 @dataclass(frozen=True)
@@ -184,7 +194,7 @@ def existing_topics(admin: AdminClient, timeout: float = 10.0) -> set[str]:
     try:
         return set(admin.list_topics(timeout=timeout).topics)
     except KafkaException as exc:
-        raise TopicError(f"cannot reach the Kafka broker: {exc}") from exc
+        raise BrokerUnreachable(f"cannot reach the Kafka broker: {exc}") from exc
     finally:
         admin.poll(0)  # forward librdkafka's queued log lines to Python logging
 
@@ -228,10 +238,37 @@ def create_topics(
     return status
 
 
+def await_broker(read: Callable[[], T], within: float) -> T:
+    """``read()`` (a metadata read that raises ``BrokerUnreachable``), again after 1 s
+    doubling to 30 s while the broker does not answer, for up to ``within`` seconds; then
+    the last ``BrokerUnreachable`` is raised. Any other error is raised at once."""
+    for attempt in Retrying(
+        retry=retry_if_exception_type(BrokerUnreachable),
+        wait=wait_exponential(multiplier=1, max=30),
+        stop=stop_after_delay(within),
+        before_sleep=lambda state: log.warning(
+            "waiting for the Kafka broker (%s)",
+            state.outcome.exception() if state.outcome is not None else "?",
+        ),
+        reraise=True,
+    ):
+        with attempt:
+            return read()
+    raise AssertionError("unreachable: Retrying reraises")  # pragma: no cover
+
+
 def require_topic(admin: AdminClient, name: str) -> None:
-    """Raise ``TopicError`` with a how-to-fix message when topic ``name`` does not exist."""
-    if name not in existing_topics(admin):
-        raise TopicError(
-            f"topic {name!r} does not exist; create the topics with "
-            "`refusal-audit topics create` (or check kafka_topic_prefix)"
-        )
+    """Raise ``TopicError`` with a how-to-fix message when topic ``name`` does not exist
+    (``BrokerUnreachable`` when the broker does not answer)."""
+    require_topics(existing_topics(admin), [name])
+
+
+def require_topics(existing: set[str], names: Iterable[str]) -> None:
+    """Raise ``TopicError`` with a how-to-fix message for the first of ``names`` that is not
+    among ``existing`` (one ``existing_topics`` listing checked for several topics)."""
+    for name in names:
+        if name not in existing:
+            raise TopicError(
+                f"topic {name!r} does not exist; create the topics with "
+                "`refusal-audit topics create` (or check kafka_topic_prefix)"
+            )

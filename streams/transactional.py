@@ -185,7 +185,9 @@ class TransactionalStream:
             **cfg.producer_extra,
         )  # fmt: skip
         # aborts whatever a predecessor with this transactional id left open (fencing it)
-        self.txn = TxnProducer(producer_conf, cfg.transaction_timeout_ms / 1000)
+        # a broker still starting is waited for as long as a restart is ridden through
+        self.txn = TxnProducer(producer_conf, cfg.transaction_timeout_ms / 1000,
+                               start_within=cfg.recovery_seconds)  # fmt: skip
         self._txn_began = 0.0  # monotonic time the open transaction began
         self.recovering = False  # inside recover(): read by /health from another thread
         self.group = GroupConsumer(consumer_conf, cfg.topics, log, on_assign=self._assigned,

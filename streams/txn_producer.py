@@ -37,7 +37,14 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_delay,
+    wait_exponential,
+)
 
 from streams.clients import build_producer
 
@@ -67,7 +74,13 @@ class TxnProducer:
     from one thread (the stream's); each blocking one runs in a daemon thread of its own.
     """
 
-    def __init__(self, conf: dict[str, Any], init_timeout: float, max_abandoned: int = 8):
+    def __init__(
+        self,
+        conf: dict[str, Any],
+        init_timeout: float,
+        max_abandoned: int = 8,
+        start_within: float = 0.0,
+    ):
         self._conf = dict(conf)
         self.init_timeout = init_timeout
         self.max_abandoned = max_abandoned
@@ -76,7 +89,23 @@ class TxnProducer:
         self._abandoned: list[tuple[Producer, concurrent.futures.Future[Any]]] = []
         self._pending: Producer | None = None  # built, its init_transactions not done yet
         self.init_abandoned = 0  # abandoned inside init_transactions: may fence a later one
-        self.producer = self._initialised()
+        self.producer = self._first(start_within)
+
+    def _first(self, start_within: float) -> Producer:
+        """The first producer, its transactions initialised; a broker that does not answer
+        in time (a timeout, a transport error: it may be starting) is waited for, again
+        after 1 s doubling to 30 s, for up to ``start_within`` seconds; then, or for any
+        other error, ``KafkaException`` is raised."""
+        for attempt in Retrying(
+            retry=retry_if_exception(_broker_away),
+            wait=wait_exponential(multiplier=1, max=30),
+            stop=stop_after_delay(start_within),
+            before_sleep=_log_wait,
+            reraise=True,
+        ):
+            with attempt:
+                return self._initialised()
+        raise AssertionError("unreachable: Retrying reraises")  # pragma: no cover
 
     def _on_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._ALL_BROKERS_DOWN:
@@ -154,3 +183,21 @@ class TxnProducer:
     def flush(self, timeout: float) -> int:
         """Flush the current producer (on close); messages still queued."""
         return int(self.producer.flush(timeout))
+
+
+def _broker_away(exc: BaseException) -> bool:
+    """A ``KafkaException`` that says the broker did not answer (worth waiting for)."""
+    if not isinstance(exc, KafkaException) or not exc.args:
+        return False
+    err = exc.args[0]
+    away = (KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
+            KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR,
+            KafkaError.COORDINATOR_LOAD_IN_PROGRESS)  # fmt: skip
+    return isinstance(err, KafkaError) and (err.code() in away or bool(err.retriable()))
+
+
+def _log_wait(state: RetryCallState) -> None:
+    exc = state.outcome.exception() if state.outcome is not None else None
+    log.warning("the broker has not initialised this producer's transactions yet (%s); "
+                "again in %.0f s", exc,
+                state.next_action.sleep if state.next_action else 0.0)  # fmt: skip

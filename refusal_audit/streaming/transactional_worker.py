@@ -46,7 +46,7 @@ from streams.baselines import BaselineReader
 from streams.dead_letters import kafka_location, original_record
 from streams.membership import group_instance_id, leave_group
 from streams.metrics import WorkerMetrics
-from streams.topics import Topics, admin_client, require_topic
+from streams.topics import Topics, admin_client, await_broker, existing_topics, require_topics
 from streams.transactional import (
     StreamConfig,
     TransactionalStream,
@@ -128,12 +128,15 @@ class TransactionalWorker:
         (``group.instance.id`` = the instance name, KIP-345) when ``kafka_static_membership``
         is on, so a restarted worker takes its partitions back without a rebalance. A broker
         restart is ridden through (``TransactionalStream.recover``) for up to
-        ``worker_recovery_seconds``."""
+        ``worker_recovery_seconds``, and a broker that does not answer at start (still
+        starting) is waited for as long. Raises ``TopicError`` (a topic missing, or the broker
+        away that long) or ``KafkaException`` (the producer refused)."""
         topics = Topics.from_prefix(cfg.kafka_topic_prefix)
         admin = admin_client(cfg.kafka())
-        for name in (topics.input, topics.stored_events, topics.assessments,
-                     topics.audit_batches, topics.review_queue, topics.dead_letters):  # fmt: skip
-            require_topic(admin, name)
+        existing = await_broker(lambda: existing_topics(admin), cfg.worker_recovery_seconds)
+        require_topics(existing, (topics.input, topics.stored_events, topics.assessments,
+                                  topics.audit_batches, topics.review_queue,
+                                  topics.dead_letters))  # fmt: skip
         pipeline = build_pipeline(cfg, TopicOutputs(topics))  # each window brings its own
         # one flush per window: the window bounds the memory held
         pipeline.flush_every = max(pipeline.flush_every, 2 * cfg.worker_take_max + 1)
