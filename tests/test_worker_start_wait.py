@@ -1,7 +1,7 @@
-"""A worker started before its broker answers waits for it (up to ``worker_recovery_seconds``)
-instead of exiting as a usage error, against the real broker behind a loopback port that
-only starts forwarding to it later (a broker still starting, or compose starting everything
-at once)."""
+"""A worker or sink started before its broker answers waits for it (up to
+``worker_recovery_seconds``) instead of exiting as a usage error, against the real broker
+behind a loopback port that only starts forwarding to it later (a broker still starting, or
+compose starting everything at once)."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ class LateForwarder:
             self._server.close()
 
 
-def test_a_worker_started_before_its_broker_waits_for_it(
+def test_a_worker_and_a_sink_started_before_their_broker_wait_for_it(
     kafka_bootstrap: str, unique_topic_prefix: str, tmp_path: Path
 ) -> None:
     dep = Deployment(kafka_bootstrap, unique_topic_prefix, tmp_path)
@@ -73,18 +73,21 @@ def test_a_worker_started_before_its_broker_waits_for_it(
     dep.extra["REFUSAL_AUDIT_KAFKA_BOOTSTRAP_SERVERS"] = f"127.0.0.1:{late.port}"
     fleet = Fleet(dep, take_max=50)
     try:
-        worker = fleet.worker("w1")
+        members = [fleet.worker("w1"), fleet.sink()]
         deadline = time.monotonic() + 60
-        while "waiting for the Kafka broker" not in worker.log.read_text(errors="replace"):
-            assert worker.proc.poll() is None, f"exited {worker.proc.returncode}: {fleet.logs()}"
-            assert time.monotonic() < deadline, fleet.logs()
-            time.sleep(0.5)
+        for member in members:
+            while "waiting for the Kafka broker" not in member.log.read_text(errors="replace"):
+                assert member.proc.poll() is None, f"{member.name} exited: {fleet.logs()}"
+                assert time.monotonic() < deadline, fleet.logs()
+                time.sleep(0.5)
         late.open()  # the broker answers now (its metadata names the real port)
         events = example_events(1)[:60]
         produce(kafka_bootstrap, dep.input_topic,
                 [(e["log_id"].encode(), orjson.dumps(e), None) for e in events])  # fmt: skip
         fleet.wait_drained()
         assert fleet.stop("w1") == {"w1": 0}, fleet.logs()
+        fleet.wait_loaded()  # the sink stored and committed what the worker wrote
+        assert fleet.stop("sink") == {"sink": 0}, fleet.logs()
     finally:
         fleet.kill_all()
         late.close()

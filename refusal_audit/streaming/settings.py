@@ -69,8 +69,8 @@ class StreamingSettings(BaseModel):
         default=600.0,
         ge=10.0,
         description="How long a transactional worker keeps retrying to recover its producer "
-        "and rewind its consumer (after a broker restart) before it exits 70, and waits for a "
-        "broker that does not answer at its start before it exits 2.",
+        "and rewind its consumer (after a broker restart) before it exits 70, and a worker or "
+        "the sink waits for a broker that does not answer at its start before it exits 2.",
     )
     worker_web_host: str = Field(
         default="127.0.0.1", description="Bind address of the worker's /metrics and /health."

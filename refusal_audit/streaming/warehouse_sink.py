@@ -84,7 +84,7 @@ from streams.dead_letters import (
     kafka_location,
 )
 from streams.membership import group_instance_id, leave_group
-from streams.topics import Topics, admin_client, require_topic
+from streams.topics import Topics, admin_client, await_broker, existing_topics, require_topics
 from warehouse.client import WarehouseError
 from warehouse.retryable import is_transient
 from warehouse.rows import assessment_row, batch_row, event_row
@@ -253,14 +253,16 @@ class WarehouseSink:
 
     @classmethod
     def start(cls, cfg: Settings, store: Warehouse, limits: BlockLimits) -> WarehouseSink:
-        """Check the topics and join the sink's consumer group ``<kafka_consumer_group>-sink``.
-        Raises ``TopicError``."""
+        """Check the topics and join the sink's consumer group ``<kafka_consumer_group>-sink``;
+        a broker that does not answer yet is waited for up to ``worker_recovery_seconds``.
+        Raises ``TopicError`` (a topic missing, or the broker away that long)."""
         topics = Topics.from_prefix(cfg.kafka_topic_prefix)
         names = [topics.stored_events, topics.assessments, topics.audit_batches,
                  topics.dead_letters]  # fmt: skip
         admin = admin_client(cfg.kafka())
-        for name in names:
-            require_topic(admin, name)
+        # a broker that does not answer yet (still starting) is waited for, as by the worker
+        require_topics(await_broker(lambda: existing_topics(admin), cfg.worker_recovery_seconds),
+                       names)  # fmt: skip
         group = f"{cfg.kafka_consumer_group}-sink"
         # a static member (KIP-345) when configured: a restarted sink takes its partitions
         # back without waiting for its predecessor's session to time out
