@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import re
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -106,3 +108,33 @@ def test_the_tool_names_what_it_runs_and_refuses_the_rest() -> None:
     helped = subprocess.run([str(KAFKA_TOOL), "--help"], capture_output=True, text=True,
                             check=True)  # fmt: skip
     assert "transactions find-hanging" in helped.stdout
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ([], ["--bootstrap-server", "127.0.0.1:9092"]),
+        (["--bootstrap-server", "h:1"], ["--bootstrap-server", "h:1"]),
+        (["--bootstrap-server=h:1"], ["--bootstrap-server=h:1"]),  # one only: joptsimple
+    ],  # refuses two ("Found multiple arguments"), and consumer-groups still exits 0
+)
+def test_the_tool_adds_the_bootstrap_server_unless_given(
+    tmp_path: Path, given: list[str], expected: list[str]
+) -> None:
+    """The script's arguments as the JVM gets them (a fake java printing them, one a line;
+    a fake jar): the tool's class, the bootstrap server once, the rest as given, spaces
+    kept."""
+    shutil.copy(KAFKA_TOOL, tmp_path / "kafka-tool.sh")
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "kafka-tools-0.jar").touch()
+    java = tmp_path / "java"
+    java.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@"\n')
+    java.chmod(0o755)
+    env = {"JAVA": str(java), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [str(tmp_path / "kafka-tool.sh"), "consumer-groups", *given, "--group", "a b"],
+        capture_output=True, text=True, check=True, env=env,
+    )  # fmt: skip
+    args = done.stdout.splitlines()
+    cls = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+    assert args[args.index(cls) + 1 :] == [*expected, "--group", "a b"]
