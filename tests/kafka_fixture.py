@@ -244,13 +244,15 @@ class BrokerControl:
 def group_offsets_partition(group: str, partitions: int = 10) -> int:
     """The ``__consumer_offsets`` partition holding ``group``'s offsets: Kafka's
     ``Utils.abs(group.hashCode()) % offsets.topic.num.partitions`` (Java's ``String.hashCode``
-    over UTF-16 code units; ``abs`` masks the sign bit). ``partitions``: the broker's
-    ``offsets.topic.num.partitions`` (10 in deploy/kafka/server.properties.template)."""
+    over UTF-16 code units, a signed 32-bit int; ``Utils.abs`` is ``Math.abs`` with
+    ``Integer.MIN_VALUE`` mapped to 0, kafka-clients 4.4.0's bytecode). ``partitions``: the
+    broker's ``offsets.topic.num.partitions`` (10 in deploy/kafka/server.properties.template)."""
     h = 0
     units = group.encode("utf-16-be")
     for i in range(0, len(units), 2):
         h = (31 * h + int.from_bytes(units[i : i + 2], "big")) & 0xFFFFFFFF
-    return (h & 0x7FFFFFFF) % partitions
+    signed = h - 2**32 if h >= 2**31 else h
+    return (0 if signed == -(2**31) else abs(signed)) % partitions
 
 
 def _free_ports(count: int) -> list[int]:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import re
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_fixture import KAFKA_TOOL, BrokerControl, group_offsets_partition
 from scaleout_harness import committed_offsets, open_offset_commit
@@ -21,11 +23,48 @@ def test_the_offsets_partition_is_javas_string_hash() -> None:
     assert group_offsets_partition("hello") == 99162322 % 10
     assert group_offsets_partition("é", 50) == 233 % 50
     assert group_offsets_partition("😀", 7) == (0xD83D * 31 + 0xDE00) % 7
-    long = "x" * 40  # overflows 32 bits: the sign bit is masked, not negated
-    h = 0
-    for ch in long:
-        h = (31 * h + ord(ch)) % 2**32
-    assert group_offsets_partition(long) == (h & 0x7FFFFFFF) % 10
+    # a negative hashCode is negated (Kafka's Utils.abs: Math.abs, Integer.MIN_VALUE -> 0),
+    # not masked: Java's "日本語グループ".hashCode() == -305235731 -> 1 (masking gives 7), and
+    # "polygenelubricants".hashCode() == Integer.MIN_VALUE -> 0 (values from java 17)
+    assert group_offsets_partition("日本語グループ") == 305235731 % 10 == 1
+    assert group_offsets_partition("日本語グループ", 50) == 305235731 % 50
+    assert group_offsets_partition("polygenelubricants", 7) == 0
+    assert group_offsets_partition("x" * 40) == 847293440 % 10  # overflows, stays positive
+
+
+@pytest.mark.kafka
+def test_the_offsets_partition_is_the_brokers(
+    kafka_bootstrap: str, unique_topic_prefix: str
+) -> None:
+    """Groups with negative Java hashes, non-ASCII and emoji: their committed offsets land on
+    the ``__consumer_offsets`` partition ``group_offsets_partition`` names (read back from
+    the partitions' new records, whose keys hold the group id)."""
+    source = f"{unique_topic_prefix}in"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(source, 1, 1)])[source].result(30)
+    groups = [
+        unique_topic_prefix + g for g in ("日本語グループ", "é-grüße", "g-😀🎉", "a", "b", "c")
+    ]
+    reader = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"{source}-reader",
+                       "enable.auto.commit": False, "enable.partition.eof": True})  # fmt: skip
+    ends = [reader.get_watermark_offsets(TopicPartition("__consumer_offsets", i), 30)[1]
+            for i in range(10)]  # fmt: skip
+    for group in groups:
+        member = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
+        member.commit(offsets=[TopicPartition(source, 0, 1)], asynchronous=False)
+        member.close()
+    reader.assign([TopicPartition("__consumer_offsets", i, end) for i, end in enumerate(ends)])
+    seen: dict[str, set[int]] = {}
+    eof: set[int] = set()
+    while len(eof) < 10 and (record := reader.poll(10)) is not None:
+        if record.error():
+            eof.add(record.partition())
+            continue
+        for group in groups:
+            if group.encode() in (record.key() or b""):
+                seen.setdefault(group, set()).add(record.partition())
+    reader.close()
+    assert seen == {g: {group_offsets_partition(g)} for g in groups}
 
 
 @pytest.mark.kafka
@@ -69,3 +108,33 @@ def test_the_tool_names_what_it_runs_and_refuses_the_rest() -> None:
     helped = subprocess.run([str(KAFKA_TOOL), "--help"], capture_output=True, text=True,
                             check=True)  # fmt: skip
     assert "transactions find-hanging" in helped.stdout
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ([], ["--bootstrap-server", "127.0.0.1:9092"]),
+        (["--bootstrap-server", "h:1"], ["--bootstrap-server", "h:1"]),
+        (["--bootstrap-server=h:1"], ["--bootstrap-server=h:1"]),  # one only: joptsimple
+    ],  # refuses two ("Found multiple arguments"), and consumer-groups still exits 0
+)
+def test_the_tool_adds_the_bootstrap_server_unless_given(
+    tmp_path: Path, given: list[str], expected: list[str]
+) -> None:
+    """The script's arguments as the JVM gets them (a fake java printing them, one a line;
+    a fake jar): the tool's class, the bootstrap server once, the rest as given, spaces
+    kept."""
+    shutil.copy(KAFKA_TOOL, tmp_path / "kafka-tool.sh")
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "kafka-tools-0.jar").touch()
+    java = tmp_path / "java"
+    java.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@"\n')
+    java.chmod(0o755)
+    env = {"JAVA": str(java), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [str(tmp_path / "kafka-tool.sh"), "consumer-groups", *given, "--group", "a b"],
+        capture_output=True, text=True, check=True, env=env,
+    )  # fmt: skip
+    args = done.stdout.splitlines()
+    cls = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+    assert args[args.index(cls) + 1 :] == [*expected, "--group", "a b"]

@@ -369,24 +369,30 @@ def stored_gap_alerts(warehouse: GapDb, ids: Sequence[str]) -> dict[str, str]:
 
 
 def gap_alerts_of(
-    warehouse: GapDb, gap_ids: Sequence[str]
-) -> dict[tuple[str, str], dict[str, str]]:
-    """(policy bundle, gap id) -> {alert_id: payload} of the stored policy-gap alerts whose
-    payload names one of ``gap_ids`` (its ``gap_id``): a gap's alerts in one read, however
-    long its span (the tracker looked up one alert id per cooldown period before
-    2026-12-06). Gap alerts are few (one per gap and period at most), so the payload filter
-    scans little."""
-    found: dict[tuple[str, str], dict[str, str]] = {}
-    for chunk in _chunks(gap_ids):
+    warehouse: GapDb, gap_ids: Sequence[str], alert_ids: Sequence[str] = ()
+) -> dict[str, dict[str, str]]:
+    """gap id named in the payload -> {alert_id: payload} of the stored policy-gap alerts
+    whose payload names one of ``gap_ids`` (its ``gap_id``), or names no gap (key ``""``:
+    a payload that is not JSON or has no ``gap_id``, never written by the tracker), or whose
+    id is one of ``alert_ids`` (under whatever gap its payload names): a gap's alerts in one
+    read, however long its span (the tracker looked up one alert id per cooldown period
+    before 2026-12-06). Gap alerts are few (one per gap and period at most), so the payload
+    filter scans little. Raises ``WarehouseError`` when the warehouse fails."""
+    found: dict[str, dict[str, str]] = {}
+    gap_chunks, id_chunks = list(_chunks(gap_ids)), list(_chunks(alert_ids))
+    for i in range(max(len(gap_chunks), len(id_chunks), 1)):
         rows = _query(
             warehouse,
-            "SELECT policy_bundle, JSONExtractString(payload, 'gap_id') AS gap, alert_id, "
-            "payload FROM {db:Identifier}.alerts FINAL "
-            "WHERE kind = 'policy_gap' AND gap IN {gaps:Array(String)}",
-            {"gaps": chunk},
+            "SELECT JSONExtractString(payload, 'gap_id') AS gap, alert_id, payload "
+            "FROM {db:Identifier}.alerts FINAL WHERE kind = 'policy_gap' "
+            "AND (gap IN {gaps:Array(String)} OR gap = '' OR alert_id IN {ids:Array(String)})",
+            {
+                "gaps": gap_chunks[i] if i < len(gap_chunks) else [],
+                "ids": id_chunks[i] if i < len(id_chunks) else [],
+            },
         )
-        for bundle, gap, alert, payload in rows:
-            found.setdefault((str(bundle), str(gap)), {})[str(alert)] = str(payload)
+        for gap, alert, payload in rows:
+            found.setdefault(str(gap), {})[str(alert)] = str(payload)
     return found
 
 

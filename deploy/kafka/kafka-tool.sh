@@ -36,7 +36,11 @@ elif [[ -n "${JAVA_HOME:-}" && -x "$JAVA_HOME/bin/java" ]]; then JAVA="$JAVA_HOM
 else JAVA=java
 fi
 args=("$@")
-if [[ " $* " != *" --bootstrap-server "* ]]; then
+given=0  # --bootstrap-server X or --bootstrap-server=X (a second one fails consumer-groups)
+for arg in "$@"; do
+    [[ $arg == --bootstrap-server || $arg == --bootstrap-server=* ]] && given=1
+done
+if [[ $given == 0 ]]; then
     args=(--bootstrap-server "127.0.0.1:${KAFKA_PORT:-9092}" "${args[@]}")
 fi
 exec "$JAVA" -Dlog4j2.configurationFile="$SCRIPT_DIR/log4j2.xml" -Dkafka.root.log.level=WARN \

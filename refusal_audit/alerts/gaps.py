@@ -198,23 +198,26 @@ def _period_of(payload: str) -> int | None:
 
 
 def _alerts_by_period(
-    warehouse: GapDb, evidence: GapEvidence, alerts: dict[str, str]
+    warehouse: GapDb, evidence: GapEvidence, alerts: dict[str, str] | None
 ) -> dict[int, str]:
     """period k -> payload of the gap's stored alerts with the id ``gap_alert_id(bundle,
     gap, k)``, for k up to the gap's current period: the ids the tracker would look up one
-    by one, found from the alerts' own windows. An alert whose window does not give its id
-    back (written by hand, or by another version) sends that gap to the lookup of every
-    period's id, as before."""
+    by one, found from the alerts' own windows. ``alerts``: the stored alerts whose payload
+    names the gap, or None when some stored gap alert names no gap. An alert whose window
+    does not give its id back (written by hand, by another version, or another bundle's
+    with this gap id), or None, sends that gap to the lookup of every period's id, as
+    before."""
     bundle, gap = evidence.policy_bundle, evidence.gap_id
-    found: dict[int, str] = {}
-    for alert, payload in alerts.items():
-        k = _period_of(payload)
-        if k is None or gap_alert_id(bundle, gap, k) != alert:
-            break
-        if k <= evidence.period:
-            found[k] = payload
-    else:
-        return found
+    if alerts is not None:
+        found: dict[int, str] = {}
+        for alert, payload in alerts.items():
+            k = _period_of(payload)
+            if k is None or gap_alert_id(bundle, gap, k) != alert:
+                break
+            if k <= evidence.period:
+                found[k] = payload
+        else:
+            return found
     ids = [gap_alert_id(bundle, gap, k) for k in range(evidence.period + 1)]
     stored = stored_gap_alerts(warehouse, ids)
     return {k: stored[i] for k, i in enumerate(ids) if i in stored}
@@ -271,13 +274,16 @@ def track_gaps(
     if newest is None:
         return []
     candidates = gap_evidence(warehouse, newest - cooldown, cooldown)
-    stored = gap_alerts_of(warehouse, sorted({e.gap_id for e, _, _ in candidates}))
+    current = [gap_alert_id(e.policy_bundle, e.gap_id, e.period) for e, _, _ in candidates]
+    stored = gap_alerts_of(warehouse, sorted({e.gap_id for e, _, _ in candidates}), current)
+    present = {alert for rows in stored.values() for alert in rows}
     alerts: list[Alert] = []
-    for evidence, _, tracked in candidates:
-        bundle, gap = evidence.policy_bundle, evidence.gap_id
-        by_period = _alerts_by_period(warehouse, evidence, stored.get((bundle, gap), {}))
-        if evidence.period in by_period:
+    for (evidence, _, tracked), alert_id in zip(candidates, current, strict=True):
+        if alert_id in present:  # by its id, whatever its row says: as before
             continue
+        bundle, gap = evidence.policy_bundle, evidence.gap_id
+        rows = None if "" in stored else stored.get(gap, {})
+        by_period = _alerts_by_period(warehouse, evidence, rows)
         earlier = [k for k in by_period if k < evidence.period]
         previous = None
         if earlier:
