@@ -7,6 +7,7 @@ import contextlib
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,13 @@ def test_the_offsets_partition_is_the_brokers(
     ]
     reader = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"{source}-reader",
                        "enable.auto.commit": False, "enable.partition.eof": True})  # fmt: skip
+    # a fresh broker makes __consumer_offsets at the first coordinator lookup: ask for one
+    reader.committed([TopicPartition(source, 0)], timeout=30)
+    deadline = time.monotonic() + 60
+    while len(admin.list_topics("__consumer_offsets", timeout=10).topics["__consumer_offsets"]
+              .partitions) < 10:  # fmt: skip
+        assert time.monotonic() < deadline, "__consumer_offsets was never made"
+        time.sleep(0.5)
     ends = [reader.get_watermark_offsets(TopicPartition("__consumer_offsets", i), 30)[1]
             for i in range(10)]  # fmt: skip
     for group in groups:
